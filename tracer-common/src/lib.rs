@@ -1,0 +1,160 @@
+//! The records and settings shared by the eBPF programs and the agent.
+//!
+//! Everything here is `#[repr(C)]` and plain data: the kernel side writes these bytes into the
+//! ring buffer or reads them from `.rodata`, the agent reinterprets the same bytes.
+#![no_std]
+
+/// A field the running kernel does not have; the probe skips whatever needs it.
+pub const ABSENT: u32 = u32::MAX;
+
+/// `StopEvent::kind`: a cfs_rq was really throttled (the stop begins).
+pub const EVENT_START: u32 = 1;
+/// `StopEvent::kind`: a throttled cfs_rq was really unthrottled after a start we saw.
+pub const EVENT_END: u32 = 2;
+/// `StopEvent::kind`: an unthrottle whose start predates tracing; only `kernel_ns` is meaningful.
+/// The kernel adds it to cpu.stat inside the window, so the cross-check needs it.
+pub const EVENT_UNSEEN_START_END: u32 = 3;
+
+/// `StopEvent::end_reason` values, from the kernel function that called `unthrottle_cfs_rq`.
+pub const END_UNKNOWN: u32 = 0;
+/// Period or slack timer refill (`distribute_cfs_runtime`, `__cfsb_csd_unthrottle`).
+pub const END_REFILL: u32 = 1;
+/// A write to cpu.max / cpu.cfs_quota_us / burst (`tg_set_cfs_bandwidth`).
+pub const END_QUOTA_CHANGE: u32 = 2;
+/// CPU hot-unplug (`rq_offline_fair`).
+pub const END_CPU_OFFLINE: u32 = 3;
+/// The task group is being destroyed (`destroy_cfs_bandwidth`).
+pub const END_CGROUP_GONE: u32 = 4;
+
+/// `kernel_ns` when the kernel's own clocks could not be read.
+pub const KERNEL_NS_UNKNOWN: u64 = u64::MAX;
+
+/// One ring-buffer record: the start or the end of one per-CPU stop.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StopEvent {
+    /// `EVENT_*`.
+    pub kind: u32,
+    /// The stopped CPU: `cfs_rq->rq->cpu`, not the CPU that ran the probe.
+    pub cpu: u32,
+    /// `cfs_rq->tg->css.cgroup->kn->id`: the cgroup directory's inode number.
+    pub cgroup_id: u64,
+    /// The `struct cfs_rq *` that identifies this stop while it is open.
+    pub cfs_rq: u64,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when `throttle_cfs_rq` returned having throttled.
+    pub start_ns: u64,
+    /// `bpf_ktime_get_ns()` when `unthrottle_cfs_rq` returned having unthrottled (ends only).
+    pub end_ns: u64,
+    /// What the kernel added to `throttled_time` for this stop: `rq->clock` after unthrottle's
+    /// clock update minus `cfs_rq->throttled_clock` (ends only; `KERNEL_NS_UNKNOWN` if unreadable).
+    pub kernel_ns: u64,
+    /// `tg->cfs_bandwidth.quota`, `.period`, `.burst` in ns at the event (`u64::MAX` = no limit).
+    pub quota_ns: u64,
+    pub period_ns: u64,
+    pub burst_ns: u64,
+    /// Tasks queued in the stopped cfs_rq at throttle time (`h_nr_running` or `h_nr_queued`).
+    pub tasks: u32,
+    /// The task running on the stopped CPU at throttle time, if it belongs to the group; else 0.
+    pub pid: u32,
+    pub tid: u32,
+    /// `END_*`.
+    pub end_reason: u32,
+    pub comm: [u8; 16],
+}
+
+/// Where a bit field sits: byte offset of a 32-bit window, shift and width inside it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BitField {
+    pub offset: u32,
+    pub shift: u32,
+    pub bits: u32,
+}
+
+impl BitField {
+    pub const ABSENT: Self = Self {
+        offset: ABSENT,
+        shift: 0,
+        bits: 0,
+    };
+
+    /// The field's value from the 32-bit window read at `offset`.
+    pub const fn extract(&self, window: u32) -> u32 {
+        let value = window >> self.shift;
+        if self.bits >= 32 {
+            value
+        } else {
+            value & ((1u32 << self.bits) - 1)
+        }
+    }
+}
+
+/// Byte offsets of every kernel field the probes read, resolved by the agent from the running
+/// kernel's BTF (Rust eBPF cannot emit CO-RE relocations). Nested paths are pre-added, e.g.
+/// `tg_cgroup` is `offsetof(task_group, css) + offsetof(cgroup_subsys_state, cgroup)`.
+/// A field the kernel lacks is `ABSENT`, and the feature that needs it is off.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offsets {
+    pub cfs_rq_rq: u32,
+    pub cfs_rq_tg: u32,
+    pub cfs_rq_throttled: BitField,
+    pub cfs_rq_throttled_clock: u32,
+    /// `h_nr_running` (<= 6.13) or `h_nr_queued` (6.14+, and 6.12.37+ backports).
+    pub cfs_rq_nr_tasks: u32,
+    pub rq_cpu: u32,
+    pub rq_clock: u32,
+    pub rq_curr: u32,
+    pub tg_cgroup: u32,
+    pub tg_period: u32,
+    pub tg_quota: u32,
+    pub tg_burst: u32,
+    pub cgroup_kn: u32,
+    pub kn_id: u32,
+    /// 1 on 5.4, where `kn->id` is `union kernfs_node_id` and the inode is its low 32 bits.
+    pub kn_id_is_union: u32,
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_comm: u32,
+    pub task_se: u32,
+    pub se_cfs_rq: u32,
+    pub se_parent: u32,
+    /// 1 when `throttle_cfs_rq` returns bool (5.4.69+, 5.8+); 0 when void (read `throttled`).
+    pub throttle_returns_bool: u32,
+}
+
+impl Offsets {
+    /// Every field absent: the value the eBPF object is compiled with, replaced before load.
+    pub const ABSENT: Self = Self {
+        cfs_rq_rq: ABSENT,
+        cfs_rq_tg: ABSENT,
+        cfs_rq_throttled: BitField::ABSENT,
+        cfs_rq_throttled_clock: ABSENT,
+        cfs_rq_nr_tasks: ABSENT,
+        rq_cpu: ABSENT,
+        rq_clock: ABSENT,
+        rq_curr: ABSENT,
+        tg_cgroup: ABSENT,
+        tg_period: ABSENT,
+        tg_quota: ABSENT,
+        tg_burst: ABSENT,
+        cgroup_kn: ABSENT,
+        kn_id: ABSENT,
+        kn_id_is_union: 0,
+        task_pid: ABSENT,
+        task_tgid: ABSENT,
+        task_comm: ABSENT,
+        task_se: ABSENT,
+        se_cfs_rq: ABSENT,
+        se_parent: ABSENT,
+        throttle_returns_bool: 1,
+    };
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain `#[repr(C)]` integers and byte arrays; every bit pattern is valid.
+    unsafe impl aya::Pod for super::StopEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Offsets {}
+}
