@@ -1,0 +1,30 @@
+//! Builds the eBPF object (`tracer-ebpf`) with aya-build so that it can be embedded in the agent.
+use anyhow::{Context as _, anyhow};
+use aya_build::Toolchain;
+
+fn main() -> anyhow::Result<()> {
+    let cargo_metadata::Metadata { packages, .. } = cargo_metadata::MetadataCommand::new()
+        .no_deps()
+        .exec()
+        .context("MetadataCommand::exec")?;
+    let ebpf = packages
+        .into_iter()
+        .find(|p| p.name.as_str() == "tracer-ebpf")
+        .ok_or_else(|| anyhow!("tracer-ebpf package not found"))?;
+    let root_dir = ebpf
+        .manifest_path
+        .parent()
+        .ok_or_else(|| anyhow!("no parent for {}", ebpf.manifest_path))?;
+    // The BPF target needs `-Z build-std=core`; the stable toolchain allows it only with
+    // RUSTC_BOOTSTRAP, which we give to the nested eBPF build alone, not to this workspace.
+    // SAFETY: build scripts are single-threaded.
+    unsafe { std::env::set_var("RUSTC_BOOTSTRAP", "1") };
+    aya_build::build_ebpf(
+        [aya_build::Package {
+            name: ebpf.name.as_str(),
+            root_dir: root_dir.as_str(),
+            ..Default::default()
+        }],
+        Toolchain::Custom("stable"),
+    )
+}

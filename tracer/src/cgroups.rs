@@ -1,0 +1,1 @@
+//! The cgroup hierarchy that holds the cpu controller: id <-> path.

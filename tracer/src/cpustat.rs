@@ -1,0 +1,1 @@
+//! Reading and diffing cpu.stat and cpu.stat.local.

@@ -1,0 +1,1 @@
+//! Turns ring-buffer bytes into typed stop events.

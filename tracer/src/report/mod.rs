@@ -1,0 +1,1 @@
+//! Readers of the aggregate: the text summary and NDJSON.
