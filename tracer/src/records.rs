@@ -1,1 +1,385 @@
 //! Turns ring-buffer bytes into typed stop events.
+//!
+//! The kernel writes one [`StopEvent`] per record (see `tracer-common`). This module owns the
+//! translation of its sentinels into `Option`s and of `kind`/`end_reason` into enums, and rejects
+//! anything that is not a well-formed record with a typed [`RecordError`], so the run loop can count
+//! it as malformed instead of guessing.
+//!
+//! Clock: every `*_ns` timestamp here is `bpf_ktime_get_ns()`, i.e. CLOCK_MONOTONIC in ns (not
+//! wall-clock time, and it does not advance during suspend). `kernel_ns` is a duration on the
+//! kernel's `rq->clock` (`sched_clock`), which is what `cpu.stat` `throttled_time` sums.
+
+use std::mem::size_of;
+
+use tracer_common::{
+    END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, EVENT_END, EVENT_START,
+    EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, StopEvent,
+};
+
+/// Why a ring-buffer record could not be turned into an [`Event`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RecordError {
+    #[error("record of {got} bytes, expected {want}")]
+    Size { got: usize, want: usize },
+    #[error("unknown record kind {0}")]
+    UnknownKind(u32),
+    #[error("stop on cpu {cpu} ends at {end_ns} ns, before its start at {start_ns} ns")]
+    EndBeforeStart {
+        cpu: u32,
+        start_ns: u64,
+        end_ns: u64,
+    },
+}
+
+/// What ended a stop: which kernel path called `unthrottle_cfs_rq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// Period or slack timer refill: the normal end of a quota stop.
+    Refill,
+    /// A write to the group's quota/period/burst files unthrottled it.
+    QuotaChange,
+    /// The CPU went offline.
+    CpuOffline,
+    /// The cgroup was being destroyed.
+    CgroupGone,
+    /// The probe could not tell (or the kernel sent a value this agent does not know).
+    Unknown,
+}
+
+impl EndReason {
+    fn from_raw(raw: u32) -> Self {
+        match raw {
+            END_REFILL => Self::Refill,
+            END_QUOTA_CHANGE => Self::QuotaChange,
+            END_CPU_OFFLINE => Self::CpuOffline,
+            END_CGROUP_GONE => Self::CgroupGone,
+            // `END_UNKNOWN`, and values from a newer eBPF object.
+            _ => Self::Unknown,
+        }
+    }
+
+    /// The stable name used in NDJSON and the text report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Refill => "refill",
+            Self::QuotaChange => "quota_change",
+            Self::CpuOffline => "cpu_offline",
+            Self::CgroupGone => "cgroup_gone",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// The group's bandwidth settings as the kernel had them at the event (`tg->cfs_bandwidth`), ns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bandwidth {
+    /// Runtime per period; `None` = "max" (no limit, the kernel's `RUNTIME_INF`).
+    pub quota_ns: Option<u64>,
+    /// `None` if the probe could not read it.
+    pub period_ns: Option<u64>,
+    /// Extra runtime a period may carry over; `None` if this kernel has no burst (< 5.14).
+    pub burst_ns: Option<u64>,
+}
+
+/// The task that was running on the stopped CPU when the stop began, if it was in the group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Task {
+    /// Thread-group id (the "process id" users know).
+    pub pid: u32,
+    /// The thread's own id.
+    pub tid: u32,
+    /// `task->comm`, up to the first NUL, lossily decoded.
+    pub comm: String,
+}
+
+/// One per-CPU stop: one cfs_rq (one CPU's runqueue of one cgroup) throttled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stop {
+    /// The cgroup directory's inode number in the cpu hierarchy (`kn->id`).
+    pub cgroup_id: u64,
+    /// The stopped CPU (not the CPU that ran the probe).
+    pub cpu: u32,
+    /// CLOCK_MONOTONIC ns when the throttle took effect.
+    pub start_ns: u64,
+    pub bandwidth: Bandwidth,
+    /// Tasks queued in the stopped cfs_rq at throttle time. 0 is a real value (kernels before
+    /// 6.6 throttle empty cfs_rqs too) and also what a kernel without the field reports.
+    pub tasks: u32,
+    /// `None` when the running task was not in the group (the kernel sends pid 0).
+    pub task: Option<Task>,
+}
+
+/// A per-CPU stop that ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndedStop {
+    pub stop: Stop,
+    /// CLOCK_MONOTONIC ns when the unthrottle took effect; never before `stop.start_ns`.
+    pub end_ns: u64,
+    /// What the kernel added to cpu.stat `throttled_time` for this stop (its `rq->clock`
+    /// difference); `None` when the probe could not read the kernel's clocks.
+    pub kernel_ns: Option<u64>,
+    pub reason: EndReason,
+}
+
+impl EndedStop {
+    /// The stop as the tracer measured it: `end_ns - start_ns`, CLOCK_MONOTONIC ns.
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns - self.stop.start_ns
+    }
+}
+
+/// One decoded ring-buffer record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A cfs_rq was throttled.
+    Start(Stop),
+    /// A cfs_rq whose start we saw was unthrottled.
+    End(EndedStop),
+    /// A cfs_rq throttled before tracing began was unthrottled. Only `kernel_ns` measures it; the
+    /// kernel adds that to cpu.stat inside the tracing window, so the cross-check needs it.
+    UnseenStartEnd {
+        cgroup_id: u64,
+        cpu: u32,
+        end_ns: u64,
+        kernel_ns: Option<u64>,
+    },
+}
+
+impl Event {
+    /// Decodes one ring-buffer record, which must be exactly one `StopEvent`.
+    pub fn parse(bytes: &[u8]) -> Result<Self, RecordError> {
+        let want = size_of::<StopEvent>();
+        if bytes.len() != want {
+            return Err(RecordError::Size {
+                got: bytes.len(),
+                want,
+            });
+        }
+        // SAFETY: the length is exactly `size_of::<StopEvent>()`; `StopEvent` is `#[repr(C)]`
+        // plain integers and bytes (`aya::Pod`), so every bit pattern is a valid value, and
+        // `read_unaligned` copes with the ring buffer's 8-byte (not necessarily 8-aligned) slot.
+        let raw: StopEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        Self::from_raw(&raw)
+    }
+
+    fn from_raw(raw: &StopEvent) -> Result<Self, RecordError> {
+        let kernel_ns = (raw.kernel_ns != KERNEL_NS_UNKNOWN).then_some(raw.kernel_ns);
+        match raw.kind {
+            EVENT_START => Ok(Self::Start(stop_of(raw))),
+            EVENT_END => {
+                if raw.end_ns < raw.start_ns {
+                    return Err(RecordError::EndBeforeStart {
+                        cpu: raw.cpu,
+                        start_ns: raw.start_ns,
+                        end_ns: raw.end_ns,
+                    });
+                }
+                Ok(Self::End(EndedStop {
+                    stop: stop_of(raw),
+                    end_ns: raw.end_ns,
+                    kernel_ns,
+                    reason: EndReason::from_raw(raw.end_reason),
+                }))
+            }
+            EVENT_UNSEEN_START_END => Ok(Self::UnseenStartEnd {
+                cgroup_id: raw.cgroup_id,
+                cpu: raw.cpu,
+                end_ns: raw.end_ns,
+                kernel_ns,
+            }),
+            other => Err(RecordError::UnknownKind(other)),
+        }
+    }
+}
+
+/// The kernel's "no value" for quota/period/burst is `u64::MAX` (quota: `RUNTIME_INF`).
+fn limit(raw: u64) -> Option<u64> {
+    (raw != u64::MAX).then_some(raw)
+}
+
+fn stop_of(raw: &StopEvent) -> Stop {
+    let task = (raw.pid != 0).then(|| {
+        let len = raw
+            .comm
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(raw.comm.len());
+        Task {
+            pid: raw.pid,
+            tid: raw.tid,
+            comm: String::from_utf8_lossy(&raw.comm[..len]).into_owned(),
+        }
+    });
+    Stop {
+        cgroup_id: raw.cgroup_id,
+        cpu: raw.cpu,
+        start_ns: raw.start_ns,
+        bandwidth: Bandwidth {
+            quota_ns: limit(raw.quota_ns),
+            period_ns: limit(raw.period_ns),
+            burst_ns: limit(raw.burst_ns),
+        },
+        tasks: raw.tasks,
+        task,
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns: the clock of every `*_ns` timestamp the kernel sends.
+pub fn monotonic_now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux, so
+    // the call cannot fail and the fields stay non-negative.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The bytes the kernel would put in the ring buffer for `ev`.
+    pub(crate) fn bytes_of(ev: &StopEvent) -> Vec<u8> {
+        // SAFETY: test-only view of a plain `#[repr(C)]` value as its bytes.
+        unsafe {
+            std::slice::from_raw_parts(
+                (ev as *const StopEvent).cast::<u8>(),
+                size_of::<StopEvent>(),
+            )
+        }
+        .to_vec()
+    }
+
+    pub(crate) fn raw(
+        kind: u32,
+        cgroup_id: u64,
+        cpu: u32,
+        start_ns: u64,
+        end_ns: u64,
+    ) -> StopEvent {
+        let mut comm = [0u8; 16];
+        comm[..6].copy_from_slice(b"stress");
+        StopEvent {
+            kind,
+            cpu,
+            cgroup_id,
+            cfs_rq: 0xffff_8880_0000_1000,
+            start_ns,
+            end_ns,
+            kernel_ns: end_ns.saturating_sub(start_ns),
+            quota_ns: 20_000_000,
+            period_ns: 100_000_000,
+            burst_ns: 0,
+            tasks: 1,
+            pid: 42,
+            tid: 43,
+            end_reason: END_REFILL,
+            comm,
+        }
+    }
+
+    #[test]
+    fn start_decodes_fields_and_sentinels() {
+        let mut ev = raw(EVENT_START, 7, 1, 1_000, 0);
+        ev.quota_ns = u64::MAX;
+        ev.burst_ns = u64::MAX;
+        let Event::Start(stop) = Event::parse(&bytes_of(&ev)).unwrap() else {
+            panic!("not a start");
+        };
+        assert_eq!(stop.cgroup_id, 7);
+        assert_eq!(stop.cpu, 1);
+        assert_eq!(stop.start_ns, 1_000);
+        assert_eq!(stop.bandwidth.quota_ns, None);
+        assert_eq!(stop.bandwidth.period_ns, Some(100_000_000));
+        assert_eq!(stop.bandwidth.burst_ns, None);
+        let task = stop.task.unwrap();
+        assert_eq!((task.pid, task.tid, task.comm.as_str()), (42, 43, "stress"));
+    }
+
+    #[test]
+    fn end_has_duration_reason_and_optional_kernel_ns() {
+        let mut ev = raw(EVENT_END, 7, 1, 1_000, 81_000);
+        ev.kernel_ns = KERNEL_NS_UNKNOWN;
+        ev.end_reason = END_QUOTA_CHANGE;
+        ev.pid = 0;
+        let Event::End(end) = Event::parse(&bytes_of(&ev)).unwrap() else {
+            panic!("not an end");
+        };
+        assert_eq!(end.duration_ns(), 80_000);
+        assert_eq!(end.kernel_ns, None);
+        assert_eq!(end.reason, EndReason::QuotaChange);
+        assert_eq!(end.reason.as_str(), "quota_change");
+        assert_eq!(end.stop.task, None);
+    }
+
+    #[test]
+    fn comm_without_nul_uses_all_16_bytes() {
+        let mut ev = raw(EVENT_START, 7, 0, 1, 0);
+        ev.comm = *b"0123456789abcdef";
+        let Event::Start(stop) = Event::parse(&bytes_of(&ev)).unwrap() else {
+            panic!("not a start");
+        };
+        assert_eq!(stop.task.unwrap().comm, "0123456789abcdef");
+    }
+
+    #[test]
+    fn unseen_start_end_keeps_only_its_fields() {
+        let mut ev = raw(EVENT_UNSEEN_START_END, 9, 3, 0, 5_000);
+        ev.kernel_ns = 4_000;
+        assert_eq!(
+            Event::parse(&bytes_of(&ev)).unwrap(),
+            Event::UnseenStartEnd {
+                cgroup_id: 9,
+                cpu: 3,
+                end_ns: 5_000,
+                kernel_ns: Some(4_000)
+            }
+        );
+    }
+
+    #[test]
+    fn malformed_records_are_typed_errors() {
+        let ok = bytes_of(&raw(EVENT_START, 1, 0, 1, 0));
+        let want = ok.len();
+        assert_eq!(
+            Event::parse(&ok[..want - 1]),
+            Err(RecordError::Size {
+                got: want - 1,
+                want
+            })
+        );
+        assert_eq!(Event::parse(&[]), Err(RecordError::Size { got: 0, want }));
+        let mut long = ok.clone();
+        long.push(0);
+        assert!(matches!(Event::parse(&long), Err(RecordError::Size { .. })));
+        assert_eq!(
+            Event::parse(&bytes_of(&raw(0, 1, 0, 1, 0))),
+            Err(RecordError::UnknownKind(0))
+        );
+        assert_eq!(
+            Event::parse(&bytes_of(&raw(EVENT_END, 1, 2, 10, 9))),
+            Err(RecordError::EndBeforeStart {
+                cpu: 2,
+                start_ns: 10,
+                end_ns: 9
+            })
+        );
+        let mut odd = raw(EVENT_END, 1, 0, 1, 2);
+        odd.end_reason = 99;
+        let Ok(Event::End(end)) = Event::parse(&bytes_of(&odd)) else {
+            panic!("unknown reason must still decode");
+        };
+        assert_eq!(end.reason, EndReason::Unknown);
+    }
+
+    #[test]
+    fn monotonic_clock_advances() {
+        let a = monotonic_now_ns();
+        let b = monotonic_now_ns();
+        assert!(a > 0 && b >= a);
+    }
+}
