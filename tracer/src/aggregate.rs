@@ -1,1 +1,687 @@
 //! Per-cgroup state: stop histograms, sums, wall-clock unions, group stops, open stops.
+//!
+//! Fed one [`Event`] at a time by the run loop ([`Aggregate::ingest`]), read once at the end
+//! ([`Aggregate::finish`]). Definitions, all in CLOCK_MONOTONIC ns unless said otherwise:
+//!
+//! - **stop** (per-CPU stop): one cfs_rq throttled, from its START to its END record;
+//!   duration = `end_ns - start_ns`.
+//! - **cpu_stop_ns**: Σ stop durations. N CPUs stopped at once count N×, like cpu.stat does.
+//! - **group stop**: one episode during which at least one CPU of the cgroup is stopped, i.e. the
+//!   union of overlapping per-CPU stops; its bounds are the earliest start and the latest end of
+//!   its members. **wall_stop_ns** = Σ group-stop lengths: the wall-clock time the group had
+//!   at least one CPU stopped.
+//! - **kernel_stop_ns**: Σ of what the kernel itself added to cpu.stat `throttled_time` for the
+//!   stops above (its `rq->clock`, not CLOCK_MONOTONIC).
+//! - **unseen-start stops**: stops that began before tracing and ended during it; only their
+//!   kernel time is known. They are outside every figure above.
+//! - **open stops**: STARTs without an END when the trace finished; reported with their elapsed
+//!   time, never mixed into the histograms or sums.
+//!
+//! Open stops are tracked here from START/END rather than taken from the kernel's map of open
+//! stops: they are then consistent with every other figure (a stop counts in exactly one of
+//! "ended" or "open"), and they need no extra map read at exit. They are exact unless records were
+//! lost (the `lost` count in the report says so): a lost END leaves a stale open stop until that
+//! CPU's next START replaces it (counted as `restarted`).
+//!
+//! Records from different CPUs reach the ring buffer slightly out of timestamp order. A closed
+//! group stop is therefore held back until a later episode begins after its end, so a late START
+//! (or END) that overlaps it still joins it; [`Aggregate::finish`] releases the last one.
+
+use std::collections::HashMap;
+
+use hdrhistogram::Histogram;
+
+use crate::records::{EndReason, EndedStop, Event, Stop};
+
+/// Two significant digits: any recorded value is within 1% (1/128) of the truth.
+const SIGFIG: u8 = 2;
+const NS_PER_US: u64 = 1_000;
+const NS_PER_MS: u64 = 1_000_000;
+
+/// A distribution of durations: count, sum, exact max, percentiles and bcc-style log2 buckets.
+///
+/// Memory: the HdrHistogram records µs in `u32` counters (4 billion equal stops per bucket before
+/// a counter saturates, which no trace reaches; `u64` would double the memory for nothing). It
+/// starts empty and auto-resizes to the largest value seen, so it costs 4 bytes × 128 counters per
+/// power of two between 256 µs and the longest stop: ~5.5 KiB when the longest stop is ~100 ms,
+/// ~13 KiB if one stop lasts an hour. The log2 buckets are exact (not derived from the HdrHistogram,
+/// whose buckets straddle the ms powers of two) and cost 4 bytes per power of two of ms.
+///
+/// Measured (test `memory_per_stopped_cgroup`): one stopped cgroup whose stops last up to ~100 ms
+/// costs 456 B of state + 11.1 KiB of histograms ≈ 11.6 KiB, so 1 000 stopped cgroups ≈ 12 MiB.
+/// Cgroups that never stop cost nothing.
+#[derive(Debug, Default)]
+struct Durations {
+    count: u64,
+    sum_ns: u64,
+    max_ns: u64,
+    /// µs; allocated at the first value.
+    hdr: Option<Histogram<u32>>,
+    /// `log2_ms[i]` counts durations in [2^i, 2^(i+1)) ms; slot 0 also holds [0, 1) ms.
+    log2_ms: Vec<u32>,
+}
+
+impl Durations {
+    fn record(&mut self, ns: u64) {
+        self.count += 1;
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.max_ns = self.max_ns.max(ns);
+        if self.hdr.is_none() {
+            // `new` only fails for sigfig > 5.
+            self.hdr = Histogram::new(SIGFIG).ok();
+        }
+        if let Some(hdr) = &mut self.hdr {
+            let us = ns / NS_PER_US;
+            // `record` fails only past i64::MAX / 2 µs or when a counter is full; clamping then
+            // keeps the count right without growing the histogram.
+            if hdr.record(us).is_err() {
+                hdr.saturating_record(us);
+            }
+        }
+        let slot = log2_slot(ns / NS_PER_MS);
+        if self.log2_ms.len() <= slot {
+            self.log2_ms.resize(slot + 1, 0);
+        }
+        self.log2_ms[slot] = self.log2_ms[slot].saturating_add(1);
+    }
+
+    fn summary(&self) -> DurationSummary {
+        let percentiles = self.hdr.as_ref().filter(|h| !h.is_empty()).map(|hdr| {
+            // The upper edge of the (≤1% wide) bucket holding the quantile, in ns: never below
+            // the true value, never above the exact max.
+            let at = |q: f64| {
+                hdr.value_at_quantile(q)
+                    .saturating_mul(NS_PER_US)
+                    .saturating_add(NS_PER_US - 1)
+                    .min(self.max_ns)
+            };
+            Percentiles {
+                p50_ns: at(0.50),
+                p90_ns: at(0.90),
+                p99_ns: at(0.99),
+                max_ns: self.max_ns,
+            }
+        });
+        DurationSummary {
+            count: self.count,
+            sum_ns: self.sum_ns,
+            percentiles,
+            log2_ms: self.log2_ms.clone(),
+        }
+    }
+
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        self.hdr
+            .as_ref()
+            .map_or(0, |h| h.distinct_values() * std::mem::size_of::<u32>())
+            + self.log2_ms.capacity() * std::mem::size_of::<u32>()
+    }
+}
+
+/// The bcc/libbpf-tools log2 slot: 0 for 0 and 1, else floor(log2(v)).
+fn log2_slot(v: u64) -> usize {
+    if v <= 1 {
+        0
+    } else {
+        (u64::BITS - 1 - v.leading_zeros()) as usize
+    }
+}
+
+/// Percentiles of a distribution, ns. p50/p90/p99 come from the HdrHistogram (≤1% high, never
+/// above max); max is exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Percentiles {
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+/// A finished distribution of durations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DurationSummary {
+    pub count: u64,
+    /// Σ durations, ns.
+    pub sum_ns: u64,
+    /// `None` when `count` is 0.
+    pub percentiles: Option<Percentiles>,
+    /// `log2_ms[i]` counts durations in [2^i, 2^(i+1)) ms; slot 0 also holds [0, 1) ms. No
+    /// trailing empty slots.
+    pub log2_ms: Vec<u32>,
+}
+
+/// A per-CPU stop still open when the trace finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenStop {
+    pub cpu: u32,
+    /// CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    /// `now_ns - start_ns` at [`Aggregate::finish`].
+    pub elapsed_ns: u64,
+}
+
+/// Everything measured for one cgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupSummary {
+    pub cgroup_id: u64,
+    /// Ended per-CPU stops; `sum_ns` is cpu_stop_ns.
+    pub stops: DurationSummary,
+    /// Closed group stops (episodes); `sum_ns` is wall_stop_ns.
+    pub group_stops: DurationSummary,
+    /// Σ kernel-accounted time of the ended stops whose `kernel_ns` was known.
+    pub kernel_stop_ns: u64,
+    /// Ended stops whose `kernel_ns` the probe could not read (missing from `kernel_stop_ns`).
+    pub kernel_unknown_stops: u64,
+    /// How the ended stops ended, in `EndReason` order, zero counts omitted.
+    pub end_reasons: Vec<(EndReason, u64)>,
+    pub open_stops: Vec<OpenStop>,
+    pub unseen_start_stops: u64,
+    /// Σ kernel_ns of the unseen-start stops whose `kernel_ns` was known.
+    pub unseen_start_kernel_ns: u64,
+    /// Unseen-start stops without a readable `kernel_ns`.
+    pub unseen_start_kernel_unknown: u64,
+    /// ENDs without a START we saw (the START record was lost). Their stop still counts: the END
+    /// carries its start.
+    pub unmatched_ends: u64,
+    /// STARTs for a CPU that was already open: the earlier stop's END was lost and it is dropped.
+    pub restarted: u64,
+}
+
+impl CgroupSummary {
+    /// What the kernel added to cpu.stat throttled time inside the window, as far as the trace
+    /// saw it: the ended stops plus the unseen-start stops.
+    pub fn kernel_accounted_ns(&self) -> u64 {
+        self.kernel_stop_ns
+            .saturating_add(self.unseen_start_kernel_ns)
+    }
+}
+
+const REASONS: [EndReason; 5] = [
+    EndReason::Refill,
+    EndReason::QuotaChange,
+    EndReason::CpuOffline,
+    EndReason::CgroupGone,
+    EndReason::Unknown,
+];
+
+#[derive(Clone, Copy, Debug)]
+struct Interval {
+    start_ns: u64,
+    end_ns: u64,
+}
+
+impl Interval {
+    fn widen(&mut self, start_ns: u64, end_ns: u64) {
+        self.start_ns = self.start_ns.min(start_ns);
+        self.end_ns = self.end_ns.max(end_ns);
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct OpenCpu {
+    cpu: u32,
+    start_ns: u64,
+}
+
+/// One cgroup's running state. Kept small: only cgroups that stopped get one.
+#[derive(Debug, Default)]
+struct CgroupState {
+    stops: Durations,
+    group_stops: Durations,
+    kernel_stop_ns: u64,
+    kernel_unknown_stops: u64,
+    end_reasons: [u64; REASONS.len()],
+    /// CPUs with a START and no END yet; usually empty or a handful.
+    open: Vec<OpenCpu>,
+    /// The group stop in progress (`open` is non-empty); `end_ns` is the latest end so far.
+    current: Option<Interval>,
+    /// The last closed group stop, not yet recorded: a late record may still widen it.
+    closing: Option<Interval>,
+    unseen_start_stops: u64,
+    unseen_start_kernel_ns: u64,
+    unseen_start_kernel_unknown: u64,
+    unmatched_ends: u64,
+    restarted: u64,
+}
+
+impl CgroupState {
+    fn start(&mut self, stop: &Stop) {
+        let s = stop.start_ns;
+        if let Some(open) = self.open.iter_mut().find(|o| o.cpu == stop.cpu) {
+            self.restarted += 1;
+            open.start_ns = s;
+        } else {
+            self.open.push(OpenCpu {
+                cpu: stop.cpu,
+                start_ns: s,
+            });
+        }
+        if let Some(current) = &mut self.current {
+            current.widen(s, s);
+            return;
+        }
+        self.current = Some(match self.closing.take() {
+            // A START from before the last episode's end: it belongs to that episode.
+            Some(mut closing) if s <= closing.end_ns => {
+                closing.widen(s, s);
+                closing
+            }
+            other => {
+                self.release(other);
+                Interval {
+                    start_ns: s,
+                    end_ns: s,
+                }
+            }
+        });
+    }
+
+    fn end(&mut self, end: &EndedStop) {
+        let (s, e) = (end.stop.start_ns, end.end_ns);
+        self.stops.record(end.duration_ns());
+        match end.kernel_ns {
+            Some(k) => self.kernel_stop_ns = self.kernel_stop_ns.saturating_add(k),
+            None => self.kernel_unknown_stops += 1,
+        }
+        if let Some(i) = REASONS.iter().position(|r| *r == end.reason) {
+            self.end_reasons[i] += 1;
+        }
+
+        if let Some(i) = self.open.iter().position(|o| o.cpu == end.stop.cpu) {
+            self.open.swap_remove(i);
+        } else {
+            self.unmatched_ends += 1;
+        }
+        match (&mut self.current, &mut self.closing) {
+            (Some(current), _) => current.widen(s, e),
+            (None, Some(closing)) if s <= closing.end_ns => closing.widen(s, e),
+            // An unmatched END that starts a new episode of its own.
+            (None, _) => {
+                let previous = self.closing.take();
+                self.release(previous);
+                self.closing = Some(Interval {
+                    start_ns: s,
+                    end_ns: e,
+                });
+            }
+        }
+        if self.open.is_empty() && self.current.is_some() {
+            let previous = self.closing.take();
+            self.release(previous);
+            self.closing = self.current.take();
+        }
+    }
+
+    fn unseen_start_end(&mut self, kernel_ns: Option<u64>) {
+        self.unseen_start_stops += 1;
+        match kernel_ns {
+            Some(k) => self.unseen_start_kernel_ns = self.unseen_start_kernel_ns.saturating_add(k),
+            None => self.unseen_start_kernel_unknown += 1,
+        }
+    }
+
+    /// Records a group stop that no later record can widen any more.
+    fn release(&mut self, episode: Option<Interval>) {
+        if let Some(ep) = episode {
+            self.group_stops.record(ep.end_ns - ep.start_ns);
+        }
+    }
+
+    fn finish(mut self, cgroup_id: u64, now_ns: u64) -> CgroupSummary {
+        let last = self.closing.take();
+        self.release(last);
+        let mut open_stops: Vec<OpenStop> = self
+            .open
+            .iter()
+            .map(|o| OpenStop {
+                cpu: o.cpu,
+                start_ns: o.start_ns,
+                elapsed_ns: now_ns.saturating_sub(o.start_ns),
+            })
+            .collect();
+        open_stops.sort_by_key(|o| o.cpu);
+        CgroupSummary {
+            cgroup_id,
+            stops: self.stops.summary(),
+            group_stops: self.group_stops.summary(),
+            kernel_stop_ns: self.kernel_stop_ns,
+            kernel_unknown_stops: self.kernel_unknown_stops,
+            end_reasons: REASONS
+                .iter()
+                .zip(self.end_reasons)
+                .filter(|(_, n)| *n > 0)
+                .map(|(r, n)| (*r, n))
+                .collect(),
+            open_stops,
+            unseen_start_stops: self.unseen_start_stops,
+            unseen_start_kernel_ns: self.unseen_start_kernel_ns,
+            unseen_start_kernel_unknown: self.unseen_start_kernel_unknown,
+            unmatched_ends: self.unmatched_ends,
+            restarted: self.restarted,
+        }
+    }
+}
+
+/// All cgroups' state for one trace.
+#[derive(Debug, Default)]
+pub struct Aggregate {
+    cgroups: HashMap<u64, CgroupState>,
+}
+
+impl Aggregate {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn ingest(&mut self, event: &Event) {
+        match event {
+            Event::Start(stop) => self.state(stop.cgroup_id).start(stop),
+            Event::End(end) => self.state(end.stop.cgroup_id).end(end),
+            Event::UnseenStartEnd {
+                cgroup_id,
+                kernel_ns,
+                ..
+            } => self.state(*cgroup_id).unseen_start_end(*kernel_ns),
+        }
+    }
+
+    fn state(&mut self, cgroup_id: u64) -> &mut CgroupState {
+        self.cgroups.entry(cgroup_id).or_default()
+    }
+
+    /// Ends the trace at `now_ns` (CLOCK_MONOTONIC, e.g. `records::monotonic_now_ns()`): records
+    /// the held-back last group stops and measures the open stops. One summary per cgroup that
+    /// sent any record, the most stopped (largest cpu_stop_ns) first.
+    pub fn finish(self, now_ns: u64) -> Vec<CgroupSummary> {
+        let mut out: Vec<CgroupSummary> = self
+            .cgroups
+            .into_iter()
+            .map(|(id, state)| state.finish(id, now_ns))
+            .collect();
+        out.sort_by(|a, b| {
+            b.stops
+                .sum_ns
+                .cmp(&a.stops.sum_ns)
+                .then(b.open_stops.len().cmp(&a.open_stops.len()))
+                .then(a.cgroup_id.cmp(&b.cgroup_id))
+        });
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{Bandwidth, EndedStop, Stop};
+
+    const MS: u64 = NS_PER_MS;
+
+    fn stop(cgroup_id: u64, cpu: u32, start_ns: u64) -> Stop {
+        Stop {
+            cgroup_id,
+            cpu,
+            start_ns,
+            bandwidth: Bandwidth {
+                quota_ns: Some(20 * MS),
+                period_ns: Some(100 * MS),
+                burst_ns: Some(0),
+            },
+            tasks: 1,
+            task: None,
+        }
+    }
+
+    fn start(cg: u64, cpu: u32, s: u64) -> Event {
+        Event::Start(stop(cg, cpu, s))
+    }
+
+    fn end(cg: u64, cpu: u32, s: u64, e: u64) -> Event {
+        Event::End(EndedStop {
+            stop: stop(cg, cpu, s),
+            end_ns: e,
+            kernel_ns: Some(e - s),
+            reason: EndReason::Refill,
+        })
+    }
+
+    fn run(events: &[Event], now_ns: u64) -> Vec<CgroupSummary> {
+        let mut agg = Aggregate::new();
+        for ev in events {
+            agg.ingest(ev);
+        }
+        agg.finish(now_ns)
+    }
+
+    #[test]
+    fn overlapping_cpus_make_one_group_stop() {
+        // CPU0 [0, 80], CPU1 [10, 90], then CPU0 alone [200, 280].
+        let s = run(
+            &[
+                start(1, 0, 0),
+                start(1, 1, 10 * MS),
+                end(1, 0, 0, 80 * MS),
+                end(1, 1, 10 * MS, 90 * MS),
+                start(1, 0, 200 * MS),
+                end(1, 0, 200 * MS, 280 * MS),
+            ],
+            1_000 * MS,
+        );
+        let s = &s[0];
+        assert_eq!(s.stops.count, 3);
+        assert_eq!(s.stops.sum_ns, 240 * MS);
+        assert_eq!(s.kernel_stop_ns, 240 * MS);
+        assert_eq!(s.group_stops.count, 2);
+        assert_eq!(s.group_stops.sum_ns, 170 * MS);
+        assert_eq!(s.group_stops.percentiles.unwrap().max_ns, 90 * MS);
+        assert!(s.open_stops.is_empty());
+        assert_eq!(s.end_reasons, vec![(EndReason::Refill, 3)]);
+        assert_eq!((s.unmatched_ends, s.restarted), (0, 0));
+    }
+
+    #[test]
+    fn late_start_from_another_cpu_joins_the_closed_episode() {
+        // CPU1's START (t=10) arrives after CPU0's END (t=80): still one group stop [0, 90].
+        let s = run(
+            &[
+                start(1, 0, 0),
+                end(1, 0, 0, 80 * MS),
+                start(1, 1, 10 * MS),
+                end(1, 1, 10 * MS, 90 * MS),
+            ],
+            1_000 * MS,
+        );
+        assert_eq!(s[0].group_stops.count, 1);
+        assert_eq!(s[0].group_stops.sum_ns, 90 * MS);
+        // An episode that begins after the last one ended is separate.
+        let s = run(
+            &[
+                start(1, 0, 0),
+                end(1, 0, 0, 80 * MS),
+                start(1, 1, 81 * MS),
+                end(1, 1, 81 * MS, 90 * MS),
+            ],
+            1_000 * MS,
+        );
+        assert_eq!(s[0].group_stops.count, 2);
+        assert_eq!(s[0].group_stops.sum_ns, 89 * MS);
+    }
+
+    #[test]
+    fn unmatched_end_is_counted_and_does_not_underflow() {
+        let s = run(
+            &[
+                end(1, 0, 0, 50 * MS),
+                start(1, 1, 200 * MS),
+                end(1, 0, 210 * MS, 220 * MS), // CPU0's START was lost, inside CPU1's episode
+                end(1, 1, 200 * MS, 300 * MS),
+            ],
+            1_000 * MS,
+        );
+        let s = &s[0];
+        assert_eq!(s.unmatched_ends, 2);
+        assert_eq!(s.stops.count, 3);
+        assert_eq!(s.group_stops.count, 2);
+        assert_eq!(s.group_stops.sum_ns, 150 * MS);
+        assert!(s.open_stops.is_empty());
+    }
+
+    #[test]
+    fn open_stops_are_reported_not_recorded() {
+        let s = run(
+            &[
+                start(1, 0, 0),
+                end(1, 0, 0, 80 * MS),
+                start(1, 0, 100 * MS),
+                start(1, 1, 150 * MS),
+            ],
+            400 * MS,
+        );
+        let s = &s[0];
+        assert_eq!(s.stops.count, 1);
+        assert_eq!(s.group_stops.count, 1);
+        assert_eq!(s.group_stops.sum_ns, 80 * MS);
+        assert_eq!(
+            s.open_stops,
+            vec![
+                OpenStop {
+                    cpu: 0,
+                    start_ns: 100 * MS,
+                    elapsed_ns: 300 * MS
+                },
+                OpenStop {
+                    cpu: 1,
+                    start_ns: 150 * MS,
+                    elapsed_ns: 250 * MS
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn repeated_start_on_a_cpu_replaces_the_lost_one() {
+        let s = run(
+            &[
+                start(1, 0, 0),
+                start(1, 0, 100 * MS),
+                end(1, 0, 100 * MS, 180 * MS),
+            ],
+            1_000 * MS,
+        );
+        assert_eq!(s[0].restarted, 1);
+        assert!(s[0].open_stops.is_empty());
+        assert_eq!(s[0].stops.count, 1);
+        // The group stop keeps the earliest start it saw: the lost END's stop was real.
+        assert_eq!(s[0].group_stops.sum_ns, 180 * MS);
+    }
+
+    #[test]
+    fn unseen_start_and_unknown_kernel_ns_are_kept_apart() {
+        let mut agg = Aggregate::new();
+        agg.ingest(&Event::UnseenStartEnd {
+            cgroup_id: 5,
+            cpu: 0,
+            end_ns: 10,
+            kernel_ns: Some(7 * MS),
+        });
+        agg.ingest(&Event::UnseenStartEnd {
+            cgroup_id: 5,
+            cpu: 1,
+            end_ns: 10,
+            kernel_ns: None,
+        });
+        agg.ingest(&start(5, 0, 20 * MS));
+        agg.ingest(&Event::End(EndedStop {
+            stop: stop(5, 0, 20 * MS),
+            end_ns: 30 * MS,
+            kernel_ns: None,
+            reason: EndReason::QuotaChange,
+        }));
+        let s = &agg.finish(100 * MS)[0];
+        assert_eq!(s.unseen_start_stops, 2);
+        assert_eq!(s.unseen_start_kernel_ns, 7 * MS);
+        assert_eq!(s.unseen_start_kernel_unknown, 1);
+        assert_eq!(s.kernel_stop_ns, 0);
+        assert_eq!(s.kernel_unknown_stops, 1);
+        assert_eq!(s.kernel_accounted_ns(), 7 * MS);
+        assert_eq!(s.end_reasons, vec![(EndReason::QuotaChange, 1)]);
+    }
+
+    #[test]
+    fn summaries_are_per_cgroup_most_stopped_first() {
+        let s = run(
+            &[
+                start(1, 0, 0),
+                end(1, 0, 0, 10 * MS),
+                start(2, 0, 0),
+                end(2, 0, 0, 50 * MS),
+            ],
+            100 * MS,
+        );
+        assert_eq!(s.iter().map(|c| c.cgroup_id).collect::<Vec<_>>(), [2, 1]);
+    }
+
+    #[test]
+    fn percentiles_within_one_percent_and_log2_buckets_exact() {
+        let mut d = Durations::default();
+        // 1..=100 ms in 1 ms steps, plus 1 µs and 1 hour.
+        for ms in 1..=100 {
+            d.record(ms * MS);
+        }
+        d.record(1_000);
+        d.record(3_600_000 * MS);
+        let s = d.summary();
+        let p = s.percentiles.unwrap();
+        let close = |got: u64, want: u64| {
+            assert!(
+                got >= want && got - want <= want / 100 + NS_PER_US,
+                "{got} vs {want}"
+            );
+        };
+        close(p.p50_ns, 50 * MS); // the 51st of 102 values
+        close(p.p90_ns, 91 * MS);
+        close(p.p99_ns, 100 * MS);
+        assert_eq!(p.max_ns, 3_600_000 * MS);
+        // [0,2) ms: 1 µs and 1 ms; [2,4): 2,3; [4,8): 4..7; ... [64,128): 64..100.
+        assert_eq!(&s.log2_ms[..7], &[2, 2, 4, 8, 16, 32, 37]);
+        assert_eq!(s.log2_ms.len(), 22); // 3.6e6 ms is in [2^21, 2^22)
+        assert_eq!(s.log2_ms[21], 1);
+        assert_eq!(
+            s.log2_ms.iter().map(|&n| u64::from(n)).sum::<u64>(),
+            s.count
+        );
+    }
+
+    #[test]
+    fn memory_per_stopped_cgroup() {
+        // A cgroup stopped 10 000 times for 1..100 ms on 4 CPUs, one by one.
+        let mut st = CgroupState::default();
+        let mut t = 0;
+        for i in 0..10_000u64 {
+            let d = (1 + i % 100) * MS;
+            let cpu = (i % 4) as u32;
+            st.start(&stop(1, cpu, t));
+            if let Event::End(e) = end(1, cpu, t, t + d) {
+                st.end(&e);
+            }
+            t += d + MS;
+        }
+        let heap = st.stops.heap_bytes() + st.group_stops.heap_bytes() + st.open.capacity() * 16;
+        let total = std::mem::size_of::<CgroupState>() + heap;
+        eprintln!(
+            "per stopped cgroup: {} B struct + {} B heap = {} B",
+            std::mem::size_of::<CgroupState>(),
+            heap,
+            total
+        );
+        // Two histograms reaching ~100 ms: 2 × 11 buckets × 128 × 4 B, plus the rest.
+        assert!(total < 13 * 1024, "{total} B");
+        // One stop of an hour grows one histogram to ~13 KiB, no more.
+        st.stops.record(3_600_000 * MS);
+        assert!(
+            st.stops.heap_bytes() < 14 * 1024,
+            "{}",
+            st.stops.heap_bytes()
+        );
+    }
+}
