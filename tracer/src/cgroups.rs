@@ -1,1 +1,378 @@
-//! The cgroup hierarchy that holds the cpu controller: id <-> path.
+//! The cgroup hierarchy that holds the cpu controller: where it is mounted, which version it is,
+//! and cgroup id <-> path.
+//!
+//! A cgroup's id is the inode number of its directory in that hierarchy (`stat(2)` `st_ino`),
+//! which is what the kernel sends as `kn->id`. Paths are as seen under the hierarchy's mount, with
+//! a leading slash; `/` is the root cgroup. On cgroup v1 only the hierarchy the cpu controller is
+//! bound to (e.g. `/sys/fs/cgroup/cpu,cpuacct`) has these ids; other v1 hierarchies and the v2
+//! tree of a hybrid host have their own inode numbers.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How often a miss in [`Hierarchy::path_of`] may re-walk the tree: new cgroups appear all the
+/// time on busy hosts, and ids that never resolve (autogroups, removed cgroups) must not turn
+/// every lookup into a walk.
+const REWALK_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// cgroup v1: `cpu.cfs_quota_us`, `cpu.stat` times in ns.
+    V1,
+    /// cgroup v2: `cpu.max`, `cpu.stat` times in µs.
+    V2,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error(
+        "no mounted cgroup hierarchy has the cpu controller (looked for a cgroup v1 mount with the \
+         `cpu` option and a cgroup2 mount whose cgroup.controllers lists `cpu`)"
+    )]
+    NoCpuController,
+    #[error("no cgroup {path} in the cpu hierarchy at {}", root.display())]
+    NoSuchCgroup { path: String, root: PathBuf },
+    #[error("{0:?} is not a cgroup path: it must start with `/` and not contain `..`")]
+    BadPath(String),
+}
+
+/// One line of /proc/self/mountinfo, the fields this module needs.
+#[derive(Debug, PartialEq, Eq)]
+struct Mount {
+    /// The directory of the filesystem that is mounted (`/` unless a subtree is bind-mounted,
+    /// e.g. inside a container).
+    root: String,
+    mount_point: PathBuf,
+    fstype: String,
+    super_options: String,
+}
+
+/// Parses mountinfo (proc(5)): `id parent maj:min root mount_point opts [optional...] - fstype
+/// source super_opts`. Lines that do not have that shape are skipped.
+fn parse_mountinfo(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mut left = left.split(' ');
+            let root = unescape(left.nth(3)?);
+            let mount_point = PathBuf::from(unescape(left.next()?));
+            let mut right = right.split(' ');
+            let fstype = right.next()?.to_owned();
+            let super_options = right.nth(1)?.to_owned();
+            Some(Mount {
+                root,
+                mount_point,
+                fstype,
+                super_options,
+            })
+        })
+        .collect()
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo` octal escapes.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                out.push(u8::try_from(v).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The mount of the hierarchy with the cpu controller. A controller is bound to exactly one
+/// hierarchy, so at most one of the v1 and v2 candidates really has it; v1 is decided from the
+/// mount options alone, v2 needs `cgroup.controllers` at its root. Whole-hierarchy mounts (root
+/// `/`) are preferred over bind-mounted subtrees.
+fn choose(mounts: &[Mount]) -> Option<(PathBuf, Version)> {
+    let mut candidates: Vec<&Mount> = mounts
+        .iter()
+        .filter(|m| match m.fstype.as_str() {
+            "cgroup" => m.super_options.split(',').any(|o| o == "cpu"),
+            "cgroup2" => fs::read_to_string(m.mount_point.join("cgroup.controllers"))
+                .is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu")),
+            _ => false,
+        })
+        .collect();
+    candidates.sort_by_key(|m| m.root != "/");
+    candidates.first().map(|m| {
+        let version = if m.fstype == "cgroup2" {
+            Version::V2
+        } else {
+            Version::V1
+        };
+        (m.mount_point.clone(), version)
+    })
+}
+
+/// The cpu controller's hierarchy and a cache of its cgroups' paths by id.
+#[derive(Debug)]
+pub struct Hierarchy {
+    root: PathBuf,
+    version: Version,
+    paths: HashMap<u64, String>,
+    last_walk: Option<Instant>,
+}
+
+impl Hierarchy {
+    /// Finds the hierarchy from /proc/self/mountinfo.
+    pub fn discover() -> Result<Self, CgroupError> {
+        let path = Path::new("/proc/self/mountinfo");
+        let text = fs::read_to_string(path).map_err(|source| CgroupError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let (root, version) =
+            choose(&parse_mountinfo(&text)).ok_or(CgroupError::NoCpuController)?;
+        Ok(Self::at(root, version))
+    }
+
+    fn at(root: PathBuf, version: Version) -> Self {
+        Self {
+            root,
+            version,
+            paths: HashMap::new(),
+            last_walk: None,
+        }
+    }
+
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The mount point, e.g. `/sys/fs/cgroup/cpu` or `/sys/fs/cgroup`.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory of the cgroup at `path` (`/` = the root cgroup).
+    pub fn dir_of(&self, path: &str) -> Result<PathBuf, CgroupError> {
+        let rel = path
+            .strip_prefix('/')
+            .ok_or_else(|| CgroupError::BadPath(path.to_owned()))?;
+        let rel = Path::new(rel);
+        if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+            return Err(CgroupError::BadPath(path.to_owned()));
+        }
+        Ok(self.root.join(rel))
+    }
+
+    /// The id (directory inode number) of the cgroup at `path`.
+    pub fn id_of(&self, path: &str) -> Result<u64, CgroupError> {
+        let dir = self.dir_of(path)?;
+        match fs::metadata(&dir) {
+            Ok(m) if m.is_dir() => Ok(m.ino()),
+            Ok(_) => Err(CgroupError::NoSuchCgroup {
+                path: path.to_owned(),
+                root: self.root.clone(),
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(CgroupError::NoSuchCgroup {
+                path: path.to_owned(),
+                root: self.root.clone(),
+            }),
+            Err(source) => Err(CgroupError::Read { path: dir, source }),
+        }
+    }
+
+    /// The path of cgroup `id`, re-walking the tree on a miss at most once per second.
+    /// `None` for ids that are not (or no longer) directories of this hierarchy.
+    pub fn path_of(&mut self, id: u64) -> Option<&str> {
+        let stale = self
+            .last_walk
+            .is_none_or(|t| t.elapsed() >= REWALK_INTERVAL);
+        if !self.paths.contains_key(&id) && stale {
+            self.walk();
+        }
+        self.paths.get(&id).map(String::as_str)
+    }
+
+    /// Every cgroup in the hierarchy now (freshly walked): `(id, path)`.
+    pub fn all(&mut self) -> impl Iterator<Item = (u64, &str)> {
+        self.walk();
+        self.paths.iter().map(|(id, p)| (*id, p.as_str()))
+    }
+
+    /// Rebuilds the id -> path map. Cgroups come and go while we walk, and some directories may
+    /// be unreadable: those are skipped, the rest of the tree is still mapped. Removed cgroups
+    /// keep their old path (the kernel may still send their last records).
+    fn walk(&mut self) {
+        self.last_walk = Some(Instant::now());
+        if let Ok(m) = fs::metadata(&self.root) {
+            self.paths.insert(m.ino(), "/".to_owned());
+        }
+        let mut stack = vec![(self.root.clone(), String::new())];
+        while let Some((dir, path)) = stack.pop() {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                // `DirEntry::metadata` is lstat: cgroupfs has no symlinks, and we must not
+                // follow one out of the tree if a bind mount put one there.
+                let Ok(meta) = entry.metadata() else {
+                    continue;
+                };
+                if !meta.is_dir() {
+                    continue;
+                }
+                let child = format!("{path}/{}", entry.file_name().to_string_lossy());
+                self.paths.insert(meta.ino(), child.clone());
+                stack.push((entry.path(), child));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+25 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
+31 23 0:28 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+32 31 0:29 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+33 31 0:30 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
+36 31 0:33 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:16 - cgroup cgroup rw,cpu,cpuacct
+37 31 0:34 / /sys/fs/cgroup/cpuset rw,nosuid,nodev,noexec,relatime shared:17 - cgroup cgroup rw,cpuset
+38 31 0:35 / /sys/fs/cgroup/cpuacct rw,nosuid,nodev,noexec,relatime shared:18 - cgroup cgroup rw,cpuacct
+";
+
+    #[test]
+    fn mountinfo_fields_and_escapes() {
+        let m = parse_mountinfo(
+            "40 31 0:37 /kube\\040pods /mnt/my\\040cg rw,relatime - cgroup cgroup rw,cpu\nnot a line\n",
+        );
+        assert_eq!(
+            m,
+            vec![Mount {
+                root: "/kube pods".into(),
+                mount_point: "/mnt/my cg".into(),
+                fstype: "cgroup".into(),
+                super_options: "rw,cpu".into(),
+            }]
+        );
+        assert_eq!(parse_mountinfo(HYBRID).len(), 7);
+    }
+
+    #[test]
+    fn hybrid_host_picks_the_v1_cpu_mount_not_cpuset_or_cpuacct() {
+        // The v2 mount point does not exist here, so it cannot list cpu either.
+        assert_eq!(
+            choose(&parse_mountinfo(HYBRID)),
+            Some((PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"), Version::V1))
+        );
+    }
+
+    #[test]
+    fn pure_v2_needs_cpu_in_cgroup_controllers() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = format!(
+            "30 23 0:27 / {} rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n",
+            dir.path().display()
+        );
+        let mounts = parse_mountinfo(&line);
+        assert_eq!(choose(&mounts), None, "no cgroup.controllers file");
+        fs::write(
+            dir.path().join("cgroup.controllers"),
+            "cpuset io memory pids\n",
+        )
+        .unwrap();
+        assert_eq!(choose(&mounts), None, "cpuset is not cpu");
+        fs::write(
+            dir.path().join("cgroup.controllers"),
+            "cpuset cpu io memory pids\n",
+        )
+        .unwrap();
+        assert_eq!(choose(&mounts), Some((dir.path().to_owned(), Version::V2)));
+    }
+
+    #[test]
+    fn ids_and_paths_on_a_real_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("demo/child")).unwrap();
+        fs::create_dir_all(dir.path().join("system.slice")).unwrap();
+        fs::write(dir.path().join("demo/cpu.stat"), "nr_periods 0\n").unwrap();
+        let ino = |p: &str| fs::metadata(dir.path().join(p)).unwrap().ino();
+
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        assert_eq!(h.id_of("/").unwrap(), ino(""));
+        assert_eq!(h.id_of("/demo/child").unwrap(), ino("demo/child"));
+        assert!(matches!(
+            h.id_of("/nope"),
+            Err(CgroupError::NoSuchCgroup { .. })
+        ));
+        assert!(matches!(
+            h.id_of("/demo/cpu.stat"),
+            Err(CgroupError::NoSuchCgroup { .. })
+        ));
+        assert!(matches!(h.id_of("demo"), Err(CgroupError::BadPath(_))));
+        assert!(matches!(
+            h.id_of("/demo/../.."),
+            Err(CgroupError::BadPath(_))
+        ));
+        let msg = h.id_of("/nope").unwrap_err().to_string();
+        assert!(
+            msg.contains("/nope") && msg.contains("cpu hierarchy"),
+            "{msg}"
+        );
+
+        assert_eq!(h.path_of(ino("")), Some("/"));
+        assert_eq!(h.path_of(ino("demo/child")), Some("/demo/child"));
+        assert_eq!(h.path_of(ino("system.slice")), Some("/system.slice"));
+        assert_eq!(h.all().count(), 4);
+
+        // A cgroup created after the walk is found once the re-walk interval has passed.
+        fs::create_dir(dir.path().join("late")).unwrap();
+        let late = ino("late");
+        assert_eq!(h.path_of(late), None, "walked less than a second ago");
+        h.last_walk = Some(Instant::now() - REWALK_INTERVAL);
+        assert_eq!(h.path_of(late), Some("/late"));
+        assert_eq!(h.path_of(u64::MAX), None);
+    }
+
+    #[test]
+    fn discovers_this_hosts_cpu_hierarchy() {
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        if !mountinfo.contains(" - cgroup") {
+            eprintln!("skipped: no cgroup filesystem is mounted here");
+            return;
+        }
+        let mut h = Hierarchy::discover().unwrap();
+        let root = h.root().to_owned();
+        assert!(root.join("cpu.stat").is_file(), "{}", root.display());
+        match h.version() {
+            // The v2 root cgroup has no cpu.max of its own; its controllers list says cpu.
+            Version::V2 => assert!(
+                fs::read_to_string(root.join("cgroup.controllers"))
+                    .unwrap()
+                    .split_whitespace()
+                    .any(|c| c == "cpu")
+            ),
+            Version::V1 => assert!(root.join("cpu.cfs_quota_us").is_file()),
+        }
+        // This project's machines are hybrid with cpu on v1 (platform notes).
+        if Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").is_file() {
+            assert_eq!(h.version(), Version::V1);
+        }
+        let id = h.id_of("/").unwrap();
+        assert_eq!(h.path_of(id), Some("/"));
+    }
+}
