@@ -70,7 +70,8 @@ impl EndReason {
     }
 }
 
-/// The group's bandwidth settings as the kernel had them at the event (`tg->cfs_bandwidth`), ns.
+/// A group's bandwidth settings (`tg->cfs_bandwidth`), ns: in a record, as the kernel had them
+/// at the event; from `cpustat::read_bandwidth`, as the control files say now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bandwidth {
     /// Runtime per period; `None` = "max" (no limit, the kernel's `RUNTIME_INF`).
