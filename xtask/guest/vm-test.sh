@@ -1,0 +1,54 @@
+# vm-test's part of /init: one function per scenario step; the host appends the calls.
+
+# scenario NAME "QUOTA PERIOD" BURST WORKLOAD-ARGS...
+# BURST "-" leaves cpu.max.burst alone; "0" is written where the kernel has the file.
+scenario() {
+    name=$1 max=$2 burst=$3
+    shift 3
+    cg=/sys/fs/cgroup/$name
+    mkdir "$cg"
+    echo "$max" > "$cg/cpu.max"
+    if [ "$burst" != "-" ]; then
+        if [ -e "$cg/cpu.max.burst" ]; then
+            echo "$burst" > "$cg/cpu.max.burst"
+        elif [ "$burst" != 0 ]; then
+            mark "SKIP $name cpu.max.burst does not exist (burst is 5.14+)"
+            return
+        fi
+    fi
+    mark "SCENARIO $name cpu.max=$(cat "$cg/cpu.max") workload=$*"
+
+    out=/tmp/$name
+    throttle-tracer --json --cgroup "/$name" > "$out.ndjson" 2> "$out.stderr" &
+    tracer=$!
+    waited=0
+    until grep -q '"type":"start"' "$out.ndjson"; do
+        if ! kill -0 "$tracer" 2> /dev/null || [ "$waited" -ge 1200 ]; then
+            kill -KILL "$tracer" 2> /dev/null
+            wait "$tracer"
+            mark "FAIL $name the tracer printed no start line (exit status $?)"
+            section "$name/ndjson" "$out.ndjson"
+            section "$name/stderr" "$out.stderr"
+            return
+        fi
+        sleep 0.05
+        waited=$((waited + 1))
+    done
+
+    section "$name/cpu.stat.before" "$cg/cpu.stat"
+    in_cgroup "$cg" throttle-workload "$@" > "$out.workload" 2>&1
+    mark "WORKLOAD $name exit status $?"
+    # Longer than one period: the last stop's unthrottle happens and is accounted.
+    sleep 0.3
+    section "$name/cpu.stat.after" "$cg/cpu.stat"
+
+    kill -INT "$tracer"
+    (sleep 30 && kill -KILL "$tracer") 2> /dev/null &
+    watchdog=$!
+    wait "$tracer"
+    mark "TRACER $name exit status $?"
+    kill "$watchdog" 2> /dev/null
+    section "$name/workload" "$out.workload"
+    section "$name/ndjson" "$out.ndjson"
+    section "$name/stderr" "$out.stderr"
+}

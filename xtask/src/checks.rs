@@ -1,0 +1,362 @@
+//! Judging one scenario from the console: the tracer's NDJSON against the cpu.stat the guest
+//! read itself (an independent truth) and against quota arithmetic.
+use crate::console::Console;
+use crate::scenarios::{Expect, Scenario, Workload};
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+
+pub enum Verdict {
+    Pass,
+    Fail(Vec<String>),
+    Skip(String),
+}
+
+pub struct Outcome {
+    pub verdict: Verdict,
+    /// The measured figures, for the summary table.
+    pub figures: String,
+}
+
+pub fn judge(console: &Console, scenario: &Scenario) -> Outcome {
+    if let Some(reason) = console.mark("SKIP", scenario.name) {
+        return Outcome {
+            verdict: Verdict::Skip(reason.to_owned()),
+            figures: String::new(),
+        };
+    }
+    let mut judge = Judge::default();
+    let figures = match Run::read(console, scenario) {
+        Ok(run) => judge.scenario(&run, scenario),
+        Err(problem) => {
+            judge.problems.push(problem);
+            let stderr = console.section(&format!("{}/stderr", scenario.name));
+            for line in stderr.unwrap_or_default().iter().take(20) {
+                judge.problems.push(format!("  tracer stderr: {line}"));
+            }
+            String::new()
+        }
+    };
+    Outcome {
+        verdict: if judge.problems.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail(judge.problems)
+        },
+        figures,
+    }
+}
+
+/// What the guest printed for one scenario, parsed.
+struct Run {
+    stops: Vec<Value>,
+    summary: Value,
+    end: Value,
+    /// cpu.stat after minus before.
+    delta: HashMap<String, i64>,
+    /// Workload round lines: (round, start_ns, end_ns).
+    rounds: Vec<(u32, u64, u64)>,
+}
+
+impl Run {
+    fn read(console: &Console, scenario: &Scenario) -> Result<Self, String> {
+        let name = scenario.name;
+        if let Some(reason) = console.mark("FAIL", name) {
+            return Err(reason.to_owned());
+        }
+        if console.mark("SCENARIO", name).is_none() {
+            return Err("the guest never started this scenario".to_owned());
+        }
+        let section = |part: &str| {
+            console
+                .section(&format!("{name}/{part}"))
+                .ok_or_else(|| format!("the guest did not print {name}/{part}"))
+        };
+        let status = |kind: &str| console.mark(kind, name).unwrap_or("not printed");
+        if status("TRACER") != "exit status 0" {
+            return Err(format!("the tracer ended with {}", status("TRACER")));
+        }
+        if status("WORKLOAD") != "exit status 0" {
+            return Err(format!("the workload ended with {}", status("WORKLOAD")));
+        }
+
+        let mut records = Vec::new();
+        for line in section("ndjson")? {
+            let record: Value =
+                serde_json::from_str(line).map_err(|e| format!("NDJSON line `{line}`: {e}"))?;
+            records.push(record);
+        }
+        let of_type = |t: &'static str| records.iter().filter(move |r| r["type"] == t);
+        if records.first().is_none_or(|r| r["type"] != "start") {
+            return Err("the first NDJSON record is not `start`".to_owned());
+        }
+        let cgroup = format!("/{name}");
+        let summary = of_type("summary")
+            .find(|s| s["cgroup"] == cgroup.as_str())
+            .ok_or_else(|| format!("no summary record for {cgroup}"))?
+            .clone();
+        let end = of_type("end").next().ok_or("no end record")?.clone();
+        let stops = of_type("stop")
+            .filter(|s| s["cgroup"] == cgroup.as_str())
+            .cloned()
+            .collect();
+
+        let before = cpu_stat(section("cpu.stat.before")?);
+        let after = cpu_stat(section("cpu.stat.after")?);
+        let delta = after
+            .iter()
+            .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+            .collect();
+        let rounds = section("workload")?
+            .iter()
+            .filter_map(|l| round(l))
+            .collect();
+        Ok(Self {
+            stops,
+            summary,
+            end,
+            delta,
+            rounds,
+        })
+    }
+
+    fn stat(&self, key: &str) -> i64 {
+        self.delta.get(key).copied().unwrap_or(0)
+    }
+
+    fn summary_u64(&self, key: &str) -> u64 {
+        self.summary[key].as_u64().unwrap_or(0)
+    }
+
+    fn durations_ms(&self) -> Vec<f64> {
+        self.stops
+            .iter()
+            .map(|s| ns(&s["duration_ns"]) / 1e6)
+            .collect()
+    }
+
+    /// Whether any stop overlaps the round's wall-clock interval.
+    fn round_stopped(&self, start_ns: u64, end_ns: u64) -> bool {
+        self.stops.iter().any(|s| {
+            s["start_ns"].as_u64().is_some_and(|a| a < end_ns)
+                && s["end_ns"].as_u64().is_some_and(|b| b > start_ns)
+        })
+    }
+}
+
+#[derive(Default)]
+struct Judge {
+    problems: Vec<String>,
+}
+
+impl Judge {
+    fn check(&mut self, ok: bool, problem: impl FnOnce() -> String) {
+        if !ok {
+            self.problems.push(problem());
+        }
+    }
+
+    fn scenario(&mut self, run: &Run, scenario: &Scenario) -> String {
+        let lost = run.end["lost"].as_u64();
+        self.check(lost == Some(0), || format!("end record: lost = {lost:?}"));
+        match scenario.expect {
+            Expect::OneThreadStops => self.one_thread(run, scenario),
+            Expect::TwoCpuStops => self.two_cpus(run),
+            Expect::RoundsStopped => self.rounds(run, scenario, true),
+            Expect::RoundsNotStopped => self.rounds(run, scenario, false),
+        }
+    }
+
+    fn one_thread(&mut self, run: &Run, scenario: &Scenario) -> String {
+        let expected_ms = (scenario.period_us - scenario.quota_us) as f64 / 1e3;
+        let durations = run.durations_ms();
+        let median = median(&durations);
+        let refills: Vec<f64> = run
+            .stops
+            .iter()
+            .filter(|s| s["end"] == "refill")
+            .map(|s| ns(&s["duration_ns"]) / 1e6)
+            .collect();
+        let near = refills
+            .iter()
+            .filter(|d| (*d - expected_ms).abs() <= 10.0)
+            .count();
+        self.check(durations.len() >= 10, || {
+            format!("{} stops, expected ≥ 10", durations.len())
+        });
+        self.check((median - expected_ms).abs() <= 3.0, || {
+            format!("median stop {median:.1} ms, expected {expected_ms} ± 3 ms")
+        });
+        self.check(near as f64 >= 0.95 * refills.len() as f64, || {
+            format!(
+                "{near} of {} refill-ended stops within {expected_ms} ± 10 ms, expected ≥ 95%",
+                refills.len()
+            )
+        });
+        let group = self.group_stops(run);
+        format!(
+            "{} stops, median {median:.1} ms, {near}/{} refill stops in {}–{} ms; {group}",
+            durations.len(),
+            refills.len(),
+            expected_ms - 10.0,
+            expected_ms + 10.0
+        )
+    }
+
+    fn two_cpus(&mut self, run: &Run) -> String {
+        let cpus: BTreeSet<u64> = run.stops.iter().filter_map(|s| s["cpu"].as_u64()).collect();
+        self.check(cpus.contains(&0) && cpus.contains(&1), || {
+            format!("stops on CPUs {cpus:?}, expected on 0 and 1")
+        });
+        let unknown = run
+            .stops
+            .iter()
+            .filter(|s| s["kernel_ns"].is_null())
+            .count();
+        self.check(unknown == 0, || {
+            format!("{unknown} stops have kernel_ns null")
+        });
+        let kernel_ns: u64 = run
+            .stops
+            .iter()
+            .filter_map(|s| s["kernel_ns"].as_u64())
+            .sum::<u64>()
+            + run.summary_u64("unseen_start_kernel_ns");
+        let stat_ns = run.stat("throttled_usec") * 1000;
+        let error = (kernel_ns as f64 - stat_ns as f64) / (stat_ns.max(1) as f64);
+        self.check(error.abs() <= 0.01, || {
+            format!(
+                "Σ kernel_ns {:.1} ms vs cpu.stat throttled_usec delta {:.1} ms: {:+.2}%, \
+                 expected within 1%",
+                kernel_ns as f64 / 1e6,
+                stat_ns as f64 / 1e6,
+                error * 100.0
+            )
+        });
+        let (wall, cpu) = (
+            run.summary_u64("wall_stop_ns"),
+            run.summary_u64("cpu_stop_ns"),
+        );
+        self.check(wall < cpu, || {
+            format!("wall_stop_ns {wall} not < cpu_stop_ns {cpu}")
+        });
+        let overcount = run.summary["overcount"].as_f64().unwrap_or(f64::NAN);
+        self.check(overcount >= 1.5, || {
+            format!("overcount {overcount}, expected ≥ 1.5")
+        });
+        let group = self.group_stops(run);
+        format!(
+            "{} stops on CPUs {cpus:?}, Σkernel {:.1} ms vs cpu.stat {:.1} ms ({:+.2}%), \
+             wall {:.0} < cpu {:.0} ms, overcount {overcount:.2}; {group}",
+            run.stops.len(),
+            kernel_ns as f64 / 1e6,
+            stat_ns as f64 / 1e6,
+            error * 100.0,
+            wall as f64 / 1e6,
+            cpu as f64 / 1e6,
+        )
+    }
+
+    /// Summary group_stops against the cpu.stat nr_throttled delta: 2% or one stop.
+    fn group_stops(&mut self, run: &Run) -> String {
+        let group = run.summary_u64("group_stops") as i64;
+        let throttled = run.stat("nr_throttled");
+        let tolerance = (throttled as f64 * 0.02).max(1.0);
+        self.check(((group - throttled) as f64).abs() <= tolerance, || {
+            format!(
+                "group_stops {group} vs nr_throttled delta {throttled}, expected ± {tolerance:.0}"
+            )
+        });
+        format!("group stops {group} vs nr_throttled {throttled}")
+    }
+
+    fn rounds(&mut self, run: &Run, scenario: &Scenario, stopped: bool) -> String {
+        let Workload::Spiky { rounds, warmup, .. } = scenario.workload else {
+            unreachable!("round checks are for the spiky workload");
+        };
+        let judged: Vec<_> = run.rounds.iter().filter(|(i, ..)| *i >= warmup).collect();
+        let expected_rounds = (rounds - warmup) as usize;
+        self.check(judged.len() == expected_rounds, || {
+            format!(
+                "the workload reported {} judged rounds, expected {expected_rounds}",
+                judged.len()
+            )
+        });
+        let hit: Vec<u32> = judged
+            .iter()
+            .filter(|(_, a, b)| run.round_stopped(*a, *b))
+            .map(|(i, ..)| *i)
+            .collect();
+        let group = run.summary_u64("group_stops");
+        if stopped {
+            self.check(hit.len() == judged.len(), || {
+                format!("rounds stopped: {hit:?}; expected every round from {warmup} on")
+            });
+            self.check(group as usize >= expected_rounds, || {
+                format!("group_stops {group}, expected ≥ {expected_rounds}")
+            });
+        } else {
+            self.check(hit.is_empty(), || {
+                format!("rounds {hit:?} were stopped; expected none from round {warmup} on")
+            });
+        }
+        format!(
+            "{}/{} rounds stopped, {} stops, group stops {group}, nr_throttled {}",
+            hit.len(),
+            judged.len(),
+            run.stops.len(),
+            run.stat("nr_throttled")
+        )
+    }
+}
+
+/// cpu.stat's `key value` lines.
+fn cpu_stat(lines: &[String]) -> HashMap<String, i64> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let (key, value) = l.split_once(' ')?;
+            Some((key.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// `round I start_ns A end_ns B ...` from throttle-workload spiky.
+fn round(line: &str) -> Option<(u32, u64, u64)> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        ["round", i, "start_ns", a, "end_ns", b, ..] => {
+            Some((i.parse().ok()?, a.parse().ok()?, b.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+fn ns(value: &Value) -> f64 {
+    value.as_u64().map_or(f64::NAN, |n| n as f64)
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_guest_lines() {
+        let stat = cpu_stat(&["nr_throttled 7".to_owned(), "throttled_usec 123".to_owned()]);
+        assert_eq!(stat["nr_throttled"], 7);
+        assert_eq!(
+            round("round 2 start_ns 10 end_ns 20 wall_ms 0.0"),
+            Some((2, 10, 20))
+        );
+        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
+    }
+}

@@ -1,0 +1,80 @@
+//! Reading the guest's console: `@@TT KIND ...` marker lines and the sections between
+//! `@@TT BEGIN name` and `@@TT END name` (see guest/prelude.sh).
+use std::collections::HashMap;
+
+const MARK: &str = "@@TT ";
+
+#[derive(Default)]
+pub struct Console {
+    sections: HashMap<String, Vec<String>>,
+    /// Marker lines other than BEGIN/END, without the prefix.
+    marks: Vec<String>,
+}
+
+impl Console {
+    pub fn parse(text: &str) -> Self {
+        let mut console = Self::default();
+        let mut open: Option<(String, Vec<String>)> = None;
+        for line in text.lines() {
+            match line.strip_prefix(MARK) {
+                Some(rest) => {
+                    if let Some(name) = rest.strip_prefix("BEGIN ") {
+                        open = Some((name.to_owned(), Vec::new()));
+                    } else if let Some(name) = rest.strip_prefix("END ") {
+                        if let Some((open_name, lines)) = open.take()
+                            && open_name == name
+                        {
+                            console.sections.insert(open_name, lines);
+                        }
+                    } else {
+                        console.marks.push(rest.to_owned());
+                    }
+                }
+                None => {
+                    if let Some((_, lines)) = &mut open
+                        && !line.is_empty()
+                    {
+                        lines.push(line.to_owned());
+                    }
+                }
+            }
+        }
+        console
+    }
+
+    /// A section's non-empty lines; `None` if the guest never finished printing it.
+    pub fn section(&self, name: &str) -> Option<&[String]> {
+        self.sections.get(name).map(Vec::as_slice)
+    }
+
+    /// The text after `KIND ` of the first marker of that kind whose next word is `name`
+    /// (or of the first marker of that kind when `name` is empty).
+    pub fn mark(&self, kind: &str, name: &str) -> Option<&str> {
+        self.marks.iter().find_map(|m| {
+            let rest = m.strip_prefix(kind)?.strip_prefix(' ')?;
+            if name.is_empty() {
+                return Some(rest);
+            }
+            rest.strip_prefix(name)
+                .and_then(|r| r.strip_prefix(' '))
+                .or_else(|| (rest == name).then_some(""))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_and_marks() {
+        let text = "boot noise\n@@TT UNAME 6.1.0-47-cloud-amd64\n@@TT BEGIN s1/x\nline 1\n\n\
+                    line 2\n@@TT END s1/x\n@@TT TRACER s1 exit status 0\n@@TT BEGIN s2/x\ncut";
+        let console = Console::parse(text);
+        assert_eq!(console.section("s1/x").unwrap(), ["line 1", "line 2"]);
+        assert!(console.section("s2/x").is_none());
+        assert_eq!(console.mark("UNAME", ""), Some("6.1.0-47-cloud-amd64"));
+        assert_eq!(console.mark("TRACER", "s1"), Some("exit status 0"));
+        assert_eq!(console.mark("TRACER", "s2"), None);
+    }
+}

@@ -1,0 +1,35 @@
+//! What the VM boots into: a busybox initramfs holding the two binaries and an /init script.
+use crate::binaries::{self, Binaries};
+use crate::cpio::Cpio;
+use anyhow::{Context as _, Result};
+
+/// Mounts, helpers and the kernel release marker, shared by every task's /init.
+const PRELUDE: &str = include_str!("../guest/prelude.sh");
+/// The busybox-static package's binary.
+const BUSYBOX: &str = "/bin/busybox";
+/// The guest's last words before it powers off; anything less means it died or hung.
+pub const DONE: &str = "@@TT DONE";
+
+/// The full /init: the prelude, the task's part, then power-off.
+pub fn init_script(task_part: &str) -> String {
+    format!("{PRELUDE}\n{task_part}\nmark DONE\npoweroff -f\n")
+}
+
+pub fn initramfs(init: &str, binaries: &Binaries) -> Result<Vec<u8>> {
+    binaries::ensure_static(BUSYBOX.as_ref())?;
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+    };
+    let mut cpio = Cpio::new();
+    for dir in ["bin", "dev", "proc", "sys", "tmp"] {
+        cpio.dir(dir);
+    }
+    // The kernel opens /dev/console for /init before anything is mounted.
+    cpio.char_device("dev/console", 5, 1);
+    cpio.file("bin/busybox", 0o755, &read(BUSYBOX.as_ref())?);
+    cpio.symlink("bin/sh", "busybox");
+    cpio.file("bin/throttle-tracer", 0o755, &read(&binaries.tracer)?);
+    cpio.file("bin/throttle-workload", 0o755, &read(&binaries.workload)?);
+    cpio.file("init", 0o755, init.as_bytes());
+    Ok(cpio.finish())
+}

@@ -1,0 +1,55 @@
+//! Project tasks for throttle-tracer: `cargo xtask setup | vm-test | demo | test`.
+mod apt;
+mod binaries;
+mod checks;
+mod cmd;
+mod console;
+mod cpio;
+mod demo;
+mod guest;
+mod kernels;
+mod paths;
+mod qemu;
+mod scenarios;
+mod setup;
+mod vm_test;
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(about = "throttle-tracer's project tasks")]
+enum Cli {
+    /// Install what building and the VM tests need; fast when nothing is missing.
+    Setup,
+    /// Boot Debian kernels under QEMU and check the tracer against cpu.stat.
+    VmTest(vm_test::Args),
+    /// Trace a throttled workload inside a Debian 6.12 VM and show the tracer's report.
+    Demo,
+    /// Formatting, lints and unit tests, then vm-test on every kernel.
+    Test,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse() {
+        Cli::Setup => setup::run(),
+        Cli::VmTest(args) => vm_test::run(&args),
+        Cli::Demo => demo::run(),
+        Cli::Test => test(),
+    }
+}
+
+/// The README's test command: everything CI checks, host first, then the kernels.
+fn test() -> anyhow::Result<()> {
+    setup::run()?;
+    cmd::run(paths::cargo().args(["fmt", "--all", "--check"]))?;
+    cmd::run(paths::cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    cmd::run(paths::cargo().args(["test", "--workspace"]))?;
+    vm_test::run(&vm_test::Args::default())
+}

@@ -1,0 +1,121 @@
+//! The VM test scenarios, as data: the cgroup's quota, the workload, and what must be true.
+//! The guest runs them (guest/vm-test.sh); checks.rs judges what it printed.
+
+pub struct Scenario {
+    /// Also the cgroup's name under /sys/fs/cgroup.
+    pub name: &'static str,
+    pub quota_us: u64,
+    pub period_us: u64,
+    /// cpu.max.burst; `None` leaves it alone. Nonzero values need 5.14+ (skipped before).
+    pub burst_us: Option<u64>,
+    pub workload: Workload,
+    pub expect: Expect,
+}
+
+pub enum Workload {
+    Busy {
+        threads: u32,
+        seconds: u32,
+    },
+    /// Sleep `idle_ms`, burn `burn_ms` of thread CPU time, `rounds` times; the first `warmup`
+    /// rounds are not judged (the group's runtime and period phase settle in them).
+    Spiky {
+        idle_ms: u32,
+        burn_ms: u32,
+        rounds: u32,
+        warmup: u32,
+    },
+}
+
+pub enum Expect {
+    /// One busy thread: a stop of about period − quota every period.
+    OneThreadStops,
+    /// Busy threads on both vCPUs: per-CPU stops whose kernel time adds up to cpu.stat.
+    TwoCpuStops,
+    /// Every judged burn round is stopped.
+    RoundsStopped,
+    /// No judged burn round is stopped: quota + burst covers the burn.
+    RoundsNotStopped,
+}
+
+const SPIKY: Workload = Workload::Spiky {
+    idle_ms: 400,
+    burn_ms: 80,
+    rounds: 7,
+    warmup: 1,
+};
+
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "s1-one-thread",
+        quota_us: 20_000,
+        period_us: 100_000,
+        burst_us: None,
+        workload: Workload::Busy {
+            threads: 1,
+            seconds: 2,
+        },
+        expect: Expect::OneThreadStops,
+    },
+    Scenario {
+        name: "s2-two-cpus",
+        quota_us: 50_000,
+        period_us: 100_000,
+        burst_us: None,
+        workload: Workload::Busy {
+            threads: 2,
+            seconds: 3,
+        },
+        expect: Expect::TwoCpuStops,
+    },
+    // The reference's lab (000_*.txt): the ceiling per period is quota + burst, so 50 ms of
+    // burst covers an 80 ms burn and 25 ms (75 ms) does not.
+    Scenario {
+        name: "s3-burst-0",
+        quota_us: 50_000,
+        period_us: 100_000,
+        burst_us: Some(0),
+        workload: SPIKY,
+        expect: Expect::RoundsStopped,
+    },
+    Scenario {
+        name: "s3-burst-50ms",
+        quota_us: 50_000,
+        period_us: 100_000,
+        burst_us: Some(50_000),
+        workload: SPIKY,
+        expect: Expect::RoundsNotStopped,
+    },
+    Scenario {
+        name: "s3-burst-25ms",
+        quota_us: 50_000,
+        period_us: 100_000,
+        burst_us: Some(25_000),
+        workload: SPIKY,
+        expect: Expect::RoundsStopped,
+    },
+];
+
+impl Scenario {
+    /// The guest's call: `scenario NAME "QUOTA PERIOD" BURST WORKLOAD-ARGS...`.
+    pub fn guest_call(&self) -> String {
+        let burst = self.burst_us.map_or("-".to_owned(), |b| b.to_string());
+        let workload = match self.workload {
+            Workload::Busy { threads, seconds } => {
+                format!("busy --threads {threads} --seconds {seconds}")
+            }
+            Workload::Spiky {
+                idle_ms,
+                burn_ms,
+                rounds,
+                ..
+            } => {
+                format!("spiky --idle-ms {idle_ms} --burn-ms {burn_ms} --rounds {rounds}")
+            }
+        };
+        format!(
+            "scenario {} \"{} {}\" {burst} {workload}",
+            self.name, self.quota_us, self.period_us
+        )
+    }
+}

@@ -1,0 +1,155 @@
+//! `cargo xtask vm-test`: every scenario on every kernel, one VM after another, then a table.
+use crate::checks::{self, Verdict};
+use crate::console::Console;
+use crate::kernels::{self, KERNELS, Kernel};
+use crate::qemu::{self, Ending};
+use crate::scenarios::SCENARIOS;
+use crate::{binaries, guest, paths, setup};
+use anyhow::{Result, bail};
+use std::time::{Duration, Instant};
+
+/// The guest's scenario runner; the calls come from scenarios.rs.
+const GUEST_PART: &str = include_str!("../guest/vm-test.sh");
+/// Per boot, under TCG: the scenarios take about a minute.
+const BOOT_LIMIT: Duration = Duration::from_secs(300);
+
+#[derive(clap::Args, Default)]
+pub struct Args {
+    /// Kernel series to boot, repeatable: 5.10, 6.1, 6.12, 7 (default: all of them).
+    #[arg(long = "kernel", value_name = "SERIES")]
+    kernels: Vec<String>,
+}
+
+struct Row {
+    kernel: String,
+    scenario: String,
+    verdict: &'static str,
+    figures: String,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let started = Instant::now();
+    setup::run()?;
+    let kernels: Vec<&Kernel> = if args.kernels.is_empty() {
+        KERNELS.iter().collect()
+    } else {
+        args.kernels
+            .iter()
+            .map(|s| kernels::by_series(s))
+            .collect::<Result<_>>()?
+    };
+    let mut fetched = Vec::new();
+    for kernel in &kernels {
+        let f = kernel.fetch()?;
+        eprintln!("kernel {}: {} {}", kernel.series, f.package, f.version);
+        fetched.push(f);
+    }
+    let binaries = binaries::build()?;
+    let calls: Vec<String> = SCENARIOS.iter().map(|s| s.guest_call()).collect();
+    let init = guest::init_script(&format!("{GUEST_PART}\n{}", calls.join("\n")));
+    let vm = paths::vm();
+    let initrd = vm.join("vm-test.cpio");
+    std::fs::write(&initrd, guest::initramfs(&init, &binaries)?)?;
+    std::fs::create_dir_all(vm.join("logs"))?;
+
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for (kernel, fetched) in kernels.iter().zip(&fetched) {
+        let log = vm
+            .join("logs")
+            .join(format!("vm-test-{}.log", kernel.series));
+        eprintln!(
+            "booting {} ({}), console → {}",
+            kernel.series,
+            fetched.version,
+            log.display()
+        );
+        let progress = |line: &str| {
+            if let Some(rest) = line.strip_prefix("@@TT ")
+                && ["SCENARIO", "SKIP", "FAIL", "UNAME"]
+                    .iter()
+                    .any(|k| rest.starts_with(k))
+            {
+                eprintln!("  [{}] {rest}", kernel.series);
+            }
+        };
+        let boot = qemu::boot(&fetched.vmlinuz, &initrd, &log, BOOT_LIMIT, &progress)?;
+        let console = Console::parse(&boot.console);
+        let release = console.mark("UNAME", "").unwrap_or("?");
+        let label = format!("{} {release} ({})", kernel.series, fetched.version);
+        if boot.ending != Ending::Finished {
+            failures.push(format!(
+                "{label}: boot {:?}; see {}",
+                boot.ending,
+                log.display()
+            ));
+        }
+        rows.push(Row {
+            kernel: label.clone(),
+            scenario: "boot".to_owned(),
+            verdict: if boot.ending == Ending::Finished {
+                "PASS"
+            } else {
+                "FAIL"
+            },
+            figures: format!(
+                "{:?} after {:.0} s",
+                boot.ending,
+                boot.elapsed.as_secs_f64()
+            ),
+        });
+        for scenario in SCENARIOS {
+            let outcome = checks::judge(&console, scenario);
+            let verdict = match outcome.verdict {
+                Verdict::Pass => "PASS",
+                Verdict::Skip(reason) => {
+                    rows.push(Row {
+                        kernel: label.clone(),
+                        scenario: scenario.name.to_owned(),
+                        verdict: "SKIP",
+                        figures: reason,
+                    });
+                    continue;
+                }
+                Verdict::Fail(problems) => {
+                    failures.push(format!(
+                        "{label} {}:\n    {}\n    (console: {})",
+                        scenario.name,
+                        problems.join("\n    "),
+                        log.display()
+                    ));
+                    "FAIL"
+                }
+            };
+            rows.push(Row {
+                kernel: label.clone(),
+                scenario: scenario.name.to_owned(),
+                verdict,
+                figures: outcome.figures,
+            });
+        }
+    }
+
+    print_table(&rows);
+    for failure in &failures {
+        println!("FAIL {failure}");
+    }
+    println!("vm-test took {:.0} s", started.elapsed().as_secs_f64());
+    if !failures.is_empty() {
+        bail!("{} failure(s)", failures.len());
+    }
+    Ok(())
+}
+
+fn print_table(rows: &[Row]) {
+    let kernel_width = rows.iter().map(|r| r.kernel.len()).max().unwrap_or(0);
+    let scenario_width = rows.iter().map(|r| r.scenario.len()).max().unwrap_or(0);
+    println!();
+    for row in rows {
+        println!(
+            "{:kernel_width$}  {:scenario_width$}  {}  {}",
+            row.kernel, row.scenario, row.verdict, row.figures
+        );
+    }
+    println!();
+}
