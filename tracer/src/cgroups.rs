@@ -146,7 +146,8 @@ impl Hierarchy {
         Ok(Self::at(root, version))
     }
 
-    fn at(root: PathBuf, version: Version) -> Self {
+    /// The hierarchy mounted at `root` (tests use a plain directory tree).
+    pub(crate) fn at(root: PathBuf, version: Version) -> Self {
         Self {
             root,
             version,

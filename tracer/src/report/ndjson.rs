@@ -1,0 +1,411 @@
+//! The NDJSON stream: one JSON object per line, `"type"` first. A stable interface: fields may
+//! be added, never renamed or retyped. Missing values are `null`, never a sentinel number.
+//!
+//! Lines: `start` (once), `stop` (per ended per-CPU stop), `summary` (per cgroup, at the end),
+//! `end` (last). All `*_ns` fields are ns; timestamps (`start_ns`, `end_ns`) are CLOCK_MONOTONIC
+//! (`"clock":"monotonic"` in `start`); `kernel_ns` is the kernel's `rq->clock` length of the stop.
+//! `*_log2_ms` arrays count durations in [2^i, 2^(i+1)) ms at index i (index 0 also holds < 1 ms).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{CgroupReport, StartInfo, Totals};
+use crate::aggregate::DurationSummary;
+use crate::cgroups::Version;
+use crate::cpustat::CpuStatDelta;
+use crate::records::EndedStop;
+
+#[derive(Serialize)]
+struct Start<'a> {
+    r#type: &'static str,
+    tracer_version: &'static str,
+    backend: &'a str,
+    kernel: &'a str,
+    clock: &'static str,
+    cgroup_version: Option<&'static str>,
+    cgroup_root: String,
+    /// Empty = every cgroup.
+    cgroup_filter: &'a [String],
+    disabled_features: &'a [String],
+    blind_end_reasons: &'a [String],
+}
+
+/// The first line: what produced the stream and how to read it.
+pub(super) fn start(info: &StartInfo) -> String {
+    line(&Start {
+        r#type: "start",
+        tracer_version: env!("CARGO_PKG_VERSION"),
+        backend: &info.backend,
+        kernel: &info.kernel,
+        clock: "monotonic",
+        cgroup_version: info.cgroup_version.map(|v| match v {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        }),
+        cgroup_root: info.cgroup_root.display().to_string(),
+        cgroup_filter: &info.cgroups,
+        disabled_features: &info.disabled_features,
+        blind_end_reasons: &info.blind_end_reasons,
+    })
+}
+
+#[derive(Serialize)]
+struct Stop<'a> {
+    r#type: &'static str,
+    cgroup_id: u64,
+    cgroup: Option<&'a str>,
+    cpu: u32,
+    start_ns: u64,
+    end_ns: u64,
+    duration_ns: u64,
+    kernel_ns: Option<u64>,
+    end: &'static str,
+    /// `null` = no limit ("max").
+    quota_ns: Option<u64>,
+    period_ns: Option<u64>,
+    burst_ns: Option<u64>,
+    tasks: u32,
+    pid: Option<u32>,
+    tid: Option<u32>,
+    comm: Option<&'a str>,
+}
+
+/// One ended per-CPU stop; `cgroup` is its path if it resolved.
+pub(super) fn stop(end: &EndedStop, cgroup: Option<&str>) -> String {
+    let s = &end.stop;
+    line(&Stop {
+        r#type: "stop",
+        cgroup_id: s.cgroup_id,
+        cgroup,
+        cpu: s.cpu,
+        start_ns: s.start_ns,
+        end_ns: end.end_ns,
+        duration_ns: end.duration_ns(),
+        kernel_ns: end.kernel_ns,
+        end: end.reason.as_str(),
+        quota_ns: s.bandwidth.quota_ns,
+        period_ns: s.bandwidth.period_ns,
+        burst_ns: s.bandwidth.burst_ns,
+        tasks: s.tasks,
+        pid: s.task.as_ref().map(|t| t.pid),
+        tid: s.task.as_ref().map(|t| t.tid),
+        comm: s.task.as_ref().map(|t| t.comm.as_str()),
+    })
+}
+
+#[derive(Serialize)]
+struct OpenStop {
+    cpu: u32,
+    start_ns: u64,
+    elapsed_ns: u64,
+}
+
+#[derive(Serialize)]
+struct CpuStat {
+    nr_periods: u64,
+    nr_throttled: u64,
+    throttled_ns: u64,
+    /// 0 for v1 (exact ns); 1000 for v2, whose µs readings make every time delta ±1 µs.
+    resolution_ns: u64,
+    nr_bursts: Option<u64>,
+    burst_ns: Option<u64>,
+    /// cpu.stat.local throttled time (own or ancestor's quota), 6.6+.
+    throttled_local_ns: Option<u64>,
+    usage_ns: Option<u64>,
+    user_ns: Option<u64>,
+    system_ns: Option<u64>,
+    wait_sum_ns: Option<u64>,
+}
+
+impl From<&CpuStatDelta> for CpuStat {
+    fn from(d: &CpuStatDelta) -> Self {
+        Self {
+            nr_periods: d.nr_periods,
+            nr_throttled: d.nr_throttled,
+            throttled_ns: d.throttled_ns,
+            resolution_ns: d.unit.resolution_ns(),
+            nr_bursts: d.nr_bursts,
+            burst_ns: d.burst_ns,
+            throttled_local_ns: d.local_throttled_ns,
+            usage_ns: d.usage_ns,
+            user_ns: d.user_ns,
+            system_ns: d.system_ns,
+            wait_sum_ns: d.wait_sum_ns,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    r#type: &'static str,
+    cgroup_id: u64,
+    cgroup: Option<&'a str>,
+    stops: u64,
+    group_stops: u64,
+    cpu_stop_ns: u64,
+    kernel_stop_ns: u64,
+    kernel_unknown_stops: u64,
+    wall_stop_ns: u64,
+    p50_ns: Option<u64>,
+    p90_ns: Option<u64>,
+    p99_ns: Option<u64>,
+    max_ns: Option<u64>,
+    group_p50_ns: Option<u64>,
+    group_p90_ns: Option<u64>,
+    group_p99_ns: Option<u64>,
+    group_max_ns: Option<u64>,
+    stops_log2_ms: &'a [u32],
+    group_stops_log2_ms: &'a [u32],
+    end_reasons: BTreeMap<&'static str, u64>,
+    open: usize,
+    open_stops: Vec<OpenStop>,
+    unseen_start_stops: u64,
+    unseen_start_kernel_ns: u64,
+    unseen_start_kernel_unknown: u64,
+    /// kernel_stop_ns + unseen_start_kernel_ns: the trace's account of the cpu.stat delta.
+    kernel_accounted_ns: u64,
+    unmatched_ends: u64,
+    restarted: u64,
+    cpu_stat: Option<CpuStat>,
+    overcount: Option<f64>,
+    /// Settings from the control files at the end; `quota_ns` null = no limit.
+    quota_ns: Option<u64>,
+    period_ns: Option<u64>,
+    burst_ns: Option<u64>,
+}
+
+/// One cgroup's figures at the end.
+pub(super) fn summary(r: &CgroupReport) -> String {
+    let s = &r.summary;
+    let pct = |d: &DurationSummary| {
+        d.percentiles
+            .map(|p| {
+                [
+                    Some(p.p50_ns),
+                    Some(p.p90_ns),
+                    Some(p.p99_ns),
+                    Some(p.max_ns),
+                ]
+            })
+            .unwrap_or_default()
+    };
+    let [p50_ns, p90_ns, p99_ns, max_ns] = pct(&s.stops);
+    let [group_p50_ns, group_p90_ns, group_p99_ns, group_max_ns] = pct(&s.group_stops);
+    line(&Summary {
+        r#type: "summary",
+        cgroup_id: s.cgroup_id,
+        cgroup: r.path.as_deref(),
+        stops: s.stops.count,
+        group_stops: s.group_stops.count,
+        cpu_stop_ns: s.stops.sum_ns,
+        kernel_stop_ns: s.kernel_stop_ns,
+        kernel_unknown_stops: s.kernel_unknown_stops,
+        wall_stop_ns: s.group_stops.sum_ns,
+        p50_ns,
+        p90_ns,
+        p99_ns,
+        max_ns,
+        group_p50_ns,
+        group_p90_ns,
+        group_p99_ns,
+        group_max_ns,
+        stops_log2_ms: &s.stops.log2_ms,
+        group_stops_log2_ms: &s.group_stops.log2_ms,
+        end_reasons: s
+            .end_reasons
+            .iter()
+            .map(|(r, n)| (r.as_str(), *n))
+            .collect(),
+        open: s.open_stops.len(),
+        open_stops: s
+            .open_stops
+            .iter()
+            .map(|o| OpenStop {
+                cpu: o.cpu,
+                start_ns: o.start_ns,
+                elapsed_ns: o.elapsed_ns,
+            })
+            .collect(),
+        unseen_start_stops: s.unseen_start_stops,
+        unseen_start_kernel_ns: s.unseen_start_kernel_ns,
+        unseen_start_kernel_unknown: s.unseen_start_kernel_unknown,
+        kernel_accounted_ns: s.kernel_accounted_ns(),
+        unmatched_ends: s.unmatched_ends,
+        restarted: s.restarted,
+        cpu_stat: r.cpu_stat.as_ref().map(CpuStat::from),
+        overcount: r.overcount(),
+        quota_ns: r.settings.and_then(|b| b.quota_ns),
+        period_ns: r.settings.and_then(|b| b.period_ns),
+        burst_ns: r.settings.and_then(|b| b.burst_ns),
+    })
+}
+
+#[derive(Serialize)]
+struct End {
+    r#type: &'static str,
+    lost: u64,
+    malformed: u64,
+    elapsed_ns: u64,
+}
+
+/// The last line.
+pub(super) fn end(t: &Totals) -> String {
+    line(&End {
+        r#type: "end",
+        lost: t.lost,
+        malformed: t.malformed,
+        elapsed_ns: t.elapsed_ns,
+    })
+}
+
+/// One line without its newline. These structs only hold strings, integers, finite floats
+/// (a ratio of two non-zero integers) and maps with string keys, which always serialize.
+fn line<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| {
+        serde_json::json!({"type": "error", "error": e.to_string()}).to_string()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::report::tests::{MS, demo_report, ended};
+
+    fn parse(line: &str) -> Value {
+        assert!(!line.contains('\n'));
+        serde_json::from_str(line).unwrap()
+    }
+
+    #[test]
+    fn start_line() {
+        let v = parse(&start(&StartInfo {
+            backend: "kprobe".into(),
+            kernel: "6.1.0-47-cloud-amd64".into(),
+            cgroup_version: Some(Version::V1),
+            cgroup_root: "/sys/fs/cgroup/cpu".into(),
+            cgroups: vec![],
+            disabled_features: vec!["tasks".into(), "pid".into()],
+            blind_end_reasons: vec!["cpu_offline".into()],
+        }));
+        assert_eq!(v["type"], "start");
+        assert_eq!(v["backend"], "kprobe");
+        assert_eq!(v["kernel"], "6.1.0-47-cloud-amd64");
+        assert_eq!(v["clock"], "monotonic");
+        assert_eq!(v["cgroup_version"], "v1");
+        assert_eq!(v["cgroup_root"], "/sys/fs/cgroup/cpu");
+        assert_eq!(v["cgroup_filter"], serde_json::json!([]));
+        assert_eq!(v["disabled_features"], serde_json::json!(["tasks", "pid"]));
+        assert_eq!(v["blind_end_reasons"], serde_json::json!(["cpu_offline"]));
+        assert!(parse(&start(&StartInfo::default()))["cgroup_version"].is_null());
+    }
+
+    #[test]
+    fn stop_line_with_and_without_optional_values() {
+        let e = ended(3, 100, 180);
+        let v = parse(&stop(&e, Some("/demo")));
+        assert_eq!(v["type"], "stop");
+        assert_eq!(v["cgroup_id"], 4242);
+        assert_eq!(v["cgroup"], "/demo");
+        assert_eq!(v["cpu"], 3);
+        assert_eq!(v["start_ns"], 100 * MS);
+        assert_eq!(v["end_ns"], 180 * MS);
+        assert_eq!(v["duration_ns"], 80 * MS);
+        assert_eq!(v["kernel_ns"], 80 * MS + 1_000);
+        assert_eq!(v["end"], "refill");
+        assert_eq!(v["quota_ns"], 20 * MS);
+        assert_eq!(v["period_ns"], 100 * MS);
+        assert_eq!(v["burst_ns"], 0);
+        assert_eq!(v["tasks"], 2);
+        assert_eq!(
+            (&v["pid"], &v["tid"], &v["comm"]),
+            (&Value::from(100), &Value::from(101), &Value::from("stress"))
+        );
+
+        let mut e = e;
+        e.kernel_ns = None;
+        e.stop.bandwidth.quota_ns = None;
+        e.stop.task = None;
+        let v = parse(&stop(&e, None));
+        for key in ["cgroup", "kernel_ns", "quota_ns", "pid", "tid", "comm"] {
+            assert!(v[key].is_null(), "{key} should be null: {v}");
+        }
+        assert!(v["duration_ns"].is_u64());
+    }
+
+    #[test]
+    fn summary_line() {
+        let r = demo_report();
+        let v = parse(&summary(&r));
+        assert_eq!(v["type"], "summary");
+        assert_eq!(v["cgroup"], "/demo");
+        assert_eq!(v["stops"], 3);
+        assert_eq!(v["group_stops"], 2);
+        assert_eq!(v["cpu_stop_ns"], 240 * MS);
+        assert_eq!(v["wall_stop_ns"], 180 * MS);
+        assert_eq!(v["kernel_stop_ns"], 240 * MS + 3_000);
+        assert_eq!(v["max_ns"], 80 * MS);
+        assert_eq!(v["group_max_ns"], 100 * MS);
+        let p50 = v["p50_ns"].as_u64().unwrap();
+        assert!((79 * MS..=80 * MS).contains(&p50), "{p50}");
+        assert_eq!(v["stops_log2_ms"], serde_json::json!([0, 0, 0, 0, 0, 0, 3]));
+        assert_eq!(v["end_reasons"], serde_json::json!({"refill": 3}));
+        assert_eq!(v["open"], 1);
+        assert_eq!(
+            v["open_stops"],
+            serde_json::json!([{"cpu": 1, "start_ns": 300 * MS, "elapsed_ns": 50 * MS}])
+        );
+        assert_eq!(v["unseen_start_stops"], 1);
+        assert_eq!(v["unseen_start_kernel_ns"], 30 * MS);
+        assert_eq!(v["kernel_accounted_ns"], 270 * MS + 3_000);
+        let cs = &v["cpu_stat"];
+        assert_eq!(
+            (cs["nr_periods"].as_u64(), cs["nr_throttled"].as_u64()),
+            (Some(4), Some(3))
+        );
+        assert_eq!(cs["throttled_ns"], 270 * MS);
+        assert_eq!(cs["resolution_ns"], 0);
+        assert!(cs["usage_ns"].is_null());
+        assert_eq!(v["overcount"].as_f64(), Some(1.5));
+        assert_eq!(v["quota_ns"], 20 * MS);
+
+        // A cgroup gone by the end, with no ended stop: nulls, not zeros or sentinels.
+        let mut r = r;
+        r.path = None;
+        r.cpu_stat = None;
+        r.settings = None;
+        r.summary.stops = crate::aggregate::DurationSummary {
+            count: 0,
+            sum_ns: 0,
+            percentiles: None,
+            log2_ms: vec![],
+        };
+        let v = parse(&summary(&r));
+        for key in [
+            "cgroup",
+            "cpu_stat",
+            "overcount",
+            "p50_ns",
+            "max_ns",
+            "quota_ns",
+        ] {
+            assert!(v[key].is_null(), "{key} should be null: {v}");
+        }
+        assert_eq!(v["stops"], 0);
+    }
+
+    #[test]
+    fn end_line() {
+        let v = parse(&end(&Totals {
+            lost: 2,
+            malformed: 1,
+            elapsed_ns: 5 * MS,
+        }));
+        assert_eq!(
+            v,
+            serde_json::json!({"type": "end", "lost": 2, "malformed": 1, "elapsed_ns": 5 * MS})
+        );
+    }
+}

@@ -1,0 +1,360 @@
+//! The human summary printed when the trace ends: a header with the definitions, one overview
+//! line per stopped cgroup (most stopped first), then each cgroup in detail with its log2
+//! histograms, and the lost-record count last.
+
+use std::fmt::Write;
+
+use super::histogram::log2_rows;
+use super::{CgroupReport, StartInfo, Totals};
+use crate::aggregate::DurationSummary;
+use crate::cgroups::Version;
+use crate::records::Bandwidth;
+
+/// Widest cgroup path column in the overview; longer paths push their row right.
+const MAX_PATH_COLUMN: usize = 48;
+
+/// The whole summary, ready to print.
+pub(super) fn render(info: &StartInfo, reports: &[CgroupReport], totals: &Totals) -> String {
+    let mut out = String::new();
+    header(&mut out, info, totals);
+    if reports.is_empty() {
+        out.push_str("\nNo cgroup was stopped by its CPU quota while tracing.\n");
+    } else {
+        overview(&mut out, reports);
+        for r in reports {
+            detail(&mut out, r);
+        }
+    }
+    footer(&mut out, totals);
+    out
+}
+
+fn header(out: &mut String, info: &StartInfo, totals: &Totals) {
+    let list = |items: &[String], none: &str| {
+        if items.is_empty() {
+            none.to_owned()
+        } else {
+            items.join(", ")
+        }
+    };
+    let version = match info.cgroup_version {
+        Some(Version::V1) => "cgroup v1",
+        Some(Version::V2) => "cgroup v2",
+        None => "cgroup hierarchy",
+    };
+    let _ = writeln!(
+        out,
+        "throttle-tracer: CFS bandwidth (CPU quota) stops, traced for {} ({} backend, kernel {})",
+        ns(totals.elapsed_ns),
+        info.backend,
+        info.kernel
+    );
+    let _ = writeln!(
+        out,
+        "cpu controller: {version} at {}; cgroups: {}; probe features off: {}",
+        info.cgroup_root.display(),
+        list(&info.cgroups, "all"),
+        list(&info.disabled_features, "none"),
+    );
+    if !info.blind_end_reasons.is_empty() {
+        let _ = writeln!(
+            out,
+            "end reasons this kernel hides (counted as unknown): {}",
+            info.blind_end_reasons.join(", ")
+        );
+    }
+    out.push_str(
+        "Times are CLOCK_MONOTONIC. A stop is one CPU's runqueue of a cgroup throttled until \
+         unthrottled.\n\
+         \x20 per-CPU   sum of stop lengths; N CPUs stopped together count N times, as cpu.stat does\n\
+         \x20 wall      wall-clock time with at least one CPU of the cgroup stopped; one such\n\
+         \x20           episode is a group stop\n\
+         \x20 kernel    what the kernel added to cpu.stat throttled time for the traced stops\n\
+         \x20 overcount cpu.stat throttled-time delta / wall\n",
+    );
+}
+
+fn overview(out: &mut String, reports: &[CgroupReport]) {
+    let names: Vec<String> = reports.iter().map(name).collect();
+    let w = names
+        .iter()
+        .map(String::len)
+        .max()
+        .unwrap_or(0)
+        .clamp(6, MAX_PATH_COLUMN);
+    let _ = writeln!(
+        out,
+        "\n{:<w$}  {:>6} {:>6}  {:>10} {:>10}  {:>10} {:>10}  {:>10} {:>9}  {:>4}",
+        "CGROUP",
+        "STOPS",
+        "GROUP",
+        "PER-CPU",
+        "WALL",
+        "P99",
+        "MAX",
+        "CPU.STAT",
+        "OVERCOUNT",
+        "OPEN"
+    );
+    for (r, name) in reports.iter().zip(&names) {
+        let s = &r.summary;
+        let p = s.stops.percentiles;
+        let _ = writeln!(
+            out,
+            "{name:<w$}  {:>6} {:>6}  {:>10} {:>10}  {:>10} {:>10}  {:>10} {:>9}  {:>4}",
+            s.stops.count,
+            s.group_stops.count,
+            ns(s.stops.sum_ns),
+            ns(s.group_stops.sum_ns),
+            p.map_or("-".into(), |p| ns(p.p99_ns)),
+            p.map_or("-".into(), |p| ns(p.max_ns)),
+            r.cpu_stat
+                .as_ref()
+                .map_or("-".into(), |d| ns(d.throttled_ns)),
+            r.overcount().map_or("-".into(), |o| format!("{o:.2}x")),
+            s.open_stops.len(),
+        );
+    }
+}
+
+fn detail(out: &mut String, r: &CgroupReport) {
+    let s = &r.summary;
+    let _ = writeln!(out, "\n{} (id {})", name(r), s.cgroup_id);
+    if let Some(b) = &r.settings {
+        let _ = writeln!(out, "  quota now         {}", bandwidth(b));
+    }
+    distribution_line(out, "stops (per CPU)", &s.stops);
+    distribution_line(out, "group stops", &s.group_stops);
+    let _ = writeln!(
+        out,
+        "  stopped time      per-CPU {}   wall {}   kernel {}",
+        ns(s.stops.sum_ns),
+        ns(s.group_stops.sum_ns),
+        ns(s.kernel_stop_ns)
+    );
+    match &r.cpu_stat {
+        Some(d) => {
+            let _ = write!(
+                out,
+                "  cpu.stat delta    nr_periods {}   nr_throttled {}   throttled {}",
+                d.nr_periods,
+                d.nr_throttled,
+                ns(d.throttled_ns)
+            );
+            if let Some(o) = r.overcount() {
+                let _ = write!(out, "   overcount {o:.2}x");
+            }
+            out.push('\n');
+            if let Some(local) = d.local_throttled_ns {
+                let _ = writeln!(
+                    out,
+                    "  cpu.stat.local    throttled {} (own or ancestors' quota)",
+                    ns(local)
+                );
+            }
+            // The trace's own account of the same delta: ended stops plus the stops that began
+            // before tracing. Stops still open are in neither.
+            let ours = s.kernel_accounted_ns();
+            let diff = ours.abs_diff(d.throttled_ns);
+            let _ = write!(
+                out,
+                "  cross-check       traced kernel time {} + {} stop(s) begun before tracing {} \
+                 = {} vs cpu.stat {} (trace {}{})",
+                ns(s.kernel_stop_ns),
+                s.unseen_start_stops,
+                ns(s.unseen_start_kernel_ns),
+                ns(ours),
+                ns(d.throttled_ns),
+                if ours >= d.throttled_ns { "+" } else { "-" },
+                ns(diff)
+            );
+            if d.unit.resolution_ns() > 0 {
+                let _ = write!(out, " (cpu.stat in µs: ±1 µs)");
+            }
+            out.push('\n');
+        }
+        None => out.push_str("  cpu.stat delta    unavailable (cgroup gone or unreadable)\n"),
+    }
+    if !s.end_reasons.is_empty() {
+        let reasons: Vec<String> = s
+            .end_reasons
+            .iter()
+            .map(|(r, n)| format!("{} {n}", r.as_str()))
+            .collect();
+        let _ = writeln!(out, "  ended by          {}", reasons.join(", "));
+    }
+    if !s.open_stops.is_empty() {
+        let open: Vec<String> = s
+            .open_stops
+            .iter()
+            .map(|o| format!("cpu {} for {}", o.cpu, ns(o.elapsed_ns)))
+            .collect();
+        let _ = writeln!(out, "  open at exit      {}", open.join(", "));
+    }
+    let anomalies: Vec<String> = [
+        (s.kernel_unknown_stops, "stops without kernel time"),
+        (
+            s.unseen_start_kernel_unknown,
+            "pre-trace stops without kernel time",
+        ),
+        (s.unmatched_ends, "ends without a traced start"),
+        (s.restarted, "starts on an already stopped CPU"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if !anomalies.is_empty() {
+        let _ = writeln!(out, "  incomplete        {}", anomalies.join(", "));
+    }
+    histogram(out, "per-CPU stop lengths", &s.stops);
+    histogram(out, "group stop lengths", &s.group_stops);
+}
+
+fn distribution_line(out: &mut String, label: &str, d: &DurationSummary) {
+    let _ = write!(out, "  {label:<17} {}", d.count);
+    if let Some(p) = d.percentiles {
+        let _ = write!(
+            out,
+            "   p50 {}   p90 {}   p99 {}   max {}",
+            ns(p.p50_ns),
+            ns(p.p90_ns),
+            ns(p.p99_ns),
+            ns(p.max_ns)
+        );
+    }
+    out.push('\n');
+}
+
+fn histogram(out: &mut String, title: &str, d: &DurationSummary) {
+    let rows = log2_rows(&d.log2_ms, "ms");
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "  {title}:");
+    for row in rows {
+        let _ = writeln!(out, "  {row}");
+    }
+}
+
+fn footer(out: &mut String, totals: &Totals) {
+    let _ = writeln!(
+        out,
+        "\nlost records: {}   malformed records: {}",
+        totals.lost, totals.malformed
+    );
+    if totals.lost > 0 {
+        out.push_str(
+            "WARNING: the ring buffer overflowed; stop counts, sums and group stops above are \
+             incomplete.\n",
+        );
+    }
+}
+
+fn name(r: &CgroupReport) -> String {
+    r.path
+        .clone()
+        .unwrap_or_else(|| format!("cgroup id {}", r.summary.cgroup_id))
+}
+
+fn bandwidth(b: &Bandwidth) -> String {
+    let quota = b.quota_ns.map_or("max (no limit)".to_owned(), ns);
+    let period = b.period_ns.map_or("?".to_owned(), ns);
+    let mut s = format!("{quota} per {period} period");
+    if let Some(burst) = b.burst_ns {
+        let _ = write!(s, ", burst {}", ns(burst));
+    }
+    s
+}
+
+/// A duration for people: ns below 1 µs, then µs, ms, s with a few significant digits.
+fn ns(v: u64) -> String {
+    let f = v as f64;
+    match v {
+        0..1_000 => format!("{v} ns"),
+        1_000..1_000_000 => format!("{:.1} µs", f / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} ms", f / 1e6),
+        _ => format!("{:.3} s", f / 1e9),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::demo_report;
+
+    fn info() -> StartInfo {
+        StartInfo {
+            backend: "kprobe".into(),
+            kernel: "6.1.0-47-cloud-amd64".into(),
+            cgroup_version: Some(Version::V1),
+            cgroup_root: "/sys/fs/cgroup/cpu".into(),
+            cgroups: vec![],
+            disabled_features: vec![],
+            blind_end_reasons: vec![],
+        }
+    }
+
+    #[test]
+    fn durations_for_people() {
+        assert_eq!(ns(999), "999 ns");
+        assert_eq!(ns(1_500), "1.5 µs");
+        assert_eq!(ns(78_123_456), "78.1 ms");
+        assert_eq!(ns(4_475_123_000), "4.475 s");
+    }
+
+    #[test]
+    fn summary_has_every_figure() {
+        let totals = Totals {
+            lost: 0,
+            malformed: 0,
+            elapsed_ns: 12_300_000_000,
+        };
+        let text = render(&info(), &[demo_report()], &totals);
+        println!("{text}");
+        for needle in [
+            "traced for 12.300 s (kprobe backend, kernel 6.1.0-47-cloud-amd64)",
+            "cgroup v1 at /sys/fs/cgroup/cpu",
+            "CLOCK_MONOTONIC",
+            "/demo (id 4242)",
+            "quota now         20.0 ms per 100.0 ms period, burst 0 ns",
+            "stops (per CPU)   3   p50 ",
+            "max 80.0 ms",
+            "group stops       2",
+            "per-CPU 240.0 ms   wall 180.0 ms   kernel 240.0 ms",
+            "nr_periods 4   nr_throttled 3   throttled 270.0 ms   overcount 1.50x",
+            "cpu.stat.local    throttled 270.0 ms",
+            "+ 1 stop(s) begun before tracing 30.0 ms = 270.0 ms vs cpu.stat 270.0 ms (trace +3.0 µs)",
+            "ended by          refill 3",
+            "open at exit      cpu 1 for 50.0 ms",
+            "        64 -> 127        : 3        |****************************************|",
+            "lost records: 0   malformed records: 0",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert!(!text.contains("WARNING"));
+        assert!(!text.contains("incomplete "));
+    }
+
+    #[test]
+    fn gone_cgroup_lost_records_and_empty_runs_say_so() {
+        let mut r = demo_report();
+        r.path = None;
+        r.cpu_stat = None;
+        r.settings = None;
+        r.summary.unmatched_ends = 2;
+        let totals = Totals {
+            lost: 7,
+            malformed: 1,
+            elapsed_ns: 1,
+        };
+        let text = render(&info(), &[r], &totals);
+        assert!(text.contains("cgroup id 4242 (id 4242)"), "{text}");
+        assert!(text.contains("cpu.stat delta    unavailable"));
+        assert!(text.contains("incomplete        2 ends without a traced start"));
+        assert!(text.contains("lost records: 7   malformed records: 1\nWARNING"));
+
+        let text = render(&info(), &[], &totals);
+        assert!(text.contains("No cgroup was stopped"));
+    }
+}
