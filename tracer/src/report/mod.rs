@@ -30,7 +30,7 @@ use crate::records::{Bandwidth, EndedStop};
 #[derive(Clone, Debug, Default)]
 pub struct StartInfo {
     /// The probe backend, e.g. "kprobe".
-    pub backend: String,
+    pub backend: &'static str,
     /// `uname -r`.
     pub kernel: String,
     pub cgroup_version: Option<Version>,
@@ -39,9 +39,10 @@ pub struct StartInfo {
     /// The cgroup paths the run is limited to; empty = all cgroups.
     pub cgroups: Vec<String>,
     /// Probe features this kernel cannot support, so their fields are absent or 0.
-    pub disabled_features: Vec<String>,
-    /// End reasons the probes cannot tell apart on this kernel; such ends count as "unknown".
-    pub blind_end_reasons: Vec<String>,
+    pub disabled: Vec<String>,
+    /// End reasons the probes cannot tell apart on this kernel (`EndReason::as_str` names);
+    /// such ends count as "unknown".
+    pub blind_end_reasons: Vec<&'static str>,
 }
 
 /// Whole-run counters, printed last.
@@ -112,7 +113,7 @@ pub fn collect(
 }
 
 /// Where the run's output goes, in the chosen format.
-pub struct Report<W: Write> {
+pub struct Report<W: Write = io::Stdout> {
     json: bool,
     out: W,
     info: StartInfo,
@@ -259,7 +260,7 @@ pub(crate) mod tests {
     #[test]
     fn report_writes_ndjson_as_it_goes_or_text_at_the_end() {
         let info = StartInfo {
-            backend: "kprobe".into(),
+            backend: "kprobe",
             ..StartInfo::default()
         };
         let totals = Totals {

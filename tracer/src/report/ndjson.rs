@@ -28,7 +28,7 @@ struct Start<'a> {
     /// Empty = every cgroup.
     cgroup_filter: &'a [String],
     disabled_features: &'a [String],
-    blind_end_reasons: &'a [String],
+    blind_end_reasons: &'a [&'static str],
 }
 
 /// The first line: what produced the stream and how to read it.
@@ -36,7 +36,7 @@ pub(super) fn start(info: &StartInfo) -> String {
     line(&Start {
         r#type: "start",
         tracer_version: env!("CARGO_PKG_VERSION"),
-        backend: &info.backend,
+        backend: info.backend,
         kernel: &info.kernel,
         clock: "monotonic",
         cgroup_version: info.cgroup_version.map(|v| match v {
@@ -45,7 +45,7 @@ pub(super) fn start(info: &StartInfo) -> String {
         }),
         cgroup_root: info.cgroup_root.display().to_string(),
         cgroup_filter: &info.cgroups,
-        disabled_features: &info.disabled_features,
+        disabled_features: &info.disabled,
         blind_end_reasons: &info.blind_end_reasons,
     })
 }
@@ -282,13 +282,13 @@ mod tests {
     #[test]
     fn start_line() {
         let v = parse(&start(&StartInfo {
-            backend: "kprobe".into(),
+            backend: "kprobe",
             kernel: "6.1.0-47-cloud-amd64".into(),
             cgroup_version: Some(Version::V1),
             cgroup_root: "/sys/fs/cgroup/cpu".into(),
             cgroups: vec![],
-            disabled_features: vec!["tasks".into(), "pid".into()],
-            blind_end_reasons: vec!["cpu_offline".into()],
+            disabled: vec!["tasks".into(), "pid".into()],
+            blind_end_reasons: vec!["cpu_offline"],
         }));
         assert_eq!(v["type"], "start");
         assert_eq!(v["backend"], "kprobe");

@@ -54,7 +54,7 @@ fn header(out: &mut String, info: &StartInfo, totals: &Totals) {
         "cpu controller: {version} at {}; cgroups: {}; probe features off: {}",
         info.cgroup_root.display(),
         list(&info.cgroups, "all"),
-        list(&info.disabled_features, "none"),
+        list(&info.disabled, "none"),
     );
     if !info.blind_end_reasons.is_empty() {
         let _ = writeln!(
@@ -285,12 +285,12 @@ mod tests {
 
     fn info() -> StartInfo {
         StartInfo {
-            backend: "kprobe".into(),
+            backend: "kprobe",
             kernel: "6.1.0-47-cloud-amd64".into(),
             cgroup_version: Some(Version::V1),
             cgroup_root: "/sys/fs/cgroup/cpu".into(),
             cgroups: vec![],
-            disabled_features: vec![],
+            disabled: vec![],
             blind_end_reasons: vec![],
         }
     }
