@@ -1,0 +1,87 @@
+//! The binary's answers to bad input and to machines that cannot trace: one `error:` line, one
+//! `hint:` line, the documented exit code, no panic. Run on the real host (no kprobes here).
+use std::{
+    path::Path,
+    process::{Command, Output},
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_throttle-tracer");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run throttle-tracer")
+}
+
+fn assert_failure(out: &Output, code: i32, error: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines
+            .first()
+            .is_some_and(|l| l.starts_with("error: ") && l.contains(error)),
+        "first line should be the error naming {error:?}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout before tracing starts"
+    );
+}
+
+fn assert_hint(out: &Output, hint: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("hint: ") && l.contains(hint)),
+        "second line should be a hint mentioning {hint:?}: {stderr}"
+    );
+}
+
+#[test]
+fn bad_duration_is_a_usage_error() {
+    let out = run(&["--duration", "soon"]);
+    assert_failure(&out, 2, "--duration");
+}
+
+#[test]
+fn unknown_cgroup_is_a_usage_error() {
+    let out = run(&["--cgroup", "/no/such/cgroup-here"]);
+    assert_failure(&out, 2, "/no/such/cgroup-here");
+    assert_hint(&out, "--cgroup");
+}
+
+#[test]
+fn missing_btf_is_an_environment_error() {
+    let out = run(&["--btf", "/nonexistent/vmlinux"]);
+    assert_failure(&out, 1, "BTF");
+    assert_hint(&out, "CONFIG_DEBUG_INFO_BTF");
+}
+
+#[test]
+fn unprivileged_user_is_told_what_is_missing() {
+    // setpriv (util-linux) drops to nobody with no capabilities at all.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--inh-caps=-all", "--bounding-set=-all", BIN])
+        .output()
+        .expect("run setpriv");
+    assert_failure(&out, 1, "CAP_BPF");
+    assert_hint(&out, "sudo");
+}
+
+#[test]
+fn kernel_without_kprobes_is_refused_with_a_way_out() {
+    let kprobes = Path::new("/sys/bus/event_source/devices/kprobe").exists();
+    if kprobes {
+        println!("skipped: this kernel has kprobes; the VM matrix covers tracing on it");
+        return;
+    }
+    let out = run(&["--duration", "1s"]);
+    assert_failure(&out, 1, "kprobes are not available");
+    assert_hint(&out, "CONFIG_KPROBES");
+}
