@@ -1,0 +1,197 @@
+//! What every backend does once it knows a cfs_rq really throttled or unthrottled: describe the
+//! group, remember the open stop, and emit START / END records.
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    maps::PerCpuArray,
+};
+use tracer_common::{
+    ABSENT, BitField, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, Offsets,
+    StopEvent,
+};
+
+use crate::{
+    CGROUP_FILTER, EVENTS, FILTER_CGROUPS, LOST, OPEN, OPEN_FULL, WAKEUP_BYTES, end_reason,
+};
+
+#[inline(always)]
+pub fn read<T>(base: u64, offset: u32) -> Option<T> {
+    if offset == ABSENT || base == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel tolerates any address; a fault returns an error.
+    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T).ok() }
+}
+
+#[inline(always)]
+pub fn read_bits(base: u64, field: &BitField) -> Option<u32> {
+    read::<u32>(base, field.offset).map(|w| field.extract(w))
+}
+
+/// Whether `cfs_rq->throttled` is set now.
+#[inline(always)]
+pub fn is_throttled(o: &Offsets, cfs_rq: u64) -> Result<bool, &'static str> {
+    read_bits(cfs_rq, &o.cfs_rq_throttled)
+        .map(|t| t != 0)
+        .ok_or("cfs_rq->throttled unreadable")
+}
+
+#[inline(always)]
+fn bump(counter: &PerCpuArray<u64>) {
+    if let Some(p) = counter.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, only this CPU writes it and programs do not nest on a CPU.
+        unsafe { *p += 1 };
+    }
+}
+
+fn emit(event: &StopEvent) {
+    let flags = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES.load() {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    if EVENTS.output::<StopEvent>(event, flags.into()).is_err() {
+        bump(&LOST);
+    }
+}
+
+/// Fills the cgroup, CPU and bandwidth settings of the group that owns `cfs_rq`.
+/// Returns false for cfs_rqs that are not a cgroup's (autogroups have no cgroup) or are filtered.
+#[inline(always)]
+fn describe(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> bool {
+    let Some(tg) = read::<u64>(cfs_rq, o.cfs_rq_tg) else {
+        return false;
+    };
+    let Some(cgroup) = read::<u64>(tg, o.tg_cgroup) else {
+        return false;
+    };
+    let Some(kn) = read::<u64>(cgroup, o.cgroup_kn) else {
+        return false;
+    };
+    let Some(mut id) = read::<u64>(kn, o.kn_id) else {
+        return false;
+    };
+    if o.kn_id_is_union != 0 {
+        id &= 0xffff_ffff;
+    }
+    // SAFETY: lookup by value; the value is not dereferenced.
+    if FILTER_CGROUPS.load() != 0 && unsafe { CGROUP_FILTER.get(&id) }.is_none() {
+        return false;
+    }
+    ev.cgroup_id = id;
+    ev.cfs_rq = cfs_rq;
+    let rq = read::<u64>(cfs_rq, o.cfs_rq_rq).unwrap_or(0);
+    ev.cpu = read::<u32>(rq, o.rq_cpu).unwrap_or(u32::MAX);
+    ev.quota_ns = read::<u64>(tg, o.tg_quota).unwrap_or(u64::MAX);
+    ev.period_ns = read::<u64>(tg, o.tg_period).unwrap_or(0);
+    ev.burst_ns = read::<u64>(tg, o.tg_burst).unwrap_or(0);
+    true
+}
+
+/// The task running on the stopped CPU, if it is inside the throttled group (its sched_entity
+/// chain reaches `cfs_rq`); the probe's own current task is often someone else.
+#[inline(always)]
+fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
+    let rq = read::<u64>(cfs_rq, o.cfs_rq_rq).unwrap_or(0);
+    let Some(task) = read::<u64>(rq, o.rq_curr) else {
+        return;
+    };
+    if o.task_se == ABSENT {
+        return;
+    }
+    let mut se = task + o.task_se as u64;
+    let mut inside = false;
+    // Bounded walk up the group hierarchy: cgroup trees are rarely deeper than this.
+    for _ in 0..12 {
+        match read::<u64>(se, o.se_cfs_rq) {
+            Some(c) if c == cfs_rq => {
+                inside = true;
+                break;
+            }
+            Some(_) => {}
+            None => break,
+        }
+        match read::<u64>(se, o.se_parent) {
+            Some(parent) if parent != 0 => se = parent,
+            _ => break,
+        }
+    }
+    if !inside {
+        return;
+    }
+    ev.tid = read::<u32>(task, o.task_pid).unwrap_or(0);
+    ev.pid = read::<u32>(task, o.task_tgid).unwrap_or(0);
+    if let Some(comm) = read::<[u8; 16]>(task, o.task_comm) {
+        ev.comm = comm;
+    }
+}
+
+/// `cfs_rq` has just been throttled: open its stop and emit START.
+pub fn begin(o: &Offsets, cfs_rq: u64) {
+    // Newer kernels (7.x) call throttle_cfs_rq again for a cfs_rq that is already throttled;
+    // the stop that is open keeps its start.
+    // SAFETY: lookup only; the value is not used.
+    if unsafe { OPEN.get(&cfs_rq) }.is_some() {
+        return;
+    }
+    let mut ev = StopEvent {
+        kind: EVENT_START,
+        // SAFETY: helper without preconditions.
+        start_ns: unsafe { bpf_ktime_get_ns() },
+        kernel_ns: KERNEL_NS_UNKNOWN,
+        ..StopEvent::default()
+    };
+    if !describe(o, cfs_rq, &mut ev) {
+        return;
+    }
+    ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
+    running_task(o, cfs_rq, &mut ev);
+    if OPEN.insert(&cfs_rq, &ev, 0).is_err() {
+        bump(&OPEN_FULL);
+        return;
+    }
+    emit(&ev);
+}
+
+/// `cfs_rq` has just been unthrottled; `throttled_clock` is its `throttled_clock` from before
+/// the unthrottle reset it. Close its stop and emit END (or an unseen-start END).
+pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
+    // SAFETY: helper without preconditions.
+    let end_ns = unsafe { bpf_ktime_get_ns() };
+    // unthrottle_cfs_rq updated rq->clock and added exactly `rq->clock - throttled_clock` to
+    // cfs_b->throttled_time (nothing if throttled_clock was 0, 6.6+); nothing updates the
+    // clock again before it returns.
+    let kernel_ns =
+        match read::<u64>(cfs_rq, o.cfs_rq_rq).and_then(|rq| read::<u64>(rq, o.rq_clock)) {
+            Some(_) if throttled_clock == 0 && o.cfs_rq_throttled_clock != ABSENT => 0,
+            Some(clock) if clock >= throttled_clock => clock - throttled_clock,
+            _ => KERNEL_NS_UNKNOWN,
+        };
+    let reason = end_reason::current();
+    // SAFETY: the value is copied out before the entry is removed.
+    let started = unsafe { OPEN.get(&cfs_rq) }.copied();
+    let ev = match started {
+        Some(mut ev) => {
+            let _ = OPEN.remove(&cfs_rq);
+            ev.kind = EVENT_END;
+            ev.end_ns = end_ns;
+            ev.kernel_ns = kernel_ns;
+            ev.end_reason = reason;
+            ev
+        }
+        None => {
+            let mut ev = StopEvent {
+                kind: EVENT_UNSEEN_START_END,
+                end_ns,
+                kernel_ns,
+                end_reason: reason,
+                ..StopEvent::default()
+            };
+            if !describe(o, cfs_rq, &mut ev) {
+                return;
+            }
+            ev
+        }
+    };
+    emit(&ev);
+}
