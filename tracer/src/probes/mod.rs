@@ -1,14 +1,15 @@
-//! Loading the eBPF object into the kernel and attaching the kprobe backend: nothing else.
+//! Loading the eBPF object into the kernel and attaching a backend's programs: nothing else.
+
 //!
 //! The object is embedded at build time. Before load it receives the kernel offsets resolved
 //! from BTF, the cgroup filter, and the log level; after load its maps are the agent's only
-//! inputs (the ring buffer, loss counters, and the stops still open).
-use std::path::Path;
+//! inputs (the ring buffer and the loss counters).
+
+mod kprobe;
 
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::KProbe,
 };
 use aya_log::EbpfLogger;
 use log::{LevelFilter, warn};
@@ -17,40 +18,6 @@ use tracer_common::Offsets;
 use crate::error::Failure;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
-
-/// Callers of `unthrottle_cfs_rq` whose entry and return mark why a stop ended, with every name
-/// the kernel has used for them; the first that the running kernel has is probed.
-const END_CONTEXTS: &[EndContext] = &[
-    EndContext {
-        reason: "refill",
-        programs: ("refill_enter", "refill_leave"),
-        // Period and slack timers refill in distribute; since 6.2 remote CPUs unthrottle in
-        // the CSD callback. Both are probed.
-        functions: &["distribute_cfs_runtime", "__cfsb_csd_unthrottle"],
-    },
-    EndContext {
-        reason: "quota_change",
-        programs: ("quota_change_enter", "quota_change_leave"),
-        // tg_set_cfs_bandwidth is inlined into tg_set_bandwidth on 6.18.
-        functions: &["tg_set_cfs_bandwidth", "tg_set_bandwidth"],
-    },
-    EndContext {
-        reason: "cpu_offline",
-        programs: ("cpu_offline_enter", "cpu_offline_leave"),
-        functions: &["rq_offline_fair"],
-    },
-    EndContext {
-        reason: "cgroup_gone",
-        programs: ("cgroup_gone_enter", "cgroup_gone_leave"),
-        functions: &["destroy_cfs_bandwidth"],
-    },
-];
-
-struct EndContext {
-    reason: &'static str,
-    programs: (&'static str, &'static str),
-    functions: &'static [&'static str],
-}
 
 /// The loaded and attached programs. Dropping it detaches everything.
 pub struct Probes {
@@ -63,16 +30,6 @@ impl Probes {
     /// Loads the object with `offsets` and attaches the kprobe backend.
     /// `cgroup_filter` empty means every cgroup.
     pub fn attach(offsets: &Offsets, cgroup_filter: &[u64]) -> Result<Self, Failure> {
-        if !Path::new("/sys/bus/event_source/devices/kprobe").exists()
-            && !Path::new("/sys/kernel/tracing/kprobe_events").exists()
-            && !Path::new("/sys/kernel/debug/tracing/kprobe_events").exists()
-        {
-            return Err(Failure::environment(
-                "kprobes are not available on this kernel (CONFIG_KPROBES is off)",
-                "the kprobe backend needs a kernel built with CONFIG_KPROBES; \
-                 `cargo xtask demo` shows the tracer on Debian kernels in QEMU",
-            ));
-        }
         let filter_on = u32::from(!cgroup_filter.is_empty());
         let log_level = match log::max_level() {
             LevelFilter::Off => 0u8,
@@ -104,48 +61,10 @@ impl Probes {
             }
         }
 
-        // Context probes first: a stop that ends between the two attach steps is then never
-        // reported with a reason we could have known.
-        let mut blind_end_reasons = Vec::new();
-        for ctx in END_CONTEXTS {
-            let mut attached = false;
-            for function in ctx.functions {
-                let enter = attach_kprobe(&mut ebpf, ctx.programs.0, function);
-                let leave = enter.and_then(|()| attach_kprobe(&mut ebpf, ctx.programs.1, function));
-                match leave {
-                    Ok(()) => attached = true,
-                    Err(e) => log::debug!("{} not probed at {function}: {e}", ctx.reason),
-                }
-            }
-            if !attached {
-                warn!(
-                    "cannot tell '{}' ends apart on this kernel (none of {} can be probed); \
-                     they are reported as 'unknown'",
-                    ctx.reason,
-                    ctx.functions.join(", ")
-                );
-                blind_end_reasons.push(ctx.reason);
-            }
-        }
-        for (program, function) in [
-            ("unthrottle_cfs_rq", "unthrottle_cfs_rq"),
-            ("unthrottle_cfs_rq_ret", "unthrottle_cfs_rq"),
-            ("throttle_cfs_rq_ret", "throttle_cfs_rq"),
-            ("throttle_cfs_rq", "throttle_cfs_rq"),
-        ] {
-            attach_kprobe(&mut ebpf, program, function).map_err(|e| {
-                Failure::environment(
-                    format!("cannot attach a kprobe to {function}: {e}"),
-                    format!(
-                        "the kernel must export {function} to kprobes \
-                         (check `grep -w {function} /proc/kallsyms`)"
-                    ),
-                )
-            })?;
-        }
+        let attached = kprobe::attach(&mut ebpf)?;
         Ok(Self {
             ebpf,
-            blind_end_reasons,
+            blind_end_reasons: attached.blind_end_reasons,
         })
     }
 
@@ -177,21 +96,6 @@ impl Probes {
 fn map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, Failure> {
     ebpf.take_map(name)
         .ok_or_else(|| internal(&format!("map {name} missing from the eBPF object")))
-}
-
-fn attach_kprobe(ebpf: &mut Ebpf, program: &str, function: &str) -> Result<(), String> {
-    let probe: &mut KProbe = ebpf
-        .program_mut(program)
-        .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
-        .try_into()
-        .map_err(|e| format!("{program}: {e}"))?;
-    if probe.fd().is_err() {
-        probe.load().map_err(|e| format!("load {program}: {e}"))?;
-    }
-    probe
-        .attach(function, 0)
-        .map(|_| ())
-        .map_err(|e| format!("{e}"))
 }
 
 fn spawn_logger(logger: EbpfLogger<&'static dyn log::Log>) {
@@ -226,7 +130,7 @@ fn load_failure(e: &aya::EbpfError) -> Failure {
     }
 }
 
-fn internal(what: &str) -> Failure {
+pub(crate) fn internal(what: &str) -> Failure {
     Failure::environment(
         format!("internal error: {what}"),
         "this is a bug in throttle-tracer; please report it with the kernel version",
