@@ -16,7 +16,8 @@ impl Console {
         let mut console = Self::default();
         let mut open: Option<(String, Vec<String>)> = None;
         for line in text.lines() {
-            match line.strip_prefix(MARK) {
+            // Markers may follow terminal escapes the firmware left on the same line.
+            match line.find(MARK).map(|at| &line[at + MARK.len()..]) {
                 Some(rest) => {
                     if let Some(name) = rest.strip_prefix("BEGIN ") {
                         open = Some((name.to_owned(), Vec::new()));
@@ -68,7 +69,7 @@ mod tests {
 
     #[test]
     fn sections_and_marks() {
-        let text = "boot noise\n@@TT UNAME 6.1.0-47-cloud-amd64\n@@TT BEGIN s1/x\nline 1\n\n\
+        let text = "boot noise\n\x1bc@@TT UNAME 6.1.0-47-cloud-amd64\n@@TT BEGIN s1/x\nline 1\n\n\
                     line 2\n@@TT END s1/x\n@@TT TRACER s1 exit status 0\n@@TT BEGIN s2/x\ncut";
         let console = Console::parse(text);
         assert_eq!(console.section("s1/x").unwrap(), ["line 1", "line 2"]);

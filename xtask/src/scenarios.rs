@@ -41,7 +41,7 @@ pub enum Expect {
 const SPIKY: Workload = Workload::Spiky {
     idle_ms: 400,
     burn_ms: 80,
-    rounds: 7,
+    rounds: 12,
     warmup: 1,
 };
 

@@ -7,7 +7,7 @@
 //!
 //! `busy` spins N threads for S seconds of wall time. `spiky` sleeps, then burns MS of its own
 //! CPU time (CLOCK_THREAD_CPUTIME_ID, so time spent stopped does not count), R times, and prints
-//! one line per round with CLOCK_MONOTONIC timestamps — the clock the tracer's `start_ns` and
+//! one line per round with CLOCK_MONOTONIC timestamps and the CPU time burned — the clock the tracer's `start_ns` and
 //! `end_ns` use — so that stops can be matched to rounds.
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -71,7 +71,10 @@ impl Options {
     }
 
     fn take<T: TryFrom<u64>>(&mut self, name: &str) -> Result<T, String> {
-        let value = self.0.remove(name).ok_or_else(|| format!("--{name} is required"))?;
+        let value = self
+            .0
+            .remove(name)
+            .ok_or_else(|| format!("--{name} is required"))?;
         T::try_from(value).map_err(|_| format!("--{name} {value} is out of range"))
     }
 
@@ -105,13 +108,13 @@ fn spiky(idle: Duration, burn_ns: u64, rounds: u32) {
         thread::sleep(idle);
         let start_ns = clock_ns(libc::CLOCK_MONOTONIC);
         let cpu_start = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-        let mut n = 0u64;
-        while clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - cpu_start < burn_ns {
-            n = std::hint::black_box(n.wrapping_add(1));
+        let mut cpu_ns = 0;
+        while cpu_ns < burn_ns {
+            cpu_ns = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - cpu_start;
         }
         let end_ns = clock_ns(libc::CLOCK_MONOTONIC);
         println!(
-            "round {round} start_ns {start_ns} end_ns {end_ns} wall_ms {:.1}",
+            "round {round} start_ns {start_ns} end_ns {end_ns} cpu_ns {cpu_ns} wall_ms {:.1}",
             (end_ns - start_ns) as f64 / 1e6
         );
     }

@@ -1,5 +1,4 @@
 //! Loading the eBPF object into the kernel and attaching a backend's programs: nothing else.
-
 //!
 //! The object is embedded at build time. Before load it receives the kernel offsets resolved
 //! from BTF, the cgroup filter, and the log level; after load its maps are the agent's only
