@@ -75,13 +75,13 @@ pub async fn run(options: Options) -> Result<(), Failure> {
             )
         })?;
 
-    let mut probes = Probes::attach(&resolved.offsets, &filter)?;
+    let mut probes = Probes::attach(options.backend, &resolved.offsets, &filter)?;
     let ring = probes.take_events()?;
     let baseline = Baseline::take(&mut hierarchy);
     let started_ns = records::monotonic_now_ns();
     let mut report = Report::new(options.json);
     report.start(StartInfo {
-        backend: "kprobe",
+        backend: probes.backend.name(),
         kernel: kernel_release(),
         cgroup_version: Some(hierarchy.version()),
         cgroup_root: hierarchy.root().to_owned(),

@@ -3,6 +3,8 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::Parser;
 
+use crate::probes::Backend;
+
 /// Traces every CFS bandwidth (CPU quota) stop on this machine, per CPU and per cgroup, until
 /// Ctrl-C or --duration, then reports real stop lengths next to what cpu.stat says.
 #[derive(Debug, Parser)]
@@ -20,6 +22,10 @@ pub struct Options {
     /// Stop after this long (e.g. 10s, 1m30s); default: until Ctrl-C or SIGTERM.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
+
+    /// How to observe stops.
+    #[arg(long, value_enum, default_value = "kprobe")]
+    pub backend: Backend,
 
     /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux.
     #[arg(long, value_name = "FILE", default_value = "/sys/kernel/btf/vmlinux")]

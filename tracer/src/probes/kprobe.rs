@@ -5,6 +5,7 @@ use std::path::Path;
 use aya::{Ebpf, programs::KProbe};
 use log::warn;
 
+use super::Attached;
 use crate::error::Failure;
 
 /// Callers of `unthrottle_cfs_rq` whose entry and return mark why a stop ended, with every name
@@ -39,12 +40,6 @@ struct EndContext {
     reason: &'static str,
     programs: (&'static str, &'static str),
     functions: &'static [&'static str],
-}
-
-/// What attaching achieved.
-pub struct Attached {
-    /// End reasons the kernel does not let us tell apart (their stops report "unknown").
-    pub blind_end_reasons: Vec<&'static str>,
 }
 
 /// Attaches every kprobe program of the object; fails if the throttle functions cannot be probed.

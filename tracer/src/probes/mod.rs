@@ -4,7 +4,9 @@
 //! from BTF, the cgroup filter, and the log level; after load its maps are the agent's only
 //! inputs (the ring buffer and the loss counters).
 
+mod fentry;
 mod kprobe;
+mod tracepoint;
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -18,17 +20,49 @@ use crate::error::Failure;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
 
+/// How stops are observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// kprobe + kretprobe on throttle_cfs_rq / unthrottle_cfs_rq.
+    Kprobe,
+    /// fentry / fexit on the same functions.
+    Fentry,
+    /// Scheduler tracepoints only (tp_btf), for kernels without kprobes.
+    Tracepoint,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Kprobe => "kprobe",
+            Self::Fentry => "fentry",
+            Self::Tracepoint => "tracepoint",
+        }
+    }
+}
+
+/// What a backend's attach achieved.
+pub struct Attached {
+    /// End reasons the kernel does not let us tell apart (their stops report "unknown").
+    pub blind_end_reasons: Vec<&'static str>,
+}
+
 /// The loaded and attached programs. Dropping it detaches everything.
 pub struct Probes {
     ebpf: Ebpf,
+    pub backend: Backend,
     /// End reasons the kernel does not let us tell apart (their stops report "unknown").
     pub blind_end_reasons: Vec<&'static str>,
 }
 
 impl Probes {
-    /// Loads the object with `offsets` and attaches the kprobe backend.
+    /// Loads the object with `offsets` and attaches `backend`.
     /// `cgroup_filter` empty means every cgroup.
-    pub fn attach(offsets: &Offsets, cgroup_filter: &[u64]) -> Result<Self, Failure> {
+    pub fn attach(
+        backend: Backend,
+        offsets: &Offsets,
+        cgroup_filter: &[u64],
+    ) -> Result<Self, Failure> {
         let filter_on = u32::from(!cgroup_filter.is_empty());
         let log_level = match log::max_level() {
             LevelFilter::Off => 0u8,
@@ -60,9 +94,14 @@ impl Probes {
             }
         }
 
-        let attached = kprobe::attach(&mut ebpf)?;
+        let attached = match backend {
+            Backend::Kprobe => kprobe::attach(&mut ebpf)?,
+            Backend::Fentry => fentry::attach(&mut ebpf)?,
+            Backend::Tracepoint => tracepoint::attach(&mut ebpf)?,
+        };
         Ok(Self {
             ebpf,
+            backend,
             blind_end_reasons: attached.blind_end_reasons,
         })
     }
