@@ -15,16 +15,7 @@ pub struct Binaries {
 pub fn build() -> Result<Binaries> {
     cmd::run(
         paths::cargo()
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "tracer",
-                "--bin",
-                "throttle-workload",
-                "--target",
-                TARGET,
-            ])
+            .args(["build", "--release", "-p", "tracer", "--target", TARGET])
             .env(
                 "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
                 "-C target-feature=+crt-static",
@@ -32,10 +23,10 @@ pub fn build() -> Result<Binaries> {
     )?;
     let dir = paths::target().join(TARGET).join("release");
     let binaries = Binaries {
-        tracer: "/tmp/fake/throttle-tracer".into(),
+        tracer: dir.join("throttle-tracer"),
         workload: dir.join("throttle-workload"),
     };
-    for binary in [&binaries.workload] {
+    for binary in [&binaries.tracer, &binaries.workload] {
         ensure_static(binary)?;
     }
     Ok(binaries)

@@ -53,8 +53,8 @@ struct Run {
     end: Value,
     /// cpu.stat after minus before.
     delta: HashMap<String, i64>,
-    /// Workload round lines: (round, start_ns, end_ns).
-    rounds: Vec<(u32, u64, u64)>,
+    /// The spiky workload's rounds.
+    rounds: Vec<Round>,
 }
 
 impl Run {
@@ -134,12 +134,26 @@ impl Run {
             .collect()
     }
 
-    /// Whether any stop overlaps the round's wall-clock interval.
-    fn round_stopped(&self, start_ns: u64, end_ns: u64) -> bool {
-        self.stops.iter().any(|s| {
-            s["start_ns"].as_u64().is_some_and(|a| a < end_ns)
-                && s["end_ns"].as_u64().is_some_and(|b| b > start_ns)
-        })
+    /// How long any stop covered [from, to): the union of the stops clipped to it.
+    fn stopped_ns_within(&self, from: u64, to: u64) -> u64 {
+        let mut pieces: Vec<(u64, u64)> = self
+            .stops
+            .iter()
+            .filter_map(|s| {
+                Some((
+                    s["start_ns"].as_u64()?.max(from),
+                    s["end_ns"].as_u64()?.min(to),
+                ))
+            })
+            .filter(|(a, b)| a < b)
+            .collect();
+        pieces.sort_unstable();
+        let (mut total, mut reached) = (0, from);
+        for (a, b) in pieces {
+            total += b.saturating_sub(a.max(reached));
+            reached = reached.max(b);
+        }
+        total
     }
 }
 
@@ -269,11 +283,13 @@ impl Judge {
         format!("group stops {group} vs nr_throttled {throttled}")
     }
 
+    /// Spiky rounds. Whether a round was stopped is the quota's business (burst arithmetic);
+    /// how long it was stopped must agree with the round's own wall − CPU time.
     fn rounds(&mut self, run: &Run, scenario: &Scenario, stopped: bool) -> String {
         let Workload::Spiky { rounds, warmup, .. } = scenario.workload else {
             unreachable!("round checks are for the spiky workload");
         };
-        let judged: Vec<_> = run.rounds.iter().filter(|(i, ..)| *i >= warmup).collect();
+        let judged: Vec<&Round> = run.rounds.iter().filter(|r| r.index >= warmup).collect();
         let expected_rounds = (rounds - warmup) as usize;
         self.check(judged.len() == expected_rounds, || {
             format!(
@@ -281,11 +297,27 @@ impl Judge {
                 judged.len()
             )
         });
-        let hit: Vec<u32> = judged
-            .iter()
-            .filter(|(_, a, b)| run.round_stopped(*a, *b))
-            .map(|(i, ..)| *i)
-            .collect();
+        let mut hit = Vec::new();
+        let mut worst_ms: f64 = 0.0;
+        for round in &judged {
+            let stopped_ms = run.stopped_ns_within(round.start_ns, round.end_ns) as f64 / 1e6;
+            let waited_ms =
+                (round.end_ns - round.start_ns).saturating_sub(round.cpu_ns) as f64 / 1e6;
+            if stopped_ms > 0.0 {
+                hit.push(round.index);
+            }
+            let off = stopped_ms - waited_ms;
+            if off.abs() > worst_ms.abs() {
+                worst_ms = off;
+            }
+            self.check(off.abs() <= ROUND_WAIT_TOLERANCE_MS, || {
+                format!(
+                    "round {}: stopped {stopped_ms:.1} ms within it, but it waited \
+                     {waited_ms:.1} ms (wall − CPU); expected ± {ROUND_WAIT_TOLERANCE_MS} ms",
+                    round.index
+                )
+            });
+        }
         let group = run.summary_u64("group_stops");
         if stopped {
             self.check(hit.len() == judged.len(), || {
@@ -300,12 +332,38 @@ impl Judge {
             });
         }
         format!(
-            "{}/{} rounds stopped, {} stops, group stops {group}, nr_throttled {}",
+            "{}/{} rounds stopped, stop vs wait worst {worst_ms:+.1} ms; {} stops, \
+             group stops {group}, nr_throttled {}",
             hit.len(),
             judged.len(),
             run.stops.len(),
             run.stat("nr_throttled")
         )
+    }
+}
+
+/// Stops and the workload's own wait may differ by wake-up latency and scheduling noise: a
+/// round nothing stopped waits up to ~4.5 ms under TCG.
+const ROUND_WAIT_TOLERANCE_MS: f64 = 5.0;
+
+/// One `round I start_ns A end_ns B cpu_ns C ...` line of throttle-workload spiky.
+struct Round {
+    index: u32,
+    start_ns: u64,
+    end_ns: u64,
+    cpu_ns: u64,
+}
+
+fn round(line: &str) -> Option<Round> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        ["round", i, "start_ns", a, "end_ns", b, "cpu_ns", c, ..] => Some(Round {
+            index: i.parse().ok()?,
+            start_ns: a.parse().ok()?,
+            end_ns: b.parse().ok()?,
+            cpu_ns: c.parse().ok()?,
+        }),
+        _ => None,
     }
 }
 
@@ -318,17 +376,6 @@ fn cpu_stat(lines: &[String]) -> HashMap<String, i64> {
             Some((key.to_owned(), value.trim().parse().ok()?))
         })
         .collect()
-}
-
-/// `round I start_ns A end_ns B ...` from throttle-workload spiky.
-fn round(line: &str) -> Option<(u32, u64, u64)> {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    match words.as_slice() {
-        ["round", i, "start_ns", a, "end_ns", b, ..] => {
-            Some((i.parse().ok()?, a.parse().ok()?, b.parse().ok()?))
-        }
-        _ => None,
-    }
 }
 
 fn ns(value: &Value) -> f64 {
@@ -353,10 +400,8 @@ mod tests {
     fn parses_guest_lines() {
         let stat = cpu_stat(&["nr_throttled 7".to_owned(), "throttled_usec 123".to_owned()]);
         assert_eq!(stat["nr_throttled"], 7);
-        assert_eq!(
-            round("round 2 start_ns 10 end_ns 20 wall_ms 0.0"),
-            Some((2, 10, 20))
-        );
+        let r = round("round 2 start_ns 10 end_ns 20 cpu_ns 5 wall_ms 0.0").unwrap();
+        assert_eq!((r.index, r.start_ns, r.end_ns, r.cpu_ns), (2, 10, 20, 5));
         assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
     }
 }
