@@ -60,6 +60,16 @@ pub struct StopEvent {
     /// `END_*`.
     pub end_reason: u32,
     pub comm: [u8; 16],
+    // Appended for the tracepoint backend (0 from the kprobe backend).
+    /// The kernel's own start of the stop: `cfs_rq->throttled_clock` (rq clock domain, not
+    /// CLOCK_MONOTONIC; 0 = not set or unknown). On 6.18 it is set when the first task is parked.
+    pub kernel_start_clock: u64,
+    /// `bpf_ktime_get_ns()` when the first task of the stopped cfs_rq was seen parked (6.18:
+    /// sched_switch away from a task with `throttled` set); 0 = none seen.
+    pub park_ns: u64,
+    /// Tasks seen parked by this stop (6.18 task-based throttle); 0 on older kernels.
+    pub parked: u32,
+    pub _reserved: u32,
 }
 
 /// Where a bit field sits: byte offset of a 32-bit window, shift and width inside it.
@@ -121,6 +131,28 @@ pub struct Offsets {
     pub se_parent: u32,
     /// 1 when `throttle_cfs_rq` returns bool (5.4.69+, 5.8+); 0 when void (read `throttled`).
     pub throttle_returns_bool: u32,
+    // Appended for the tracepoint backend. Offsets inside `cfs_bandwidth` are relative to it.
+    pub cfs_rq_runtime_enabled: u32,
+    pub cfs_rq_throttle_count: u32,
+    /// `list_head` in `cfs_b->throttled_cfs_rq`.
+    pub cfs_rq_throttled_list: u32,
+    /// `list_head` in `rq->cfsb_csd_list` (6.2+).
+    pub cfs_rq_throttled_csd_list: u32,
+    /// 6.6+.
+    pub cfs_rq_throttled_clock_self: u32,
+    /// 6.6+.
+    pub cfs_rq_throttled_clock_self_time: u32,
+    pub cfsb_period_timer: u32,
+    pub cfsb_slack_timer: u32,
+    pub cfsb_throttled_cfs_rq: u32,
+    pub hrtimer_function: u32,
+    /// `rq->cfsb_csd`, `rq->cfsb_csd_list` (6.2+).
+    pub rq_cfsb_csd: u32,
+    pub rq_cfsb_csd_list: u32,
+    /// `__call_single_data.func`.
+    pub csd_func: u32,
+    /// 6.18 `task_struct.throttled` (a task parked by the task-based throttle).
+    pub task_throttled: BitField,
 }
 
 impl Offsets {
@@ -148,6 +180,20 @@ impl Offsets {
         se_cfs_rq: ABSENT,
         se_parent: ABSENT,
         throttle_returns_bool: 1,
+        cfs_rq_runtime_enabled: ABSENT,
+        cfs_rq_throttle_count: ABSENT,
+        cfs_rq_throttled_list: ABSENT,
+        cfs_rq_throttled_csd_list: ABSENT,
+        cfs_rq_throttled_clock_self: ABSENT,
+        cfs_rq_throttled_clock_self_time: ABSENT,
+        cfsb_period_timer: ABSENT,
+        cfsb_slack_timer: ABSENT,
+        cfsb_throttled_cfs_rq: ABSENT,
+        hrtimer_function: ABSENT,
+        rq_cfsb_csd: ABSENT,
+        rq_cfsb_csd_list: ABSENT,
+        csd_func: ABSENT,
+        task_throttled: BitField::ABSENT,
     };
 }
 

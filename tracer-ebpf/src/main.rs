@@ -12,6 +12,7 @@
 mod end_reason;
 mod kprobe;
 mod stops;
+mod tracepoint;
 
 use aya_ebpf::{
     Global,

@@ -37,14 +37,14 @@ pub fn is_throttled(o: &Offsets, cfs_rq: u64) -> Result<bool, &'static str> {
 }
 
 #[inline(always)]
-fn bump(counter: &PerCpuArray<u64>) {
+pub fn bump(counter: &PerCpuArray<u64>) {
     if let Some(p) = counter.get_ptr_mut(0) {
         // SAFETY: per-CPU slot, only this CPU writes it and programs do not nest on a CPU.
         unsafe { *p += 1 };
     }
 }
 
-fn emit(event: &StopEvent) {
+pub fn emit(event: &StopEvent) {
     let flags = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES.load() {
         BPF_RB_FORCE_WAKEUP
     } else {
@@ -58,7 +58,7 @@ fn emit(event: &StopEvent) {
 /// Fills the cgroup, CPU and bandwidth settings of the group that owns `cfs_rq`.
 /// Returns false for cfs_rqs that are not a cgroup's (autogroups have no cgroup) or are filtered.
 #[inline(always)]
-fn describe(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> bool {
+pub fn describe(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> bool {
     let Some(tg) = read::<u64>(cfs_rq, o.cfs_rq_tg) else {
         return false;
     };
@@ -91,7 +91,7 @@ fn describe(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> bool {
 /// The task running on the stopped CPU, if it is inside the throttled group (its sched_entity
 /// chain reaches `cfs_rq`); the probe's own current task is often someone else.
 #[inline(always)]
-fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
+pub fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
     let rq = read::<u64>(cfs_rq, o.cfs_rq_rq).unwrap_or(0);
     let Some(task) = read::<u64>(rq, o.rq_curr) else {
         return;
@@ -119,6 +119,12 @@ fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
     if !inside {
         return;
     }
+    task_ids(o, task, ev);
+}
+
+/// pid, tid and comm of `task`, which the caller knows is inside the stopped group.
+#[inline(always)]
+pub fn task_ids(o: &Offsets, task: u64, ev: &mut StopEvent) {
     ev.tid = read::<u32>(task, o.task_pid).unwrap_or(0);
     ev.pid = read::<u32>(task, o.task_tgid).unwrap_or(0);
     if let Some(comm) = read::<[u8; 16]>(task, o.task_comm) {

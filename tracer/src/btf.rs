@@ -105,6 +105,14 @@ pub enum Feature {
     Burst,
     /// pid, tid and comm of the task running on the stopped CPU.
     RunningTask,
+    /// What the tracepoint backend needs to see throttles and refills at all.
+    Tracepoint,
+    /// `throttled_clock_self_time` (6.6+): the tracepoint backend's exact kernel duration.
+    SelfTime,
+    /// `rq->cfsb_csd` and its list (6.2+): ends of async unthrottles on remote CPUs.
+    AsyncUnthrottle,
+    /// `task_struct.throttled` (6.18): tasks parked by the task-based throttle.
+    ParkedTasks,
 }
 
 impl fmt::Display for Feature {
@@ -115,6 +123,10 @@ impl fmt::Display for Feature {
             Feature::Bandwidth => "quota and period",
             Feature::Burst => "burst",
             Feature::RunningTask => "running task pid/comm",
+            Feature::Tracepoint => "tracepoint backend",
+            Feature::SelfTime => "tracepoint backend exact kernel duration",
+            Feature::AsyncUnthrottle => "tracepoint backend async unthrottle ends",
+            Feature::ParkedTasks => "parked task count",
         })
     }
 }
@@ -317,6 +329,122 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
         ],
     );
 
+    group(
+        Feature::Tracepoint,
+        vec![
+            (
+                &mut o.cfs_rq_runtime_enabled,
+                k.offset("cfs_rq", &["runtime_enabled"], Shape::Int(4)),
+            ),
+            (
+                &mut o.cfs_rq_throttle_count,
+                k.offset("cfs_rq", &["throttle_count"], Shape::Int(4)),
+            ),
+            (
+                &mut o.cfs_rq_throttled_list,
+                k.offset("cfs_rq", &["throttled_list"], Shape::Struct("list_head")),
+            ),
+            (
+                &mut o.cfsb_period_timer,
+                k.offset("cfs_bandwidth", &["period_timer"], Shape::Struct("hrtimer")),
+            ),
+            (
+                &mut o.cfsb_slack_timer,
+                k.offset("cfs_bandwidth", &["slack_timer"], Shape::Struct("hrtimer")),
+            ),
+            (
+                &mut o.cfsb_throttled_cfs_rq,
+                k.offset(
+                    "cfs_bandwidth",
+                    &["throttled_cfs_rq"],
+                    Shape::Struct("list_head"),
+                ),
+            ),
+            (
+                &mut o.hrtimer_function,
+                k.offset("hrtimer", &["function"], Shape::FuncPtr),
+            ),
+            // The walk from a task up its groups (also part of RunningTask).
+            (
+                &mut o.task_se,
+                k.offset("task_struct", &["se"], Shape::Struct("sched_entity")),
+            ),
+            (
+                &mut o.se_cfs_rq,
+                k.offset("sched_entity", &["cfs_rq"], Shape::Ptr("cfs_rq")),
+            ),
+            (
+                &mut o.se_parent,
+                k.offset("sched_entity", &["parent"], Shape::Ptr("sched_entity")),
+            ),
+        ],
+    );
+
+    // Fields that only newer kernels have: their absence is the kernel's age, not a defect,
+    // so only a field that exists with another shape is reported as disabled.
+    let mut gated = |feature, fields: Vec<(&mut u32, Result<u32, Unresolved>)>| {
+        let reasons: Vec<String> = fields
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().err())
+            .filter(|e| !matches!(e, Unresolved::NoField { .. }))
+            .map(ToString::to_string)
+            .collect();
+        if fields.iter().all(|(_, r)| r.is_ok()) {
+            for (slot, r) in fields {
+                if let Ok(v) = r {
+                    *slot = v;
+                }
+            }
+        } else if !reasons.is_empty() {
+            disabled.push(Disabled {
+                feature,
+                reason: reasons.join("; "),
+            });
+        }
+    };
+    gated(
+        Feature::SelfTime,
+        vec![
+            (
+                &mut o.cfs_rq_throttled_clock_self,
+                k.offset("cfs_rq", &["throttled_clock_self"], Shape::Int(8)),
+            ),
+            (
+                &mut o.cfs_rq_throttled_clock_self_time,
+                k.offset("cfs_rq", &["throttled_clock_self_time"], Shape::Int(8)),
+            ),
+        ],
+    );
+    gated(
+        Feature::AsyncUnthrottle,
+        vec![
+            (
+                &mut o.rq_cfsb_csd,
+                k.offset("rq", &["cfsb_csd"], Shape::Struct("__call_single_data")),
+            ),
+            (
+                &mut o.rq_cfsb_csd_list,
+                k.offset("rq", &["cfsb_csd_list"], Shape::Struct("list_head")),
+            ),
+            (
+                &mut o.cfs_rq_throttled_csd_list,
+                k.offset("cfs_rq", &["throttled_csd_list"], Shape::Struct("list_head")),
+            ),
+            (
+                &mut o.csd_func,
+                k.offset("__call_single_data", &["func"], Shape::FuncPtr),
+            ),
+        ],
+    );
+    match k.flag("task_struct", "throttled") {
+        Ok(field) => o.task_throttled = field,
+        Err(Unresolved::NoField { .. }) => {}
+        Err(e) => disabled.push(Disabled {
+            feature: Feature::ParkedTasks,
+            reason: e.to_string(),
+        }),
+    }
+
     let throttle_return = k.throttle_return();
     o.throttle_returns_bool = match throttle_return {
         ThrottleReturn::Void => 0,
@@ -350,6 +478,8 @@ enum Shape {
     Bytes(u32),
     /// An embedded struct of this name.
     Struct(&'static str),
+    /// A pointer to a function.
+    FuncPtr,
 }
 
 impl fmt::Display for Shape {
@@ -359,6 +489,7 @@ impl fmt::Display for Shape {
             Shape::Int(n) => write!(f, "a {n}-byte integer"),
             Shape::Bytes(n) => write!(f, "{n} bytes"),
             Shape::Struct(s) => write!(f, "struct {s}"),
+            Shape::FuncPtr => write!(f, "a function pointer"),
         }
     }
 }
@@ -408,6 +539,12 @@ impl Kernel {
             }
             (Shape::Bytes(n), _) => self.size(found.type_id)? == Some(*n),
             (Shape::Struct(want), Type::Struct(s)) => self.name(s)? == *want,
+            (Shape::FuncPtr, Type::Ptr(p)) => {
+                let target = p
+                    .get_type_id()
+                    .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
+                matches!(self.strip(target)?, Type::FuncProto(_))
+            }
             _ => false,
         };
         if !ok {

@@ -280,6 +280,7 @@ pub(crate) mod tests {
             tid: 43,
             end_reason: END_REFILL,
             comm,
+            ..StopEvent::default()
         }
     }
 

@@ -83,10 +83,13 @@ impl Probes {
             Err(e) => warn!("eBPF diagnostics will not be shown: {e}"),
         }
         if filter_on != 0 {
-            let mut filter: HashMap<_, u64, u8> =
-                map(&mut ebpf, "CGROUP_FILTER").and_then(|m| {
-                    HashMap::try_from(m).map_err(|e| internal(&format!("CGROUP_FILTER: {e}")))
-                })?;
+            // Borrowed, not taken: a taken map's fd closes when it drops, and programs loaded
+            // after that (every tp_btf/fentry program is loaded at attach) would reference it.
+            let m = ebpf
+                .map_mut("CGROUP_FILTER")
+                .ok_or_else(|| internal("map CGROUP_FILTER missing from the eBPF object"))?;
+            let mut filter: HashMap<_, u64, u8> = HashMap::try_from(m)
+                .map_err(|e| internal(&format!("CGROUP_FILTER: {e}")))?;
             for id in cgroup_filter {
                 filter
                     .insert(id, 1, 0)
@@ -97,7 +100,7 @@ impl Probes {
         let attached = match backend {
             Backend::Kprobe => kprobe::attach(&mut ebpf)?,
             Backend::Fentry => fentry::attach(&mut ebpf)?,
-            Backend::Tracepoint => tracepoint::attach(&mut ebpf)?,
+            Backend::Tracepoint => tracepoint::attach(&mut ebpf, offsets)?,
         };
         Ok(Self {
             ebpf,

@@ -1,0 +1,496 @@
+//! The tracepoint backend: scheduler, hrtimer and CSD tracepoints only (tp_btf), for kernels
+//! without kprobes or fentry (kernel-facts.md §6).
+//!
+//! START: the first time `cfs_rq->throttled == 1` is observed — at sched_switch (prev and next),
+//! sched_wakeup(_new) (the task's whole se → cfs_rq chain, bounded), and at every CFS period or
+//! slack timer (`cfs_b->throttled_cfs_rq`, every throttled cfs_rq of the group).
+//! END (refill): `throttled` found 0 at hrtimer_expire_exit for the cfs_rqs that were on the
+//! group's throttled list at entry (the local one since 6.2, all of them before), and at
+//! csd_function_exit of `__cfsb_csd_unthrottle` for the cfs_rqs on `rq->cfsb_csd_list` at entry.
+//! END (other): `throttled` found 0 at any other observation point (quota write, CPU offline):
+//! `quota_change` when the group's quota/period/burst differ from the start's, else `unknown`.
+//!
+//! Duration: `start_ns`/`end_ns` are CLOCK_MONOTONIC at the observations. `kernel_ns` is what the
+//! kernel accounted, from its own clocks only: Δ`cfs_rq->throttled_clock_self_time` (6.6+, exact
+//! at any later observation), else `rq->clock - throttled_clock` read at the exit tracepoints.
+use aya_ebpf::{
+    helpers::bpf_ktime_get_ns,
+    macros::{btf_tracepoint, map},
+    maps::{Array, HashMap, PerCpuArray},
+    programs::BtfTracePointContext,
+};
+use tracer_common::{
+    ABSENT, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN, EVENT_END, EVENT_START,
+    EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, Offsets, StopEvent,
+};
+
+use crate::{
+    OFFSETS, OPEN_FULL,
+    stops::{self, read, read_bits},
+};
+
+/// `TP_CONFIG` slots, written by the agent after load.
+pub const CFG_PERIOD_TIMER_FN: u32 = 0;
+pub const CFG_SLACK_TIMER_FN: u32 = 1;
+pub const CFG_CSD_UNTHROTTLE_FN: u32 = 2;
+/// CLOCK_MONOTONIC ns when every program was attached; 0 before.
+pub const CFG_ARMED_NS: u32 = 3;
+
+/// kallsyms addresses of `sched_cfs_period_timer`, `sched_cfs_slack_timer`,
+/// `__cfsb_csd_unthrottle`, and the armed time (see `CFG_*`).
+#[map]
+static TP_CONFIG: Array<u64> = Array::with_max_entries(4, 0);
+
+/// The stop is a refill in progress: its cfs_rq is on a list a refill callback is working on.
+const F_REFILL_PENDING: u32 = 1;
+/// The throttle began before the trace did: the end is an unseen-start end.
+const F_UNSEEN: u32 = 2;
+/// Filtered out (or not a cgroup's): remembered only so the hot path need not describe it again.
+const F_IGNORED: u32 = 4;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TpStop {
+    ev: StopEvent,
+    /// `throttled_clock_self_time` at START; `u64::MAX` when the kernel has none (< 6.6).
+    self_time0: u64,
+    flags: u32,
+    _pad: u32,
+}
+
+/// Stops in progress for this backend, by `struct cfs_rq *`.
+#[map]
+static TP_OPEN: HashMap<u64, TpStop> = HashMap::with_max_entries(16384, 0);
+
+/// Longest list walked at a timer or CSD callback (a group's throttled cfs_rqs: one per CPU).
+const MAX_LIST: usize = 32;
+/// Deepest cgroup nesting walked from a task.
+const MAX_DEPTH: usize = 8;
+
+/// Scratch space to build a new stop in.
+#[map]
+static TP_SCRATCH: PerCpuArray<TpStop> = PerCpuArray::with_max_entries(1, 0);
+
+#[repr(C)]
+pub struct Pending {
+    /// The hrtimer or csd whose callback is running; 0 = none.
+    key: u64,
+    n: u64,
+    cfs_rqs: [u64; MAX_LIST],
+}
+
+const SLOT_TIMER: u32 = 0;
+const SLOT_CSD: u32 = 1;
+
+/// Per CPU, the cfs_rqs a refill callback may unthrottle, from its entry to its exit.
+/// Callbacks run in hard IRQ with interrupts off, so they do not nest on one CPU.
+#[map]
+static TP_PENDING: PerCpuArray<Pending> = PerCpuArray::with_max_entries(2, 0);
+
+#[inline(always)]
+fn cfg(slot: u32) -> u64 {
+    TP_CONFIG.get(slot).copied().unwrap_or(0)
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Programs
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn tp_sched_switch(ctx: BtfTracePointContext) -> i32 {
+    let o = OFFSETS.load();
+    // (bool preempt, struct task_struct *prev, struct task_struct *next, unsigned prev_state)
+    let prev: u64 = ctx.arg(1);
+    let next: u64 = ctx.arg(2);
+    let parked = read_bits(prev, &o.task_throttled).unwrap_or(0) != 0;
+    walk(&o, prev, parked);
+    walk(&o, next, false);
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn tp_sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    let o = OFFSETS.load();
+    walk(&o, ctx.arg(0), false);
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup_new")]
+pub fn tp_sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
+    let o = OFFSETS.load();
+    walk(&o, ctx.arg(0), false);
+    0
+}
+
+#[btf_tracepoint(function = "hrtimer_expire_entry")]
+pub fn tp_hrtimer_entry(ctx: BtfTracePointContext) -> i32 {
+    let o = OFFSETS.load();
+    let timer: u64 = ctx.arg(0);
+    let Some(function) = read::<u64>(timer, o.hrtimer_function) else {
+        return 0;
+    };
+    if function == 0 {
+        return 0;
+    }
+    let timer_offset = if function == cfg(CFG_PERIOD_TIMER_FN) {
+        o.cfsb_period_timer
+    } else if function == cfg(CFG_SLACK_TIMER_FN) {
+        o.cfsb_slack_timer
+    } else {
+        return 0;
+    };
+    if timer_offset == ABSENT || o.cfsb_throttled_cfs_rq == ABSENT {
+        return 0;
+    }
+    let head = timer - timer_offset as u64 + o.cfsb_throttled_cfs_rq as u64;
+    collect(SLOT_TIMER, timer, head, o.cfs_rq_throttled_list);
+    refill_entry(&o, SLOT_TIMER);
+    0
+}
+
+#[btf_tracepoint(function = "hrtimer_expire_exit")]
+pub fn tp_hrtimer_exit(ctx: BtfTracePointContext) -> i32 {
+    let o = OFFSETS.load();
+    refill_exit(&o, SLOT_TIMER, ctx.arg(0));
+    0
+}
+
+#[btf_tracepoint(function = "csd_function_entry")]
+pub fn tp_csd_entry(ctx: BtfTracePointContext) -> i32 {
+    let o = OFFSETS.load();
+    // (smp_call_func_t func, call_single_data_t *csd): the verifier refuses reads of `func`
+    // (a FUNC_PROTO argument), so the function is read from the csd.
+    let csd: u64 = ctx.arg(1);
+    let target = cfg(CFG_CSD_UNTHROTTLE_FN);
+    if target == 0 || read::<u64>(csd, o.csd_func) != Some(target) {
+        return 0;
+    }
+    if o.rq_cfsb_csd == ABSENT || o.rq_cfsb_csd_list == ABSENT {
+        return 0;
+    }
+    let rq = csd - o.rq_cfsb_csd as u64;
+    let head = rq + o.rq_cfsb_csd_list as u64;
+    collect(SLOT_CSD, csd, head, o.cfs_rq_throttled_csd_list);
+    refill_entry(&o, SLOT_CSD);
+    0
+}
+
+#[btf_tracepoint(function = "csd_function_exit")]
+pub fn tp_csd_exit(ctx: BtfTracePointContext) -> i32 {
+    let o = OFFSETS.load();
+    refill_exit(&o, SLOT_CSD, ctx.arg(1));
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observation from a task
+
+/// Walks `task`'s sched_entity chain up through its parents and observes every cfs_rq with a
+/// bandwidth limit. `parked`: the task was just parked by the 6.18 throttle work.
+#[inline(always)]
+fn walk(o: &Offsets, task: u64, parked: bool) {
+    if task == 0 || o.task_se == ABSENT {
+        return;
+    }
+    let mut se = task + o.task_se as u64;
+    for _ in 0..MAX_DEPTH {
+        let Some(cfs_rq) = read::<u64>(se, o.se_cfs_rq) else {
+            return;
+        };
+        if read::<i32>(cfs_rq, o.cfs_rq_runtime_enabled).unwrap_or(0) != 0
+            && let Some(throttled) = read_bits(cfs_rq, &o.cfs_rq_throttled)
+        {
+            observe(o, cfs_rq, throttled != 0, task, parked);
+        }
+        match read::<u64>(se, o.se_parent) {
+            Some(parent) if parent != 0 => se = parent,
+            _ => return,
+        }
+    }
+}
+
+#[inline(always)]
+fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
+    // SAFETY: the entry is only touched by programs holding this cfs_rq's rq lock or running
+    // its refill callback; a racing update loses at most one parked count.
+    match TP_OPEN.get_ptr_mut(&cfs_rq) {
+        Some(ptr) => {
+            // SAFETY: valid map value pointer from the lookup above.
+            let st = unsafe { &mut *ptr };
+            if throttled {
+                if parked {
+                    note_park(o, cfs_rq, st, now());
+                }
+            } else {
+                let reason = if st.flags & F_REFILL_PENDING != 0 {
+                    END_REFILL
+                } else {
+                    non_refill_reason(o, cfs_rq, &st.ev)
+                };
+                end(o, cfs_rq, ptr, reason, false);
+            }
+        }
+        None => {
+            if throttled {
+                start(o, cfs_rq, now(), task, parked);
+            }
+        }
+    }
+}
+
+/// An end nobody refilled: a write to the group's bandwidth files unthrottles every CPU; if
+/// the settings differ from the start's, that is what happened. Otherwise we cannot tell
+/// (a write of the same values, CPU offline, group teardown).
+#[inline(always)]
+fn non_refill_reason(o: &Offsets, cfs_rq: u64, ev: &StopEvent) -> u32 {
+    let Some(tg) = read::<u64>(cfs_rq, o.cfs_rq_tg) else {
+        return END_UNKNOWN;
+    };
+    let quota = read::<u64>(tg, o.tg_quota).unwrap_or(u64::MAX);
+    let period = read::<u64>(tg, o.tg_period).unwrap_or(0);
+    let burst = read::<u64>(tg, o.tg_burst).unwrap_or(0);
+    if quota != ev.quota_ns || period != ev.period_ns || burst != ev.burst_ns {
+        END_QUOTA_CHANGE
+    } else {
+        END_UNKNOWN
+    }
+}
+
+#[inline(always)]
+fn note_park(o: &Offsets, cfs_rq: u64, st: &mut TpStop, now: u64) {
+    st.ev.parked += 1;
+    if st.ev.park_ns == 0 {
+        st.ev.park_ns = now;
+    }
+    if st.ev.kernel_start_clock == 0 {
+        st.ev.kernel_start_clock = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// START / END
+
+/// `cfs_rq` is throttled and not yet open: open it (emit START unless it predates the trace).
+/// `task` is a task of the group seen at the observation (0 = use the CPU's current task).
+#[inline(never)]
+fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
+    // Built in a per-CPU scratch slot: a StopEvent is too big for the BPF stack here.
+    let Some(st) = TP_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; programs do not nest on a CPU while using it.
+    let st = unsafe { &mut *st };
+    st.ev = StopEvent::default();
+    st.ev.kind = EVENT_START;
+    st.ev.start_ns = now;
+    st.ev.kernel_ns = KERNEL_NS_UNKNOWN;
+    st.self_time0 = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time).unwrap_or(u64::MAX);
+    st.flags = 0;
+    if !stops::describe(o, cfs_rq, &mut st.ev) {
+        st.flags = F_IGNORED;
+        if TP_OPEN.insert(&cfs_rq, &*st, 0).is_err() {
+            stops::bump(&OPEN_FULL);
+        }
+        return;
+    }
+    st.ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
+    if task != 0 {
+        stops::task_ids(o, task, &mut st.ev);
+    } else {
+        stops::running_task(o, cfs_rq, &mut st.ev);
+    }
+    st.ev.kernel_start_clock = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
+    if parked {
+        st.ev.parked = 1;
+        st.ev.park_ns = now;
+    }
+    if started_before_trace(o, cfs_rq, now) {
+        st.flags |= F_UNSEEN;
+    }
+    if TP_OPEN.insert(&cfs_rq, &*st, 0).is_err() {
+        stops::bump(&OPEN_FULL);
+        return;
+    }
+    if st.flags & F_UNSEEN == 0 {
+        stops::emit(&st.ev);
+    }
+}
+
+/// Whether the throttle began before the tracer was armed. Exact when observed before arming;
+/// otherwise judged from the kernel's own start (`throttled_clock_self`, or `throttled_clock`
+/// before 6.6) carried into CLOCK_MONOTONIC through this rq's current clock offset. A throttle
+/// whose accounting has not begun yet (6.18: no task parked) counts as seen now.
+#[inline(always)]
+fn started_before_trace(o: &Offsets, cfs_rq: u64, now: u64) -> bool {
+    let armed = cfg(CFG_ARMED_NS);
+    if armed == 0 {
+        return true;
+    }
+    let since = if o.cfs_rq_throttled_clock_self != ABSENT {
+        read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self)
+    } else {
+        read::<u64>(cfs_rq, o.cfs_rq_throttled_clock)
+    }
+    .unwrap_or(0);
+    if since == 0 {
+        return false;
+    }
+    let Some(clock) = read::<u64>(cfs_rq, o.cfs_rq_rq).and_then(|rq| read::<u64>(rq, o.rq_clock))
+    else {
+        return false;
+    };
+    if clock < since {
+        return false;
+    }
+    now.saturating_sub(clock - since) < armed
+}
+
+/// Closes the stop `st` of `cfs_rq` (now unthrottled) and emits END or an unseen-start END.
+/// `at_exit`: called right after the refill callback, so `rq->clock` is the unthrottle's clock.
+/// `st` is the map value of `cfs_rq` in `TP_OPEN`; it is finished in place, emitted, removed.
+#[inline(never)]
+fn end(o: &Offsets, cfs_rq: u64, st: *mut TpStop, reason: u32, at_exit: bool) {
+    let now = now();
+    // SAFETY: a valid TP_OPEN value pointer, used before the entry is removed.
+    let st = unsafe { &mut *st };
+    if st.flags & F_IGNORED != 0 {
+        let _ = TP_OPEN.remove(&cfs_rq);
+        return;
+    }
+    let kernel_ns = if st.self_time0 != u64::MAX {
+        match read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time) {
+            Some(t) if t >= st.self_time0 => t - st.self_time0,
+            _ => KERNEL_NS_UNKNOWN,
+        }
+    } else if at_exit && st.ev.kernel_start_clock != 0 {
+        match read::<u64>(cfs_rq, o.cfs_rq_rq).and_then(|rq| read::<u64>(rq, o.rq_clock)) {
+            Some(clock) if clock >= st.ev.kernel_start_clock => clock - st.ev.kernel_start_clock,
+            _ => KERNEL_NS_UNKNOWN,
+        }
+    } else {
+        KERNEL_NS_UNKNOWN
+    };
+    st.ev.kind = if st.flags & F_UNSEEN != 0 {
+        EVENT_UNSEEN_START_END
+    } else {
+        EVENT_END
+    };
+    st.ev.end_ns = now;
+    st.ev.kernel_ns = kernel_ns;
+    st.ev.end_reason = reason;
+    stops::emit(&st.ev);
+    let _ = TP_OPEN.remove(&cfs_rq);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refill callbacks
+
+/// Remembers up to `MAX_LIST` cfs_rqs of the list at `head` (linked through `link` inside each
+/// cfs_rq) in this CPU's `slot`, for the callback `key`.
+#[inline(always)]
+fn collect(slot: u32, key: u64, head: u64, link: u32) {
+    let Some(p) = TP_PENDING.get_ptr_mut(slot) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; refill callbacks do not nest on a CPU.
+    let p = unsafe { &mut *p };
+    p.key = key;
+    p.n = 0;
+    if link == ABSENT {
+        return;
+    }
+    let Some(mut node) = read::<u64>(head, 0) else {
+        return;
+    };
+    for i in 0..MAX_LIST {
+        if node == head || node == 0 {
+            break;
+        }
+        p.cfs_rqs[i] = node - link as u64;
+        p.n = i as u64 + 1;
+        match read::<u64>(node, 0) {
+            Some(next) => node = next,
+            None => break,
+        }
+    }
+}
+
+/// At a refill callback's entry: every listed cfs_rq that is throttled is open (started now if
+/// we had not seen it) and marked as being refilled.
+#[inline(always)]
+fn refill_entry(o: &Offsets, slot: u32) {
+    let Some(p) = TP_PENDING.get_ptr(slot) else {
+        return;
+    };
+    // SAFETY: per-CPU slot.
+    let p = unsafe { &*p };
+    let t = now();
+    for i in 0..MAX_LIST {
+        if i as u64 >= p.n {
+            break;
+        }
+        let cfs_rq = p.cfs_rqs[i];
+        if read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(0) == 0 {
+            continue;
+        }
+        // SAFETY: lookup only.
+        if unsafe { TP_OPEN.get(&cfs_rq) }.is_none() {
+            start(o, cfs_rq, t, 0, false);
+        }
+        if let Some(st) = TP_OPEN.get_ptr_mut(&cfs_rq) {
+            // SAFETY: valid map value pointer.
+            let st = unsafe { &mut *st };
+            st.flags |= F_REFILL_PENDING;
+            if st.ev.kernel_start_clock == 0 {
+                st.ev.kernel_start_clock =
+                    read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
+            }
+        }
+    }
+}
+
+/// At a refill callback's exit: the listed cfs_rqs now unthrottled end as refills; those
+/// still throttled and not queued for an async unthrottle are no longer being refilled.
+#[inline(always)]
+fn refill_exit(o: &Offsets, slot: u32, key: u64) {
+    let Some(p) = TP_PENDING.get_ptr_mut(slot) else {
+        return;
+    };
+    // SAFETY: per-CPU slot.
+    let p = unsafe { &mut *p };
+    if p.key == 0 || p.key != key {
+        return;
+    }
+    for i in 0..MAX_LIST {
+        if i as u64 >= p.n {
+            break;
+        }
+        let cfs_rq = p.cfs_rqs[i];
+        let Some(ptr) = TP_OPEN.get_ptr_mut(&cfs_rq) else {
+            continue;
+        };
+        if read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(1) == 0 {
+            end(o, cfs_rq, ptr, END_REFILL, true);
+        } else if !queued_for_async(o, cfs_rq) {
+            // SAFETY: valid map value pointer.
+            unsafe { (*ptr).flags &= !F_REFILL_PENDING };
+        }
+    }
+    p.key = 0;
+    p.n = 0;
+}
+
+/// Whether `cfs_rq` is on some rq's `cfsb_csd_list` (an async unthrottle is on its way).
+#[inline(always)]
+fn queued_for_async(o: &Offsets, cfs_rq: u64) -> bool {
+    if o.cfs_rq_throttled_csd_list == ABSENT {
+        return false;
+    }
+    let link = cfs_rq + o.cfs_rq_throttled_csd_list as u64;
+    read::<u64>(link, 0).is_some_and(|next| next != link)
+}
