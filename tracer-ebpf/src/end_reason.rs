@@ -1,5 +1,7 @@
-//! Why a stop ended: entry/return probes on the callers of `unthrottle_cfs_rq` keep, per CPU,
-//! how many calls of each kind are in progress.
+//! Why a stop ended: entry/return programs on the callers of `unthrottle_cfs_rq` keep, per CPU,
+//! how many calls of each kind are in progress. [`end_context!`] makes such a pair for any
+//! backend; the kprobe ones are here (one program serves every caller of a kind), the fentry
+//! ones in `fentry.rs` (an fentry program is bound to one function at load).
 use aya_ebpf::{
     macros::{kprobe, kretprobe, map},
     maps::PerCpuArray,
@@ -30,7 +32,7 @@ pub fn current() -> u32 {
 }
 
 #[inline(always)]
-fn enter(reason: u32) -> u32 {
+pub fn enter(reason: u32) -> u32 {
     if let Some(p) = END_CONTEXT.get_ptr_mut(reason) {
         // SAFETY: per-CPU slot.
         unsafe { *p += 1 };
@@ -39,7 +41,7 @@ fn enter(reason: u32) -> u32 {
 }
 
 #[inline(always)]
-fn leave(reason: u32) -> u32 {
+pub fn leave(reason: u32) -> u32 {
     if let Some(p) = END_CONTEXT.get_ptr_mut(reason) {
         // SAFETY: per-CPU slot; never below zero if a return probe fired without its entry.
         unsafe { *p = (*p).saturating_sub(1) };
@@ -47,21 +49,35 @@ fn leave(reason: u32) -> u32 {
     0
 }
 
-/// Entry and return probes on one caller of `unthrottle_cfs_rq` that marks why stops end.
+/// Entry and return programs (of the given attribute macros and contexts) on callers of
+/// `unthrottle_cfs_rq` that mark why stops end.
 macro_rules! end_context {
-    ($enter:ident, $leave:ident, $reason:expr) => {
-        #[kprobe]
-        pub fn $enter(_ctx: ProbeContext) -> u32 {
-            enter($reason)
+    ($entry:ident($entry_ctx:ty) $enter:ident, $exit:ident($exit_ctx:ty) $leave:ident, $reason:expr) => {
+        #[$entry]
+        pub fn $enter(_ctx: $entry_ctx) -> u32 {
+            $crate::end_reason::enter($reason)
         }
-        #[kretprobe]
-        pub fn $leave(_ctx: RetProbeContext) -> u32 {
-            leave($reason)
+        #[$exit]
+        pub fn $leave(_ctx: $exit_ctx) -> u32 {
+            $crate::end_reason::leave($reason)
         }
     };
 }
+pub(crate) use end_context;
 
-end_context!(refill_enter, refill_leave, END_REFILL);
-end_context!(quota_change_enter, quota_change_leave, END_QUOTA_CHANGE);
-end_context!(cpu_offline_enter, cpu_offline_leave, END_CPU_OFFLINE);
-end_context!(cgroup_gone_enter, cgroup_gone_leave, END_CGROUP_GONE);
+end_context!(kprobe(ProbeContext) refill_enter, kretprobe(RetProbeContext) refill_leave, END_REFILL);
+end_context!(
+    kprobe(ProbeContext) quota_change_enter,
+    kretprobe(RetProbeContext) quota_change_leave,
+    END_QUOTA_CHANGE
+);
+end_context!(
+    kprobe(ProbeContext) cpu_offline_enter,
+    kretprobe(RetProbeContext) cpu_offline_leave,
+    END_CPU_OFFLINE
+);
+end_context!(
+    kprobe(ProbeContext) cgroup_gone_enter,
+    kretprobe(RetProbeContext) cgroup_gone_leave,
+    END_CGROUP_GONE
+);

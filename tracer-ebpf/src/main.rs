@@ -9,7 +9,9 @@
 #![no_std]
 #![no_main]
 
+mod calls;
 mod end_reason;
+mod fentry;
 mod kprobe;
 mod stops;
 mod tracepoint;

@@ -19,7 +19,7 @@ use crate::{
     error::Failure,
     probes::Probes,
     records::{self, Event},
-    report::{self, Report, StartInfo, Totals},
+    report::{self, RefusedBackend, Report, StartInfo, Totals},
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
@@ -76,12 +76,33 @@ pub async fn run(options: Options) -> Result<(), Failure> {
         })?;
 
     let mut probes = Probes::attach(options.backend, &resolved.offsets, &filter)?;
+    if !probes.refused.is_empty() {
+        eprintln!(
+            "throttle-tracer: using the {} backend; {}",
+            probes.backend.name(),
+            probes
+                .refused
+                .iter()
+                .map(|r| format!("{} refused: {}", r.backend.name(), r.reason))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
     let ring = probes.take_events()?;
     let baseline = Baseline::take(&mut hierarchy);
     let started_ns = records::monotonic_now_ns();
     let mut report = Report::new(options.json);
     report.start(StartInfo {
         backend: probes.backend.name(),
+        backend_requested: options.backend.name(),
+        backend_refused: probes
+            .refused
+            .iter()
+            .map(|r| RefusedBackend {
+                backend: r.backend.name(),
+                reason: r.reason.clone(),
+            })
+            .collect(),
         kernel: kernel_release(),
         cgroup_version: Some(hierarchy.version()),
         cgroup_root: hierarchy.root().to_owned(),
@@ -191,20 +212,54 @@ impl Reader {
     }
 }
 
+/// The capabilities that decide whether tracing programs may load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The `CapEff:` mask of /proc/self/status.
+    pub effective: u64,
+}
+
+impl Capabilities {
+    const SYS_ADMIN: u32 = 21;
+    const PERFMON: u32 = 38;
+    const BPF: u32 = 39;
+
+    pub fn of_self() -> Self {
+        let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let effective = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .unwrap_or(0);
+        Self { effective }
+    }
+
+    fn has(self, cap: u32) -> bool {
+        self.effective & (1 << cap) != 0
+    }
+
+    pub fn sys_admin(self) -> bool {
+        self.has(Self::SYS_ADMIN)
+    }
+
+    pub fn bpf(self) -> bool {
+        self.has(Self::BPF)
+    }
+
+    pub fn perfmon(self) -> bool {
+        self.has(Self::PERFMON)
+    }
+
+    /// CAP_BPF and CAP_PERFMON (5.8+), or CAP_SYS_ADMIN, which covers both.
+    pub fn can_trace(self) -> bool {
+        self.sys_admin() || (self.bpf() && self.perfmon())
+    }
+}
+
 /// Loading tracing programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN before 5.8);
 /// checking first turns the kernel's bare EPERM into advice.
 fn check_privileges() -> Result<(), Failure> {
-    const CAP_SYS_ADMIN: u32 = 21;
-    const CAP_PERFMON: u32 = 38;
-    const CAP_BPF: u32 = 39;
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let effective = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
-    let has = |cap: u32| effective & (1 << cap) != 0;
-    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+    if Capabilities::of_self().can_trace() {
         Ok(())
     } else {
         Err(Failure::environment(
@@ -214,7 +269,7 @@ fn check_privileges() -> Result<(), Failure> {
     }
 }
 
-fn kernel_release() -> String {
+pub fn kernel_release() -> String {
     fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|r| r.trim().to_owned())
         .unwrap_or_else(|_| "unknown".to_owned())

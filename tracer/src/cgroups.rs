@@ -124,6 +124,51 @@ fn choose(mounts: &[Mount]) -> Option<(PathBuf, Version)> {
     })
 }
 
+/// How the machine mounts cgroups, whichever hierarchy holds the cpu controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Only cgroup v1 hierarchies (systemd's "legacy").
+    V1,
+    /// Only the cgroup v2 tree ("unified").
+    V2,
+    /// v1 hierarchies next to a v2 tree ("hybrid").
+    Hybrid,
+    /// No cgroup filesystem is mounted.
+    Unmounted,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::V1 => "v1",
+            Self::V2 => "v2",
+            Self::Hybrid => "hybrid",
+            Self::Unmounted => "none",
+        }
+    }
+}
+
+/// The cgroup mode of this machine, from /proc/self/mountinfo.
+pub fn mode() -> Result<Mode, CgroupError> {
+    let path = Path::new("/proc/self/mountinfo");
+    let text = fs::read_to_string(path).map_err(|source| CgroupError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(mode_of(&parse_mountinfo(&text)))
+}
+
+fn mode_of(mounts: &[Mount]) -> Mode {
+    let v1 = mounts.iter().any(|m| m.fstype == "cgroup");
+    let v2 = mounts.iter().any(|m| m.fstype == "cgroup2");
+    match (v1, v2) {
+        (true, true) => Mode::Hybrid,
+        (true, false) => Mode::V1,
+        (false, true) => Mode::V2,
+        (false, false) => Mode::Unmounted,
+    }
+}
+
 /// The cpu controller's hierarchy and a cache of its cgroups' paths by id.
 #[derive(Debug)]
 pub struct Hierarchy {
@@ -271,6 +316,21 @@ mod tests {
             }]
         );
         assert_eq!(parse_mountinfo(HYBRID).len(), 7);
+    }
+
+    #[test]
+    fn mode_from_the_mounted_filesystems() {
+        let mounts = parse_mountinfo(HYBRID);
+        assert_eq!(mode_of(&mounts), Mode::Hybrid);
+        let only = |fstype: &str| -> Vec<Mount> {
+            parse_mountinfo(HYBRID)
+                .into_iter()
+                .filter(|m| m.fstype == fstype)
+                .collect()
+        };
+        assert_eq!(mode_of(&only("cgroup")), Mode::V1);
+        assert_eq!(mode_of(&only("cgroup2")), Mode::V2);
+        assert_eq!(mode_of(&only("ext4")), Mode::Unmounted);
     }
 
     #[test]

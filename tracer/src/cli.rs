@@ -1,15 +1,22 @@
-//! Command-line options.
+//! Command-line options: tracing (no subcommand) and `doctor`.
 use std::{path::PathBuf, time::Duration};
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
-use crate::probes::Backend;
+use crate::probes::BackendChoice;
 
 /// Traces every CFS bandwidth (CPU quota) stop on this machine, per CPU and per cgroup, until
 /// Ctrl-C or --duration, then reports real stop lengths next to what cpu.stat says.
 #[derive(Debug, Parser)]
-#[command(name = "throttle-tracer", version)]
+#[command(
+    name = "throttle-tracer",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Options {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Print NDJSON (one JSON object per line) instead of the text report.
     #[arg(long)]
     pub json: bool,
@@ -23,11 +30,24 @@ pub struct Options {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
 
-    /// How to observe stops.
-    #[arg(long, value_enum, default_value = "kprobe")]
-    pub backend: Backend,
+    /// How to observe stops; auto takes the first of fentry, kprobe, tracepoint that works and
+    /// says why it passed over the others.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
 
     /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux.
     #[arg(long, value_name = "FILE", default_value = "/sys/kernel/btf/vmlinux")]
     pub btf: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Checks what this machine allows (BTF, cgroups, privileges, and each backend, by really
+    /// attaching it for a moment) and says which backend tracing would use. Exits 0 when at
+    /// least one backend works, 1 otherwise.
+    Doctor {
+        /// Print one JSON object instead of the text.
+        #[arg(long)]
+        json: bool,
+    },
 }

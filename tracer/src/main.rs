@@ -8,6 +8,7 @@ mod btf;
 mod cgroups;
 mod cli;
 mod cpustat;
+mod doctor;
 mod error;
 mod probes;
 mod records;
@@ -20,6 +21,9 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();
+    if let Some(cli::Command::Doctor { json }) = options.command {
+        std::process::exit(doctor::run(json));
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

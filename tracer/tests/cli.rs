@@ -81,7 +81,7 @@ fn kernel_without_kprobes_is_refused_with_a_way_out() {
         println!("skipped: this kernel has kprobes; the VM matrix covers tracing on it");
         return;
     }
-    let out = run(&["--duration", "1s"]);
+    let out = run(&["--backend", "kprobe", "--duration", "1s"]);
     assert_failure(&out, 1, "kprobes are not available");
     assert_hint(&out, "CONFIG_KPROBES");
 }

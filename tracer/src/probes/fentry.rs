@@ -1,12 +1,157 @@
-//! The fentry backend: fentry/fexit on throttle_cfs_rq / unthrottle_cfs_rq.
-use aya::Ebpf;
+//! The fentry backend: fexit on `throttle_cfs_rq`, fentry + fexit on `unthrottle_cfs_rq`, and
+//! fentry/fexit pairs on the callers of `unthrottle_cfs_rq` that tell why a stop ended.
+//!
+//! Cheaper than kprobes (a BPF trampoline, no breakpoint) and the return value comes with the
+//! arguments. An fentry program is bound to one kernel function when it is loaded (its BTF id),
+//! so the eBPF object has one program per function, named `<function>_fentry` / `_fexit`.
+use aya::{
+    Btf, Ebpf,
+    programs::{FEntry, FExit, ProgramError},
+};
 
-use super::Attached;
+use super::{Attached, end_contexts};
 use crate::error::Failure;
 
-pub fn attach(_ebpf: &mut Ebpf) -> Result<Attached, Failure> {
-    Err(Failure::environment(
-        "the fentry backend is not built yet",
-        "use --backend kprobe",
-    ))
+/// Which side of the call a program runs on.
+#[derive(Clone, Copy)]
+enum Side {
+    Entry,
+    Exit,
+}
+
+/// The throttle programs, in attach order: unthrottle first, so that no stop begins whose end
+/// could go unseen.
+const THROTTLE_PROGRAMS: [(&str, Side, &str); 3] = [
+    ("unthrottle_cfs_rq_fentry", Side::Entry, "unthrottle_cfs_rq"),
+    ("unthrottle_cfs_rq_fexit", Side::Exit, "unthrottle_cfs_rq"),
+    ("throttle_cfs_rq_fexit", Side::Exit, "throttle_cfs_rq"),
+];
+
+/// Loads and attaches every fentry/fexit program; fails if the throttle functions cannot be
+/// traced this way.
+pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
+    let btf = Btf::from_sys_fs().map_err(|e| {
+        Failure::environment(
+            format!("the fentry backend needs the kernel's BTF: {e}"),
+            "fentry/fexit need a kernel built with CONFIG_DEBUG_INFO_BTF=y; \
+             use --backend kprobe or tracepoint",
+        )
+    })?;
+    // Load the throttle programs before anything is attached: a kernel that refuses fentry
+    // refuses it here, and nothing needs undoing.
+    for (program, side, function) in THROTTLE_PROGRAMS {
+        load(ebpf, program, side, function, &btf)?;
+    }
+    // Context programs next: a stop that ends between the two attach steps is then never
+    // reported with a reason we could have known.
+    let blind_end_reasons = end_contexts::attach(ebpf, |ebpf, _, function| {
+        for (side, suffix) in [(Side::Entry, "fentry"), (Side::Exit, "fexit")] {
+            let program = format!("{function}_{suffix}");
+            load(ebpf, &program, side, function, &btf).map_err(|f| f.to_string())?;
+            attach_program(ebpf, &program, side).map_err(|e| format!("attach {program}: {e}"))?;
+        }
+        Ok(())
+    });
+    for (program, side, function) in THROTTLE_PROGRAMS {
+        attach_program(ebpf, program, side).map_err(|e| {
+            Failure::environment(
+                format!("cannot attach {program} to {function}: {e}"),
+                "this kernel loads fentry programs but does not attach them; \
+                 use --backend kprobe or tracepoint",
+            )
+        })?;
+    }
+    Ok(Attached { blind_end_reasons })
+}
+
+fn load(
+    ebpf: &mut Ebpf,
+    program: &str,
+    side: Side,
+    function: &str,
+    btf: &Btf,
+) -> Result<(), Failure> {
+    let missing = || super::internal(&format!("program {program} missing from the eBPF object"));
+    let prog = ebpf.program_mut(program).ok_or_else(missing)?;
+    let loaded = match side {
+        Side::Entry => {
+            let p: &mut FEntry = prog.try_into().map_err(|_| missing())?;
+            p.load(function, btf)
+        }
+        Side::Exit => {
+            let p: &mut FExit = prog.try_into().map_err(|_| missing())?;
+            p.load(function, btf)
+        }
+    };
+    loaded.map_err(|e| load_failure(&e, function))
+}
+
+fn attach_program(ebpf: &mut Ebpf, program: &str, side: Side) -> Result<(), ProgramError> {
+    let Some(prog) = ebpf.program_mut(program) else {
+        return Err(ProgramError::NotLoaded);
+    };
+    match side {
+        Side::Entry => <&mut FEntry>::try_from(prog)?.attach().map(|_| ()),
+        Side::Exit => <&mut FExit>::try_from(prog)?.attach().map(|_| ()),
+    }
+}
+
+/// One line for why an fentry/fexit program on `function` did not load, and the way out.
+fn load_failure(e: &ProgramError, function: &str) -> Failure {
+    let fallback = "use --backend auto (falls back to kprobe, then tracepoint), \
+                    or see `throttle-tracer doctor`";
+    match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            let errno = io_error.raw_os_error().unwrap_or(0);
+            let before_verifier = format!("{verifier_log:?}").trim().is_empty();
+            let text = std::io::Error::from_raw_os_error(errno).to_string();
+            let text = text.split(" (os error").next().unwrap_or_default();
+            let mut message = format!(
+                "the kernel refused to load an fentry/fexit program on {function}: \
+                 BPF_PROG_LOAD failed with {} ({text})",
+                errno_name(errno),
+            );
+            if before_verifier {
+                message.push_str(", before the verifier ran");
+            }
+            let hint = if errno == libc::EPERM {
+                format!(
+                    "this kernel does not allow fentry/fexit programs, even for root; {fallback}"
+                )
+            } else {
+                format!("{fallback}; RUST_LOG=debug shows the verifier output")
+            };
+            log::debug!("verifier output for {function}: {verifier_log:?}");
+            Failure::environment(message, hint)
+        }
+        ProgramError::Btf(e) => Failure::environment(
+            format!(
+                "cannot trace {function} with fentry: {e} (inlined or renamed on this kernel?)"
+            ),
+            fallback,
+        ),
+        other => Failure::environment(
+            format!("cannot load an fentry/fexit program on {function}: {other}"),
+            fallback,
+        ),
+    }
+}
+
+/// The symbolic name of the errnos BPF_PROG_LOAD returns for tracing programs.
+fn errno_name(errno: i32) -> String {
+    match errno {
+        libc::EPERM => "EPERM".to_owned(),
+        libc::EACCES => "EACCES".to_owned(),
+        libc::EINVAL => "EINVAL".to_owned(),
+        libc::ENOENT => "ENOENT".to_owned(),
+        libc::ESRCH => "ESRCH".to_owned(),
+        libc::E2BIG => "E2BIG".to_owned(),
+        libc::EOPNOTSUPP => "EOPNOTSUPP".to_owned(),
+        // The kernel's internal ENOTSUPP, which it leaks for missing BPF trampoline support.
+        524 => "ENOTSUPP".to_owned(),
+        n => format!("errno {n}"),
+    }
 }

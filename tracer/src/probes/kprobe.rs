@@ -3,44 +3,9 @@
 use std::path::Path;
 
 use aya::{Ebpf, programs::KProbe};
-use log::warn;
 
-use super::Attached;
+use super::{Attached, end_contexts};
 use crate::error::Failure;
-
-/// Callers of `unthrottle_cfs_rq` whose entry and return mark why a stop ended, with every name
-/// the kernel has used for them; the first that the running kernel has is probed.
-const END_CONTEXTS: &[EndContext] = &[
-    EndContext {
-        reason: "refill",
-        programs: ("refill_enter", "refill_leave"),
-        // Period and slack timers refill in distribute; since 6.2 remote CPUs unthrottle in
-        // the CSD callback. Both are probed.
-        functions: &["distribute_cfs_runtime", "__cfsb_csd_unthrottle"],
-    },
-    EndContext {
-        reason: "quota_change",
-        programs: ("quota_change_enter", "quota_change_leave"),
-        // tg_set_cfs_bandwidth is inlined into tg_set_bandwidth on 6.18.
-        functions: &["tg_set_cfs_bandwidth", "tg_set_bandwidth"],
-    },
-    EndContext {
-        reason: "cpu_offline",
-        programs: ("cpu_offline_enter", "cpu_offline_leave"),
-        functions: &["rq_offline_fair"],
-    },
-    EndContext {
-        reason: "cgroup_gone",
-        programs: ("cgroup_gone_enter", "cgroup_gone_leave"),
-        functions: &["destroy_cfs_bandwidth"],
-    },
-];
-
-struct EndContext {
-    reason: &'static str,
-    programs: (&'static str, &'static str),
-    functions: &'static [&'static str],
-}
 
 /// Attaches every kprobe program of the object; fails if the throttle functions cannot be probed.
 pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
@@ -56,27 +21,10 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
     }
     // Context probes first: a stop that ends between the two attach steps is then never
     // reported with a reason we could have known.
-    let mut blind_end_reasons = Vec::new();
-    for ctx in END_CONTEXTS {
-        let mut attached = false;
-        for function in ctx.functions {
-            let enter = attach_kprobe(ebpf, ctx.programs.0, function);
-            let leave = enter.and_then(|()| attach_kprobe(ebpf, ctx.programs.1, function));
-            match leave {
-                Ok(()) => attached = true,
-                Err(e) => log::debug!("{} not probed at {function}: {e}", ctx.reason),
-            }
-        }
-        if !attached {
-            warn!(
-                "cannot tell '{}' ends apart on this kernel (none of {} can be probed); \
-                     they are reported as 'unknown'",
-                ctx.reason,
-                ctx.functions.join(", ")
-            );
-            blind_end_reasons.push(ctx.reason);
-        }
-    }
+    let blind_end_reasons = end_contexts::attach(ebpf, |ebpf, ctx, function| {
+        attach_kprobe(ebpf, ctx.kprobe_programs.0, function)?;
+        attach_kprobe(ebpf, ctx.kprobe_programs.1, function)
+    });
     for (program, function) in [
         ("unthrottle_cfs_rq", "unthrottle_cfs_rq"),
         ("unthrottle_cfs_rq_ret", "unthrottle_cfs_rq"),

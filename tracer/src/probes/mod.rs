@@ -1,9 +1,15 @@
-//! Loading the eBPF object into the kernel and attaching a backend's programs: nothing else.
+//! Choosing a backend, loading the eBPF object into the kernel and attaching the backend's
+//! programs: nothing else.
 //!
 //! The object is embedded at build time. Before load it receives the kernel offsets resolved
 //! from BTF, the cgroup filter, and the log level; after load its maps are the agent's only
 //! inputs (the ring buffer and the loss counters).
+//!
+//! `--backend auto` tries fentry, kprobe, tracepoint in that order ([`select`]). Every attempt
+//! loads a fresh copy of the object, and a failed attempt drops its copy, which detaches and
+//! unloads whatever it had attached: the next backend starts from nothing.
 
+mod end_contexts;
 mod fentry;
 mod kprobe;
 mod tracepoint;
@@ -20,8 +26,42 @@ use crate::error::Failure;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
 
-/// How stops are observed.
+/// What `--backend` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// The first of fentry, kprobe, tracepoint that works on this kernel.
+    Auto,
+    /// kprobe + kretprobe on throttle_cfs_rq / unthrottle_cfs_rq.
+    Kprobe,
+    /// fentry / fexit on the same functions (cheapest; needs BPF trampolines).
+    Fentry,
+    /// Scheduler tracepoints only (tp_btf), for kernels without kprobes.
+    Tracepoint,
+}
+
+impl BackendChoice {
+    /// The backends to try, in order.
+    pub fn candidates(self) -> &'static [Backend] {
+        match self {
+            Self::Auto => &Backend::AUTO_ORDER,
+            Self::Kprobe => &[Backend::Kprobe],
+            Self::Fentry => &[Backend::Fentry],
+            Self::Tracepoint => &[Backend::Tracepoint],
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Kprobe => Backend::Kprobe.name(),
+            Self::Fentry => Backend::Fentry.name(),
+            Self::Tracepoint => Backend::Tracepoint.name(),
+        }
+    }
+}
+
+/// How stops are observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// kprobe + kretprobe on throttle_cfs_rq / unthrottle_cfs_rq.
     Kprobe,
@@ -32,6 +72,10 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// `--backend auto`'s order: cheapest first (fentry: no breakpoint, return values with the
+    /// arguments), then kprobe, then the tracepoint approximation.
+    pub const AUTO_ORDER: [Self; 3] = [Self::Fentry, Self::Kprobe, Self::Tracepoint];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Kprobe => "kprobe",
@@ -47,64 +91,109 @@ pub struct Attached {
     pub blind_end_reasons: Vec<&'static str>,
 }
 
+/// A backend that was tried and could not be used, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub backend: Backend,
+    /// The one-line cause, as the error line would say it.
+    pub reason: String,
+    pub hint: String,
+}
+
+/// The outcome of [`select`]: the first backend that worked, what it gave, and every backend
+/// tried before it.
+#[derive(Debug)]
+pub struct Selected<T> {
+    pub backend: Backend,
+    pub value: T,
+    pub refused: Vec<Refusal>,
+}
+
+/// Tries `candidates` in order with `attempt` and keeps the first that works. With one
+/// candidate (an explicit `--backend`) its failure is returned as it is; when several were
+/// tried and all failed, one line names each backend's reason.
+pub fn select<T>(
+    candidates: &[Backend],
+    mut attempt: impl FnMut(Backend) -> Result<T, Failure>,
+) -> Result<Selected<T>, Failure> {
+    let mut refused = Vec::new();
+    let mut last = None;
+    for &backend in candidates {
+        match attempt(backend) {
+            Ok(value) => {
+                return Ok(Selected {
+                    backend,
+                    value,
+                    refused,
+                });
+            }
+            Err(failure) => {
+                let (Failure::Usage { message, hint } | Failure::Environment { message, hint }) =
+                    &failure;
+                refused.push(Refusal {
+                    backend,
+                    reason: message.clone(),
+                    hint: hint.clone(),
+                });
+                last = Some(failure);
+            }
+        }
+    }
+    match (refused.len(), last) {
+        (1, Some(only)) => Err(only),
+        (0, _) | (_, None) => Err(internal("no backend to try")),
+        _ => Err(Failure::environment(
+            format!(
+                "no backend can trace stops on this kernel: {}",
+                refused
+                    .iter()
+                    .map(|r| format!("{}: {}", r.backend.name(), r.reason))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            "`throttle-tracer doctor` shows what this kernel allows",
+        )),
+    }
+}
+
 /// The loaded and attached programs. Dropping it detaches everything.
 pub struct Probes {
     ebpf: Ebpf,
     pub backend: Backend,
+    /// The backends `--backend auto` tried before this one, and why each was refused.
+    pub refused: Vec<Refusal>,
     /// End reasons the kernel does not let us tell apart (their stops report "unknown").
     pub blind_end_reasons: Vec<&'static str>,
 }
 
 impl Probes {
-    /// Loads the object with `offsets` and attaches `backend`.
+    /// Loads the object with `offsets` and attaches the first backend of `choice` that works.
     /// `cgroup_filter` empty means every cgroup.
     pub fn attach(
-        backend: Backend,
+        choice: BackendChoice,
         offsets: &Offsets,
         cgroup_filter: &[u64],
     ) -> Result<Self, Failure> {
-        let filter_on = u32::from(!cgroup_filter.is_empty());
-        let log_level = match log::max_level() {
-            LevelFilter::Off => 0u8,
-            LevelFilter::Error => 1,
-            LevelFilter::Warn => 2,
-            LevelFilter::Info => 3,
-            LevelFilter::Debug => 4,
-            LevelFilter::Trace => 5,
-        };
-        let mut ebpf = EbpfLoader::new()
-            .override_global("OFFSETS", offsets, true)
-            .override_global("FILTER_CGROUPS", &filter_on, true)
-            .override_global("AYA_LOG_LEVEL", &log_level, false)
-            .load(OBJECT)
-            .map_err(|e| load_failure(&e))?;
+        let selected = select(choice.candidates(), |backend| {
+            try_backend(backend, offsets, cgroup_filter)
+        })?;
+        let (mut ebpf, attached) = selected.value;
+        // The logger only for the copy that stays: a failed attempt leaves nothing behind.
         match EbpfLogger::init(&mut ebpf) {
             Ok(logger) => spawn_logger(logger),
             Err(e) => warn!("eBPF diagnostics will not be shown: {e}"),
         }
-        if filter_on != 0 {
-            // Borrowed, not taken: a taken map's fd closes when it drops, and programs loaded
-            // after that (every tp_btf/fentry program is loaded at attach) would reference it.
-            let m = ebpf
-                .map_mut("CGROUP_FILTER")
-                .ok_or_else(|| internal("map CGROUP_FILTER missing from the eBPF object"))?;
-            let mut filter: HashMap<_, u64, u8> = HashMap::try_from(m)
-                .map_err(|e| internal(&format!("CGROUP_FILTER: {e}")))?;
-            for id in cgroup_filter {
-                filter
-                    .insert(id, 1, 0)
-                    .map_err(|e| internal(&format!("CGROUP_FILTER insert: {e}")))?;
-            }
+        for reason in &attached.blind_end_reasons {
+            warn!(
+                "cannot tell '{reason}' ends apart on this kernel (none of {} can be traced); \
+                 they are reported as 'unknown'",
+                end_contexts::functions_of(reason)
+            );
         }
-
-        let attached = match backend {
-            Backend::Kprobe => kprobe::attach(&mut ebpf)?,
-            Backend::Fentry => fentry::attach(&mut ebpf)?,
-            Backend::Tracepoint => tracepoint::attach(&mut ebpf, offsets)?,
-        };
         Ok(Self {
             ebpf,
-            backend,
+            backend: selected.backend,
+            refused: selected.refused,
             blind_end_reasons: attached.blind_end_reasons,
         })
     }
@@ -132,6 +221,50 @@ impl Probes {
         }
         Ok(total)
     }
+}
+
+/// Loads a fresh copy of the object and attaches `backend` to it. On failure the copy is
+/// dropped here, which detaches and unloads all it had.
+pub fn try_backend(
+    backend: Backend,
+    offsets: &Offsets,
+    cgroup_filter: &[u64],
+) -> Result<(Ebpf, Attached), Failure> {
+    let filter_on = u32::from(!cgroup_filter.is_empty());
+    let log_level = match log::max_level() {
+        LevelFilter::Off => 0u8,
+        LevelFilter::Error => 1,
+        LevelFilter::Warn => 2,
+        LevelFilter::Info => 3,
+        LevelFilter::Debug => 4,
+        LevelFilter::Trace => 5,
+    };
+    let mut ebpf = EbpfLoader::new()
+        .override_global("OFFSETS", offsets, true)
+        .override_global("FILTER_CGROUPS", &filter_on, true)
+        .override_global("AYA_LOG_LEVEL", &log_level, false)
+        .load(OBJECT)
+        .map_err(|e| load_failure(&e))?;
+    if filter_on != 0 {
+        // Borrowed, not taken: a taken map's fd closes when it drops, and programs loaded
+        // after that (every tp_btf/fentry program is loaded at attach) would reference it.
+        let m = ebpf
+            .map_mut("CGROUP_FILTER")
+            .ok_or_else(|| internal("map CGROUP_FILTER missing from the eBPF object"))?;
+        let mut filter: HashMap<_, u64, u8> =
+            HashMap::try_from(m).map_err(|e| internal(&format!("CGROUP_FILTER: {e}")))?;
+        for id in cgroup_filter {
+            filter
+                .insert(id, 1, 0)
+                .map_err(|e| internal(&format!("CGROUP_FILTER insert: {e}")))?;
+        }
+    }
+    let attached = match backend {
+        Backend::Kprobe => kprobe::attach(&mut ebpf)?,
+        Backend::Fentry => fentry::attach(&mut ebpf)?,
+        Backend::Tracepoint => tracepoint::attach(&mut ebpf, offsets)?,
+    };
+    Ok((ebpf, attached))
 }
 
 fn map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, Failure> {
@@ -176,4 +309,94 @@ pub(crate) fn internal(what: &str) -> Failure {
         format!("internal error: {what}"),
         "this is a bug in throttle-tracer; please report it with the kernel version",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refuse(why: &str) -> Failure {
+        Failure::environment(why, format!("hint for {why}"))
+    }
+
+    /// `select` over canned attempt results; also returns the order of the attempts.
+    fn run(
+        choice: BackendChoice,
+        works: &[Backend],
+    ) -> (Result<Selected<&'static str>, Failure>, Vec<Backend>) {
+        let mut tried = Vec::new();
+        let result = select(choice.candidates(), |b| {
+            tried.push(b);
+            if works.contains(&b) {
+                Ok(b.name())
+            } else {
+                Err(refuse(&format!("{} refused", b.name())))
+            }
+        });
+        (result, tried)
+    }
+
+    #[test]
+    fn auto_takes_fentry_first_and_tries_nothing_after() {
+        let (selected, tried) = run(BackendChoice::Auto, &Backend::AUTO_ORDER);
+        let selected = selected.unwrap();
+        assert_eq!(selected.backend, Backend::Fentry);
+        assert_eq!(selected.value, "fentry");
+        assert!(selected.refused.is_empty());
+        assert_eq!(tried, [Backend::Fentry]);
+    }
+
+    #[test]
+    fn auto_falls_back_in_order_and_says_why() {
+        let (selected, tried) = run(BackendChoice::Auto, &[Backend::Tracepoint]);
+        let selected = selected.unwrap();
+        assert_eq!(selected.backend, Backend::Tracepoint);
+        assert_eq!(tried, Backend::AUTO_ORDER);
+        assert_eq!(
+            selected.refused,
+            [
+                Refusal {
+                    backend: Backend::Fentry,
+                    reason: "fentry refused".into(),
+                    hint: "hint for fentry refused".into(),
+                },
+                Refusal {
+                    backend: Backend::Kprobe,
+                    reason: "kprobe refused".into(),
+                    hint: "hint for kprobe refused".into(),
+                },
+            ]
+        );
+        let (selected, _) = run(BackendChoice::Auto, &[Backend::Kprobe, Backend::Tracepoint]);
+        let selected = selected.unwrap();
+        assert_eq!(selected.backend, Backend::Kprobe);
+        assert_eq!(selected.refused.len(), 1);
+    }
+
+    #[test]
+    fn auto_with_nothing_working_names_every_reason_on_one_line() {
+        let (selected, _) = run(BackendChoice::Auto, &[]);
+        let failure = selected.unwrap_err();
+        assert_eq!(failure.exit_code(), 1);
+        let text = failure.to_string();
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some(
+                "error: no backend can trace stops on this kernel: fentry: fentry refused; \
+                 kprobe: kprobe refused; tracepoint: tracepoint refused"
+            )
+        );
+        assert!(lines.next().is_some_and(|l| l.contains("doctor")));
+    }
+
+    #[test]
+    fn an_explicit_backend_is_the_only_one_tried_and_its_failure_is_kept() {
+        let (selected, tried) = run(BackendChoice::Kprobe, &[Backend::Fentry]);
+        assert_eq!(tried, [Backend::Kprobe]);
+        let text = selected.unwrap_err().to_string();
+        assert_eq!(text, "error: kprobe refused\nhint: hint for kprobe refused");
+        let (selected, _) = run(BackendChoice::Fentry, &[Backend::Fentry]);
+        assert_eq!(selected.unwrap().backend, Backend::Fentry);
+    }
 }

@@ -31,6 +31,10 @@ use crate::records::{Bandwidth, EndedStop};
 pub struct StartInfo {
     /// The probe backend, e.g. "kprobe".
     pub backend: &'static str,
+    /// What `--backend` asked for: "auto" or a backend's name.
+    pub backend_requested: &'static str,
+    /// The backends `auto` tried before `backend`, in order, each with why it was refused.
+    pub backend_refused: Vec<RefusedBackend>,
     /// `uname -r`.
     pub kernel: String,
     pub cgroup_version: Option<Version>,
@@ -43,6 +47,14 @@ pub struct StartInfo {
     /// End reasons the probes cannot tell apart on this kernel (`EndReason::as_str` names);
     /// such ends count as "unknown".
     pub blind_end_reasons: Vec<&'static str>,
+}
+
+/// A backend `--backend auto` passed over.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RefusedBackend {
+    pub backend: &'static str,
+    /// The one-line cause.
+    pub reason: String,
 }
 
 /// Whole-run counters, printed last.

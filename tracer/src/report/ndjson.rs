@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{CgroupReport, StartInfo, Totals};
+use super::{CgroupReport, RefusedBackend, StartInfo, Totals};
 use crate::aggregate::DurationSummary;
 use crate::cgroups::Version;
 use crate::cpustat::CpuStatDelta;
@@ -29,6 +29,16 @@ struct Start<'a> {
     cgroup_filter: &'a [String],
     disabled_features: &'a [String],
     blind_end_reasons: &'a [&'static str],
+    /// `"auto"` or the backend named on the command line.
+    backend_requested: &'a str,
+    /// What `auto` tried before `backend`, in order: `[{"backend":..,"reason":..}]`.
+    backend_refused: Vec<Refused<'a>>,
+}
+
+#[derive(Serialize)]
+struct Refused<'a> {
+    backend: &'a str,
+    reason: &'a str,
 }
 
 /// The first line: what produced the stream and how to read it.
@@ -47,6 +57,12 @@ pub(super) fn start(info: &StartInfo) -> String {
         cgroup_filter: &info.cgroups,
         disabled_features: &info.disabled,
         blind_end_reasons: &info.blind_end_reasons,
+        backend_requested: info.backend_requested,
+        backend_refused: info
+            .backend_refused
+            .iter()
+            .map(|RefusedBackend { backend, reason }| Refused { backend, reason })
+            .collect(),
     })
 }
 
@@ -289,6 +305,11 @@ mod tests {
             cgroups: vec![],
             disabled: vec!["tasks".into(), "pid".into()],
             blind_end_reasons: vec!["cpu_offline"],
+            backend_requested: "auto",
+            backend_refused: vec![RefusedBackend {
+                backend: "fentry",
+                reason: "EPERM".into(),
+            }],
         }));
         assert_eq!(v["type"], "start");
         assert_eq!(v["backend"], "kprobe");
@@ -299,6 +320,11 @@ mod tests {
         assert_eq!(v["cgroup_filter"], serde_json::json!([]));
         assert_eq!(v["disabled_features"], serde_json::json!(["tasks", "pid"]));
         assert_eq!(v["blind_end_reasons"], serde_json::json!(["cpu_offline"]));
+        assert_eq!(v["backend_requested"], "auto");
+        assert_eq!(
+            v["backend_refused"],
+            serde_json::json!([{"backend": "fentry", "reason": "EPERM"}])
+        );
         assert!(parse(&start(&StartInfo::default()))["cgroup_version"].is_null());
     }
 

@@ -56,6 +56,19 @@ fn header(out: &mut String, info: &StartInfo, totals: &Totals) {
         list(&info.cgroups, "all"),
         list(&info.disabled, "none"),
     );
+    if !info.backend_refused.is_empty() {
+        let _ = writeln!(
+            out,
+            "backend {} chose {}; refused before it: {}",
+            info.backend_requested,
+            info.backend,
+            info.backend_refused
+                .iter()
+                .map(|r| format!("{} ({})", r.backend, r.reason))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
     if !info.blind_end_reasons.is_empty() {
         let _ = writeln!(
             out,
@@ -292,6 +305,11 @@ mod tests {
             cgroups: vec![],
             disabled: vec![],
             blind_end_reasons: vec![],
+            backend_requested: "auto",
+            backend_refused: vec![crate::report::RefusedBackend {
+                backend: "fentry",
+                reason: "EPERM".into(),
+            }],
         }
     }
 
@@ -315,6 +333,7 @@ mod tests {
         for needle in [
             "traced for 12.300 s (kprobe backend, kernel 6.1.0-47-cloud-amd64)",
             "cgroup v1 at /sys/fs/cgroup/cpu",
+            "backend auto chose kprobe; refused before it: fentry (EPERM)",
             "CLOCK_MONOTONIC",
             "/demo (id 4242)",
             "quota now         20.0 ms per 100.0 ms period, burst 0 ns",

@@ -1,0 +1,373 @@
+//! `throttle-tracer doctor`: one screen on what this machine allows. Kernel release, BTF and
+//! the probe features it resolves, the cgroup mode and the cpu controller's hierarchy, the
+//! capabilities, and every backend tried for real: the tracer's own programs are loaded and
+//! attached exactly as tracing would, then detached. Nothing is guessed from kernel config.
+use std::{fmt::Write as _, path::Path};
+
+use serde::Serialize;
+use tracer_common::Offsets;
+
+use crate::{
+    agent::{Capabilities, kernel_release},
+    btf::{self, Feature, ThrottleReturn},
+    cgroups::{self, Hierarchy, Version},
+    error::Failure,
+    probes::{self, Backend},
+};
+
+const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+/// Every optional probe feature, in the order the report lists them.
+const FEATURES: [Feature; 9] = [
+    Feature::KernelDuration,
+    Feature::TaskCount,
+    Feature::Bandwidth,
+    Feature::Burst,
+    Feature::RunningTask,
+    Feature::Tracepoint,
+    Feature::SelfTime,
+    Feature::AsyncUnthrottle,
+    Feature::ParkedTasks,
+];
+
+#[derive(Serialize)]
+struct Diagnosis {
+    kernel: String,
+    btf: BtfCheck,
+    cgroups: CgroupCheck,
+    privileges: Privileges,
+    /// In `--backend auto`'s order.
+    backends: Vec<BackendCheck>,
+    /// What `--backend auto` would trace with; `null` when no backend works.
+    auto: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct BtfCheck {
+    path: &'static str,
+    present: bool,
+    /// Why the offsets could not be resolved; `null` when they were.
+    error: Option<String>,
+    /// `bool`, `void`, `not in BTF`, or what else BTF says `throttle_cfs_rq` returns.
+    throttle_return: Option<String>,
+    features: Vec<FeatureCheck>,
+}
+
+#[derive(Serialize)]
+struct FeatureCheck {
+    feature: String,
+    resolved: bool,
+    /// Why it is off; `null` when resolved.
+    reason: Option<String>,
+}
+
+#[derive(Serialize)]
+struct CgroupCheck {
+    /// `v1`, `v2`, `hybrid` or `none`.
+    mode: Option<&'static str>,
+    /// `v1` or `v2`: the version of the hierarchy the cpu controller is bound to.
+    cpu_controller_version: Option<&'static str>,
+    cpu_controller_root: Option<String>,
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Privileges {
+    /// `CapEff` from /proc/self/status, hex as there.
+    cap_eff: String,
+    cap_sys_admin: bool,
+    cap_bpf: bool,
+    cap_perfmon: bool,
+    /// CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON.
+    can_trace: bool,
+}
+
+#[derive(Serialize)]
+struct BackendCheck {
+    backend: &'static str,
+    usable: bool,
+    /// Why it is not usable; `null` when it is.
+    reason: Option<String>,
+    hint: Option<String>,
+}
+
+/// Runs every check, prints the diagnosis, and returns the exit code: 0 when at least one
+/// backend works, 1 otherwise.
+pub fn run(json: bool) -> i32 {
+    let diagnosis = diagnose();
+    if json {
+        match serde_json::to_string(&diagnosis) {
+            Ok(line) => println!("{line}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the diagnosis: {e}");
+                return 1;
+            }
+        }
+    } else {
+        print!("{}", render(&diagnosis));
+    }
+    if diagnosis.auto.is_some() { 0 } else { 1 }
+}
+
+fn diagnose() -> Diagnosis {
+    let resolved = btf::resolve(Path::new(BTF_PATH));
+    let btf = match &resolved {
+        Ok(r) => BtfCheck {
+            path: BTF_PATH,
+            present: true,
+            error: None,
+            throttle_return: Some(match &r.throttle_return {
+                ThrottleReturn::Bool => "bool".to_owned(),
+                ThrottleReturn::Void => "void".to_owned(),
+                ThrottleReturn::NotInBtf => "not in BTF".to_owned(),
+                ThrottleReturn::Unexpected(what) => what.clone(),
+            }),
+            features: FEATURES
+                .iter()
+                .map(|&feature| {
+                    let off = r.disabled.iter().find(|d| d.feature == feature);
+                    FeatureCheck {
+                        feature: feature.to_string(),
+                        resolved: off.is_none(),
+                        reason: off.map(|d| d.reason.clone()),
+                    }
+                })
+                .collect(),
+        },
+        Err(e) => BtfCheck {
+            path: BTF_PATH,
+            present: Path::new(BTF_PATH).exists(),
+            error: Some(e.to_string()),
+            throttle_return: None,
+            features: Vec::new(),
+        },
+    };
+    // The programs load the same with every offset absent; they would only record nothing.
+    let offsets = resolved.map_or(Offsets::ABSENT, |r| r.offsets);
+
+    let caps = Capabilities::of_self();
+    let results: Vec<(Backend, Result<(), Failure>)> = Backend::AUTO_ORDER
+        .iter()
+        .map(|&b| (b, probes::try_backend(b, &offsets, &[]).map(drop)))
+        .collect();
+    // auto's rule: the first of AUTO_ORDER that works.
+    let auto = results
+        .iter()
+        .find(|(_, r)| r.is_ok())
+        .map(|(b, _)| b.name());
+    let backends = results
+        .into_iter()
+        .map(|(backend, result)| {
+            let (reason, hint) = match result {
+                Ok(()) => (None, None),
+                Err(Failure::Usage { message, hint } | Failure::Environment { message, hint }) => {
+                    (Some(message), Some(hint))
+                }
+            };
+            BackendCheck {
+                backend: backend.name(),
+                usable: reason.is_none(),
+                reason,
+                hint,
+            }
+        })
+        .collect();
+
+    Diagnosis {
+        kernel: kernel_release(),
+        btf,
+        cgroups: cgroup_check(),
+        privileges: Privileges {
+            cap_eff: format!("{:016x}", caps.effective),
+            cap_sys_admin: caps.sys_admin(),
+            cap_bpf: caps.bpf(),
+            cap_perfmon: caps.perfmon(),
+            can_trace: caps.can_trace(),
+        },
+        backends,
+        auto,
+    }
+}
+
+fn cgroup_check() -> CgroupCheck {
+    let mut errors = Vec::new();
+    let mode = cgroups::mode()
+        .map_err(|e| errors.push(e.to_string()))
+        .ok()
+        .map(cgroups::Mode::name);
+    let (version, root) = match Hierarchy::discover() {
+        Ok(h) => (
+            Some(match h.version() {
+                Version::V1 => "v1",
+                Version::V2 => "v2",
+            }),
+            Some(h.root().display().to_string()),
+        ),
+        Err(e) => {
+            errors.push(e.to_string());
+            (None, None)
+        }
+    };
+    CgroupCheck {
+        mode,
+        cpu_controller_version: version,
+        cpu_controller_root: root,
+        error: (!errors.is_empty()).then(|| errors.join("; ")),
+    }
+}
+
+fn render(d: &Diagnosis) -> String {
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let mut out = String::new();
+    let _ = writeln!(out, "throttle-tracer doctor");
+    let _ = writeln!(out, "kernel      {}", d.kernel);
+    match &d.btf.error {
+        None => {
+            let _ = writeln!(
+                out,
+                "BTF         {}: offsets resolved; throttle_cfs_rq returns {}",
+                d.btf.path,
+                d.btf.throttle_return.as_deref().unwrap_or("?")
+            );
+            for f in &d.btf.features {
+                let _ = match &f.reason {
+                    None => writeln!(out, "  {:<42}on", f.feature),
+                    Some(reason) => writeln!(out, "  {:<42}off: {reason}", f.feature),
+                };
+            }
+        }
+        Some(e) => {
+            let _ = writeln!(
+                out,
+                "BTF         {}: {}; {e}",
+                d.btf.path,
+                if d.btf.present { "present" } else { "missing" }
+            );
+        }
+    }
+    let c = &d.cgroups;
+    let _ = writeln!(
+        out,
+        "cgroups     {}; cpu controller: {}{}",
+        c.mode.unwrap_or("unknown"),
+        match (c.cpu_controller_version, &c.cpu_controller_root) {
+            (Some(v), Some(root)) => format!("cgroup {v} at {root}"),
+            _ => "not found".to_owned(),
+        },
+        c.error
+            .as_ref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default()
+    );
+    let p = &d.privileges;
+    let _ = writeln!(
+        out,
+        "privileges  CapEff {}: CAP_SYS_ADMIN {}, CAP_BPF {}, CAP_PERFMON {}; {}",
+        p.cap_eff,
+        yes(p.cap_sys_admin),
+        yes(p.cap_bpf),
+        yes(p.cap_perfmon),
+        if p.can_trace {
+            "enough to trace"
+        } else {
+            "not enough to trace (needs CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON)"
+        }
+    );
+    let _ = writeln!(out, "backends    (each attached for real, then detached)");
+    for b in &d.backends {
+        match &b.reason {
+            None => {
+                let _ = writeln!(out, "  {:<12}usable", b.backend);
+            }
+            Some(reason) => {
+                let _ = writeln!(out, "  {:<12}not usable: {reason}", b.backend);
+            }
+        }
+    }
+    let _ = match d.auto {
+        Some(b) => writeln!(out, "auto        would trace with {b}"),
+        None => writeln!(out, "auto        no backend works on this machine"),
+    };
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_feature_is_listed() {
+        for f in FEATURES {
+            // A new Feature fails to compile here until it is added to FEATURES.
+            match f {
+                Feature::KernelDuration
+                | Feature::TaskCount
+                | Feature::Bandwidth
+                | Feature::Burst
+                | Feature::RunningTask
+                | Feature::Tracepoint
+                | Feature::SelfTime
+                | Feature::AsyncUnthrottle
+                | Feature::ParkedTasks => {}
+            }
+        }
+    }
+
+    #[test]
+    fn render_says_why_each_backend_is_not_usable() {
+        let d = Diagnosis {
+            kernel: "6.18.44".into(),
+            btf: BtfCheck {
+                path: BTF_PATH,
+                present: true,
+                error: None,
+                throttle_return: Some("bool".into()),
+                features: vec![FeatureCheck {
+                    feature: "burst".into(),
+                    resolved: false,
+                    reason: Some("struct cfs_bandwidth has no burst".into()),
+                }],
+            },
+            cgroups: CgroupCheck {
+                mode: Some("hybrid"),
+                cpu_controller_version: Some("v1"),
+                cpu_controller_root: Some("/sys/fs/cgroup/cpu".into()),
+                error: None,
+            },
+            privileges: Privileges {
+                cap_eff: "000001ffffffffff".into(),
+                cap_sys_admin: true,
+                cap_bpf: true,
+                cap_perfmon: true,
+                can_trace: true,
+            },
+            backends: vec![
+                BackendCheck {
+                    backend: "fentry",
+                    usable: false,
+                    reason: Some("EPERM".into()),
+                    hint: Some("h".into()),
+                },
+                BackendCheck {
+                    backend: "tracepoint",
+                    usable: true,
+                    reason: None,
+                    hint: None,
+                },
+            ],
+            auto: Some("tracepoint"),
+        };
+        let text = render(&d);
+        for needle in [
+            "kernel      6.18.44",
+            "burst                                     off: struct cfs_bandwidth has no burst",
+            "cgroups     hybrid; cpu controller: cgroup v1 at /sys/fs/cgroup/cpu",
+            "CAP_BPF yes",
+            "fentry      not usable: EPERM",
+            "tracepoint  usable",
+            "auto        would trace with tracepoint",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! `throttle-tracer doctor --json` on the real host, checked against what the machine says
+//! without the tracer: osrelease, the kprobe PMU in sysfs, the cgroup mounts in mountinfo, and
+//! the exit code against the backends it found usable. Also `--backend fentry` refused the
+//! way doctor says it is.
+use std::{fs, path::Path, process::Command};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_throttle-tracer");
+
+fn doctor() -> (Value, Option<i32>) {
+    let out = Command::new(BIN)
+        .args(["doctor", "--json"])
+        .output()
+        .expect("run throttle-tracer doctor");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    let v = serde_json::from_str(&stdout).expect("doctor --json prints JSON");
+    (v, out.status.code())
+}
+
+fn backend<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["backends"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["backend"] == name))
+        .unwrap_or_else(|| panic!("no {name} in {v}"))
+}
+
+#[test]
+fn doctor_agrees_with_the_machine() {
+    let (v, code) = doctor();
+
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(v["kernel"], release.trim());
+
+    let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
+    assert_eq!(v["btf"]["present"], btf);
+
+    // Without the kprobe PMU no kprobe can attach; with it, doctor must have really tried.
+    let kprobe = backend(&v, "kprobe");
+    if !Path::new("/sys/bus/event_source/devices/kprobe").exists() {
+        assert_eq!(kprobe["usable"], false);
+        assert!(
+            kprobe["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("CONFIG_KPROBES")),
+            "{kprobe}"
+        );
+    }
+
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let fstypes: Vec<&str> = mountinfo
+        .lines()
+        .filter_map(|l| l.split_once(" - ")?.1.split(' ').next())
+        .collect();
+    let v1 = fstypes.contains(&"cgroup");
+    let v2 = fstypes.contains(&"cgroup2");
+    let mode = match (v1, v2) {
+        (true, true) => "hybrid",
+        (true, false) => "v1",
+        (false, true) => "v2",
+        (false, false) => "none",
+    };
+    assert_eq!(v["cgroups"]["mode"], mode);
+    // The cpu controller's v1 hierarchy is the cgroup mount with the `cpu` super option.
+    let v1_cpu = mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mut right = right.split(' ');
+        let is_cpu = right.next()? == "cgroup" && right.nth(1)?.split(',').any(|o| o == "cpu");
+        is_cpu.then(|| left.split(' ').nth(4).map(str::to_owned))?
+    });
+    if let Some(root) = v1_cpu {
+        assert_eq!(v["cgroups"]["cpu_controller_version"], "v1");
+        assert_eq!(v["cgroups"]["cpu_controller_root"], root.as_str());
+    }
+
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    assert_eq!(v["privileges"]["cap_eff"], cap_eff);
+
+    let usable: Vec<&str> = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["usable"] == true)
+        .map(|b| b["backend"].as_str().unwrap())
+        .collect();
+    for b in v["backends"].as_array().unwrap() {
+        assert_eq!(b["usable"] == true, b["reason"].is_null(), "{b}");
+    }
+    assert_eq!(code, Some(if usable.is_empty() { 1 } else { 0 }));
+    assert_eq!(v["auto"].as_str(), usable.first().copied());
+}
+
+#[test]
+fn fentry_refusal_is_one_line_with_the_cause_and_a_hint() {
+    let (v, _) = doctor();
+    if backend(&v, "fentry")["usable"] == true {
+        println!("skipped: fentry works on this kernel; the VM matrix covers tracing with it");
+        return;
+    }
+    let out = Command::new(BIN)
+        .args(["--backend", "fentry", "--duration", "1s"])
+        .output()
+        .expect("run throttle-tracer");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "an error line and a hint line: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    // The same reason doctor gives, which on this machine kind is EPERM at load.
+    let reason = backend(&v, "fentry")["reason"].as_str().unwrap();
+    assert!(lines[0].contains(reason), "{stderr}");
+    if reason.contains("EPERM") {
+        assert!(
+            lines[0].contains("EPERM (Operation not permitted)"),
+            "{stderr}"
+        );
+    }
+    assert!(
+        lines[1].starts_with("hint: ") && lines[1].contains("--backend"),
+        "{stderr}"
+    );
+}
