@@ -329,7 +329,31 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
         ],
     );
 
-    group(
+    // The tracepoint backend's fields, and those only newer kernels have. Their absence only
+    // matters to that backend, which names what is missing when it is asked for (on older
+    // kernels it is the kernel's age, not a defect); so here only a field that exists with
+    // another shape is reported as disabled.
+    let mut gated = |feature, fields: Vec<(&mut u32, Result<u32, Unresolved>)>| {
+        let reasons: Vec<String> = fields
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().err())
+            .filter(|e| !matches!(e, Unresolved::NoField { .. } | Unresolved::NoType(_)))
+            .map(ToString::to_string)
+            .collect();
+        if fields.iter().all(|(_, r)| r.is_ok()) {
+            for (slot, r) in fields {
+                if let Ok(v) = r {
+                    *slot = v;
+                }
+            }
+        } else if !reasons.is_empty() {
+            disabled.push(Disabled {
+                feature,
+                reason: reasons.join("; "),
+            });
+        }
+    };
+    gated(
         Feature::Tracepoint,
         vec![
             (
@@ -380,28 +404,6 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
         ],
     );
 
-    // Fields that only newer kernels have: their absence is the kernel's age, not a defect,
-    // so only a field that exists with another shape is reported as disabled.
-    let mut gated = |feature, fields: Vec<(&mut u32, Result<u32, Unresolved>)>| {
-        let reasons: Vec<String> = fields
-            .iter()
-            .filter_map(|(_, r)| r.as_ref().err())
-            .filter(|e| !matches!(e, Unresolved::NoField { .. }))
-            .map(ToString::to_string)
-            .collect();
-        if fields.iter().all(|(_, r)| r.is_ok()) {
-            for (slot, r) in fields {
-                if let Ok(v) = r {
-                    *slot = v;
-                }
-            }
-        } else if !reasons.is_empty() {
-            disabled.push(Disabled {
-                feature,
-                reason: reasons.join("; "),
-            });
-        }
-    };
     gated(
         Feature::SelfTime,
         vec![
@@ -428,7 +430,11 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
             ),
             (
                 &mut o.cfs_rq_throttled_csd_list,
-                k.offset("cfs_rq", &["throttled_csd_list"], Shape::Struct("list_head")),
+                k.offset(
+                    "cfs_rq",
+                    &["throttled_csd_list"],
+                    Shape::Struct("list_head"),
+                ),
             ),
             (
                 &mut o.csd_func,
@@ -438,7 +444,7 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
     );
     match k.flag("task_struct", "throttled") {
         Ok(field) => o.task_throttled = field,
-        Err(Unresolved::NoField { .. }) => {}
+        Err(Unresolved::NoField { .. } | Unresolved::NoType(_)) => {}
         Err(e) => disabled.push(Disabled {
             feature: Feature::ParkedTasks,
             reason: e.to_string(),
@@ -1247,5 +1253,104 @@ mod tests {
             k.offset("no_such_struct_here", &["x"], Shape::Int(4)),
             Err(Unresolved::NoType("no_such_struct_here".into()))
         );
+    }
+
+    /// A kernel without the tracepoint backend's structs (the synthetic 5.4 has none of them):
+    /// every such offset is ABSENT, and nothing is reported as disabled for it, since only
+    /// that backend needs them and it names what is missing itself.
+    #[test]
+    fn tracepoint_fields_absent_without_noise() {
+        let r = synth(V5_4).unwrap();
+        let o = r.offsets;
+        for v in [
+            o.cfs_rq_runtime_enabled,
+            o.cfs_rq_throttle_count,
+            o.cfs_rq_throttled_list,
+            o.cfs_rq_throttled_csd_list,
+            o.cfs_rq_throttled_clock_self,
+            o.cfs_rq_throttled_clock_self_time,
+            o.cfsb_period_timer,
+            o.cfsb_slack_timer,
+            o.cfsb_throttled_cfs_rq,
+            o.hrtimer_function,
+            o.rq_cfsb_csd,
+            o.rq_cfsb_csd_list,
+            o.csd_func,
+        ] {
+            assert_eq!(v, ABSENT);
+        }
+        assert_eq!(o.task_throttled, BitField::ABSENT);
+        let tp = |f: Feature| r.disabled.iter().any(|d| d.feature == f);
+        assert!(!tp(Feature::Tracepoint) && !tp(Feature::SelfTime));
+        assert!(!tp(Feature::AsyncUnthrottle) && !tp(Feature::ParkedTasks));
+    }
+
+    /// Expected values from `pahole -C cfs_rq|cfs_bandwidth|rq|hrtimer|__call_single_data|
+    /// task_struct /sys/kernel/btf/vmlinux` on the 6.18.44 host (dwarves 1.24), independently of
+    /// btf-rs: cfs_rq runtime_enabled 356, throttled_clock_self 400, throttled_clock_self_time
+    /// 408, throttle_count 420, throttled_list 424, throttled_csd_list 440; cfs_bandwidth
+    /// period_timer 64, slack_timer 128, throttled_cfs_rq 192; hrtimer function 40; rq cfsb_csd
+    /// 3488, cfsb_csd_list 3520; __call_single_data func 16; task_struct `bool throttled` 752.
+    #[test]
+    fn host_6_18_tracepoint_layout() {
+        let Some(r) = host() else { return };
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        if !release.starts_with("6.18.") {
+            println!(
+                "skipped: layout checks are for 6.18.x, this is {}",
+                release.trim()
+            );
+            return;
+        }
+        let o = r.offsets;
+        assert_eq!(
+            (
+                o.cfs_rq_runtime_enabled,
+                o.cfs_rq_throttled_clock_self,
+                o.cfs_rq_throttled_clock_self_time,
+                o.cfs_rq_throttle_count,
+                o.cfs_rq_throttled_list,
+                o.cfs_rq_throttled_csd_list
+            ),
+            (356, 400, 408, 420, 424, 440)
+        );
+        assert_eq!(
+            (
+                o.cfsb_period_timer,
+                o.cfsb_slack_timer,
+                o.cfsb_throttled_cfs_rq
+            ),
+            (64, 128, 192)
+        );
+        assert_eq!(o.hrtimer_function, 40);
+        assert_eq!(
+            (o.rq_cfsb_csd, o.rq_cfsb_csd_list, o.csd_func),
+            (3488, 3520, 16)
+        );
+        // A plain bool (not a bit field): the aligned 32-bit window at 752, low byte.
+        assert_eq!(
+            o.task_throttled,
+            BitField {
+                offset: 752,
+                shift: if cfg!(target_endian = "little") {
+                    0
+                } else {
+                    24
+                },
+                bits: 8
+            }
+        );
+        // The hrtimer callback is a function pointer; an int at the same place is refused.
+        let k = Kernel {
+            btf: Btf::from_file(VMLINUX).unwrap(),
+        };
+        assert!(matches!(
+            k.offset("hrtimer", &["function"], Shape::Int(8)),
+            Err(Unresolved::WrongShape { .. })
+        ));
+        assert!(matches!(
+            k.offset("cfs_rq", &["runtime_enabled"], Shape::FuncPtr),
+            Err(Unresolved::WrongShape { .. })
+        ));
     }
 }

@@ -147,7 +147,12 @@ impl Scene {
         }
         let child = cmd.spawn().expect("spawn throttle-workload");
         self.workload = Some(child);
-        let status = self.workload.as_mut().unwrap().wait().expect("wait workload");
+        let status = self
+            .workload
+            .as_mut()
+            .unwrap()
+            .wait()
+            .expect("wait workload");
         self.workload = None;
         assert!(status.success(), "workload: {status}");
     }
@@ -167,7 +172,10 @@ impl Scene {
 
 impl Drop for Scene {
     fn drop(&mut self) {
-        for child in [self.workload.take(), self.tracer.take()].into_iter().flatten() {
+        for child in [self.workload.take(), self.tracer.take()]
+            .into_iter()
+            .flatten()
+        {
             let mut child = child;
             let _ = child.kill();
             let _ = child.wait();
@@ -227,7 +235,10 @@ fn one_thread_stops_last_the_rest_of_the_period() {
         assert_eq!(s["end"], "refill", "{s}");
         assert!(s["kernel_ns"].is_u64(), "{s}");
     }
-    let durations: Vec<u64> = stops.iter().map(|s| s["duration_ns"].as_u64().unwrap()).collect();
+    let durations: Vec<u64> = stops
+        .iter()
+        .map(|s| s["duration_ns"].as_u64().unwrap())
+        .collect();
     let m = median(durations.clone());
     println!(
         "stops {} median {:.3} ms; durations ms {:?}",
