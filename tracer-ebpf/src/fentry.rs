@@ -13,12 +13,12 @@ use aya_ebpf::{
 use aya_log_ebpf::debug;
 use tracer_common::{END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL};
 
-use crate::{OFFSETS, calls, end_reason::end_context};
+use crate::{calls, end_reason::end_context, offsets};
 
 #[fexit]
 pub fn throttle_cfs_rq_fexit(ctx: FExitContext) -> u32 {
     let cfs_rq: u64 = ctx.arg(0);
-    match calls::throttle_returned(&OFFSETS.load(), cfs_rq, || ctx.arg::<u64>(1)) {
+    match calls::throttle_returned(offsets(), cfs_rq, || ctx.arg::<u64>(1)) {
         Ok(()) => 0,
         Err(what) => {
             debug!(&ctx, "throttle_cfs_rq return skipped: {}", what);
@@ -29,13 +29,13 @@ pub fn throttle_cfs_rq_fexit(ctx: FExitContext) -> u32 {
 
 #[fentry]
 pub fn unthrottle_cfs_rq_fentry(ctx: FEntryContext) -> u32 {
-    calls::unthrottle_entered(&OFFSETS.load(), ctx.arg(0));
+    calls::unthrottle_entered(offsets(), ctx.arg(0));
     0
 }
 
 #[fexit]
 pub fn unthrottle_cfs_rq_fexit(ctx: FExitContext) -> u32 {
-    match calls::unthrottle_returned(&OFFSETS.load(), Some(ctx.arg(0))) {
+    match calls::unthrottle_returned(offsets(), Some(ctx.arg(0))) {
         Ok(()) => 0,
         Err(what) => {
             debug!(&ctx, "unthrottle_cfs_rq return skipped: {}", what);

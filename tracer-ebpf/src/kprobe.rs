@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 
-use crate::{OFFSETS, calls};
+use crate::{calls, offsets};
 
 /// The cfs_rq argument of the `throttle_cfs_rq` call in progress on this CPU, for the return
 /// probe (x86's argument registers are gone by then). Both functions run under the rq lock
@@ -42,20 +42,20 @@ fn try_throttle_ret(ctx: &RetProbeContext) -> Result<(), &'static str> {
     if cfs_rq == 0 {
         return Err("return without a recorded entry");
     }
-    calls::throttle_returned(&OFFSETS.load(), cfs_rq, || ctx.ret::<u64>())
+    calls::throttle_returned(offsets(), cfs_rq, || ctx.ret::<u64>())
 }
 
 #[kprobe]
 pub fn unthrottle_cfs_rq(ctx: ProbeContext) -> u32 {
     if let Some(cfs_rq) = ctx.arg::<u64>(0) {
-        calls::unthrottle_entered(&OFFSETS.load(), cfs_rq);
+        calls::unthrottle_entered(offsets(), cfs_rq);
     }
     0
 }
 
 #[kretprobe]
 pub fn unthrottle_cfs_rq_ret(ctx: RetProbeContext) -> u32 {
-    match calls::unthrottle_returned(&OFFSETS.load(), None) {
+    match calls::unthrottle_returned(offsets(), None) {
         Ok(()) => 0,
         Err(what) => {
             debug!(&ctx, "unthrottle_cfs_rq return skipped: {}", what);

@@ -23,9 +23,20 @@ use aya_ebpf::{
 };
 use tracer_common::{Offsets, StopEvent};
 
-/// Kernel offsets, replaced by the agent before load.
+/// Kernel offsets, replaced by the agent before load. Read them through [`offsets`].
 #[unsafe(no_mangle)]
 static OFFSETS: Global<Offsets> = Global::new(Offsets::ABSENT);
+
+/// The kernel offsets, by reference. `OFFSETS.load()` copies the whole struct onto the
+/// 512-byte BPF stack (a volatile read cannot be narrowed to the fields used); with a stop
+/// record or two on top, kernels before 6.13 (no private stacks) reject the program.
+#[inline(always)]
+pub fn offsets() -> &'static Offsets {
+    // SAFETY: `Global` is `repr(transparent)` over `MaybeUninit<Offsets>` and is always
+    // initialised. black_box hides the compile-time initialiser (all ABSENT) from the
+    // optimiser, so every field is loaded from the .rodata map the agent filled before load.
+    unsafe { &*core::hint::black_box((&raw const OFFSETS).cast::<Offsets>()) }
+}
 
 /// 1 when only the cgroups in `CGROUP_FILTER` are traced.
 #[unsafe(no_mangle)]

@@ -128,6 +128,7 @@ pub fn select<T>(
                 });
             }
             Err(failure) => {
+                let failure = one_line(failure);
                 let (Failure::Usage { message, hint } | Failure::Environment { message, hint }) =
                     &failure;
                 refused.push(Refusal {
@@ -153,6 +154,22 @@ pub fn select<T>(
             ),
             "`throttle-tracer doctor` shows what this kernel allows",
         )),
+    }
+}
+
+/// The failure with its message cut to the first line: a verifier log quoted in a load error
+/// goes to the debug log instead of the error line.
+fn one_line(failure: Failure) -> Failure {
+    let cut = |message: String| match message.split_once('\n') {
+        Some((first, _)) => {
+            log::debug!("full error: {message}");
+            first.to_owned()
+        }
+        None => message,
+    };
+    match failure {
+        Failure::Usage { message, hint } => Failure::usage(cut(message), hint),
+        Failure::Environment { message, hint } => Failure::environment(cut(message), hint),
     }
 }
 
@@ -388,6 +405,20 @@ mod tests {
             )
         );
         assert!(lines.next().is_some_and(|l| l.contains("doctor")));
+    }
+
+    #[test]
+    fn a_verifier_log_in_a_reason_is_cut_to_its_first_line() {
+        let selected = select(&[Backend::Kprobe], |_| -> Result<(), _> {
+            Err(refuse(
+                "load failed. Verifier output: stack too large\nprocessed 9 insns",
+            ))
+        });
+        assert_eq!(
+            selected.unwrap_err().to_string(),
+            "error: load failed. Verifier output: stack too large\n\
+             hint: hint for load failed. Verifier output: stack too large\nprocessed 9 insns"
+        );
     }
 
     #[test]
