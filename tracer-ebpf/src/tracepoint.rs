@@ -9,6 +9,10 @@
 //! csd_function_exit of `__cfsb_csd_unthrottle` for the cfs_rqs on `rq->cfsb_csd_list` at entry.
 //! END (other): `throttled` found 0 at any other observation point (quota write, CPU offline):
 //! `quota_change` when the group's quota/period/burst differ from the start's, else `unknown`.
+//! END (cgroup gone): at cgroup_rmdir (and again at cgroup_release) every open stop of the
+//! removed cgroup ends as `cgroup_gone`. The kernel may never unthrottle those cfs_rqs
+//! (`destroy_cfs_bandwidth` only flushes pending CSD unthrottles, kernel-facts §1.3), and a
+//! removed cgroup has no task left to stop; a refill that still comes is not a new stop.
 //!
 //! Duration: `start_ns`/`end_ns` are CLOCK_MONOTONIC at the observations. `kernel_ns` is what the
 //! kernel accounted, from its own clocks only: Δ`cfs_rq->throttled_clock_self_time` (6.6+, exact
@@ -16,16 +20,16 @@
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
     macros::{btf_tracepoint, map},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
 use tracer_common::{
-    ABSENT, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN, EVENT_END, EVENT_START,
+    ABSENT, END_CGROUP_GONE, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN, EVENT_END, EVENT_START,
     EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, Offsets, StopEvent,
 };
 
 use crate::{
-    OFFSETS, OPEN_FULL,
+    OPEN_FULL, offsets,
     stops::{self, read, read_bits},
 };
 
@@ -35,11 +39,13 @@ pub const CFG_SLACK_TIMER_FN: u32 = 1;
 pub const CFG_CSD_UNTHROTTLE_FN: u32 = 2;
 /// CLOCK_MONOTONIC ns when every program was attached; 0 before.
 pub const CFG_ARMED_NS: u32 = 3;
+/// The number of possible CPUs (cfs_rqs per group), for the sweep at cgroup removal.
+pub const CFG_NR_CPUS: u32 = 4;
 
 /// kallsyms addresses of `sched_cfs_period_timer`, `sched_cfs_slack_timer`,
-/// `__cfsb_csd_unthrottle`, and the armed time (see `CFG_*`).
+/// `__cfsb_csd_unthrottle`, the armed time and the CPU count (see `CFG_*`).
 #[map]
-static TP_CONFIG: Array<u64> = Array::with_max_entries(4, 0);
+static TP_CONFIG: Array<u64> = Array::with_max_entries(5, 0);
 
 /// The stop is a refill in progress: its cfs_rq is on a list a refill callback is working on.
 const F_REFILL_PENDING: u32 = 1;
@@ -47,6 +53,8 @@ const F_REFILL_PENDING: u32 = 1;
 const F_UNSEEN: u32 = 2;
 /// Filtered out (or not a cgroup's): remembered only so the hot path need not describe it again.
 const F_IGNORED: u32 = 4;
+/// `key` is in `TP_BY_GROUP`.
+const F_INDEXED: u32 = 8;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -56,11 +64,44 @@ pub struct TpStop {
     self_time0: u64,
     flags: u32,
     _pad: u32,
+    /// The group's `struct cgroup *` and this stop's `TP_BY_GROUP` key (with `F_INDEXED`).
+    cgroup: u64,
+    key: GroupCpu,
 }
 
 /// Stops in progress for this backend, by `struct cfs_rq *`.
 #[map]
 static TP_OPEN: HashMap<u64, TpStop> = HashMap::with_max_entries(16384, 0);
+
+/// A cgroup's stop on one CPU: the key of `TP_BY_GROUP`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GroupCpu {
+    cgroup_id: u64,
+    cpu: u64,
+}
+
+/// Every `TP_OPEN` entry (ignored ones too) by cgroup and CPU, so that a removed cgroup's open
+/// stops can be found without walking the kernel's structures: value = `struct cfs_rq *`.
+#[map]
+static TP_BY_GROUP: HashMap<GroupCpu, u64> = HashMap::with_max_entries(16384, 0);
+
+/// A removed cgroup: its `struct cgroup *` and id (ids alone can repeat across v1 hierarchies,
+/// addresses alone are reused after the free).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Gone {
+    cgroup: u64,
+    cgroup_id: u64,
+}
+
+/// Cgroups removed while tracing: a throttled cfs_rq of theirs that a late refill walks over
+/// does not start a new stop. LRU: ids are never reused, old entries can go.
+#[map]
+static TP_GONE: LruHashMap<Gone, u8> = LruHashMap::with_max_entries(1024, 0);
+
+/// Most CPUs swept at a cgroup's removal (`CFG_NR_CPUS` is the real count).
+const MAX_CPUS: u64 = 1024;
 
 /// Longest list walked at a timer or CSD callback (a group's throttled cfs_rqs: one per CPU).
 const MAX_LIST: usize = 32;
@@ -103,33 +144,33 @@ fn now() -> u64 {
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn tp_sched_switch(ctx: BtfTracePointContext) -> i32 {
-    let o = OFFSETS.load();
+    let o = offsets();
     // (bool preempt, struct task_struct *prev, struct task_struct *next, unsigned prev_state)
     let prev: u64 = ctx.arg(1);
     let next: u64 = ctx.arg(2);
     let parked = read_bits(prev, &o.task_throttled).unwrap_or(0) != 0;
-    walk(&o, prev, parked);
-    walk(&o, next, false);
+    walk(o, prev, parked);
+    walk(o, next, false);
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn tp_sched_wakeup(ctx: BtfTracePointContext) -> i32 {
-    let o = OFFSETS.load();
-    walk(&o, ctx.arg(0), false);
+    let o = offsets();
+    walk(o, ctx.arg(0), false);
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn tp_sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
-    let o = OFFSETS.load();
-    walk(&o, ctx.arg(0), false);
+    let o = offsets();
+    walk(o, ctx.arg(0), false);
     0
 }
 
 #[btf_tracepoint(function = "hrtimer_expire_entry")]
 pub fn tp_hrtimer_entry(ctx: BtfTracePointContext) -> i32 {
-    let o = OFFSETS.load();
+    let o = offsets();
     let timer: u64 = ctx.arg(0);
     let Some(function) = read::<u64>(timer, o.hrtimer_function) else {
         return 0;
@@ -149,20 +190,20 @@ pub fn tp_hrtimer_entry(ctx: BtfTracePointContext) -> i32 {
     }
     let head = timer - timer_offset as u64 + o.cfsb_throttled_cfs_rq as u64;
     collect(SLOT_TIMER, timer, head, o.cfs_rq_throttled_list);
-    refill_entry(&o, SLOT_TIMER);
+    refill_entry(o, SLOT_TIMER);
     0
 }
 
 #[btf_tracepoint(function = "hrtimer_expire_exit")]
 pub fn tp_hrtimer_exit(ctx: BtfTracePointContext) -> i32 {
-    let o = OFFSETS.load();
-    refill_exit(&o, SLOT_TIMER, ctx.arg(0));
+    let o = offsets();
+    refill_exit(o, SLOT_TIMER, ctx.arg(0));
     0
 }
 
 #[btf_tracepoint(function = "csd_function_entry")]
 pub fn tp_csd_entry(ctx: BtfTracePointContext) -> i32 {
-    let o = OFFSETS.load();
+    let o = offsets();
     // (smp_call_func_t func, call_single_data_t *csd): the verifier refuses reads of `func`
     // (a FUNC_PROTO argument), so the function is read from the csd.
     let csd: u64 = ctx.arg(1);
@@ -176,14 +217,31 @@ pub fn tp_csd_entry(ctx: BtfTracePointContext) -> i32 {
     let rq = csd - o.rq_cfsb_csd as u64;
     let head = rq + o.rq_cfsb_csd_list as u64;
     collect(SLOT_CSD, csd, head, o.cfs_rq_throttled_csd_list);
-    refill_entry(&o, SLOT_CSD);
+    refill_entry(o, SLOT_CSD);
     0
 }
 
 #[btf_tracepoint(function = "csd_function_exit")]
 pub fn tp_csd_exit(ctx: BtfTracePointContext) -> i32 {
-    let o = OFFSETS.load();
-    refill_exit(&o, SLOT_CSD, ctx.arg(1));
+    let o = offsets();
+    refill_exit(o, SLOT_CSD, ctx.arg(1));
+    0
+}
+
+#[btf_tracepoint(function = "cgroup_rmdir")]
+pub fn tp_cgroup_rmdir(ctx: BtfTracePointContext) -> i32 {
+    let o = offsets();
+    // (struct cgroup *cgrp, const char *path)
+    cgroup_gone(o, ctx.arg(0));
+    0
+}
+
+#[btf_tracepoint(function = "cgroup_release")]
+pub fn tp_cgroup_release(ctx: BtfTracePointContext) -> i32 {
+    let o = offsets();
+    // A cgroup can be released without an rmdir the tracer saw (e.g. removed before the
+    // rmdir program was attached); the sweep is idempotent.
+    cgroup_gone(o, ctx.arg(0));
     0
 }
 
@@ -291,9 +349,30 @@ fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
     st.ev.kernel_ns = KERNEL_NS_UNKNOWN;
     st.self_time0 = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time).unwrap_or(u64::MAX);
     st.flags = 0;
+    st.cgroup = 0;
+    st.key = GroupCpu {
+        cgroup_id: 0,
+        cpu: 0,
+    };
+    if let Some((cgroup, cgroup_id)) = group_of(o, cfs_rq) {
+        // SAFETY: lookup only.
+        if unsafe { TP_GONE.get(&Gone { cgroup, cgroup_id }) }.is_some() {
+            // A removed cgroup's cfs_rq still on the throttled list: its stop already ended.
+            return;
+        }
+        st.cgroup = cgroup;
+        st.key = GroupCpu {
+            cgroup_id,
+            cpu: cpu_of(o, cfs_rq),
+        };
+        if TP_BY_GROUP.insert(&st.key, &cfs_rq, 0).is_ok() {
+            st.flags |= F_INDEXED;
+        }
+    }
     if !stops::describe(o, cfs_rq, &mut st.ev) {
-        st.flags = F_IGNORED;
+        st.flags |= F_IGNORED;
         if TP_OPEN.insert(&cfs_rq, &*st, 0).is_err() {
+            unindex(st);
             stops::bump(&OPEN_FULL);
         }
         return;
@@ -313,6 +392,7 @@ fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
         st.flags |= F_UNSEEN;
     }
     if TP_OPEN.insert(&cfs_rq, &*st, 0).is_err() {
+        unindex(st);
         stops::bump(&OPEN_FULL);
         return;
     }
@@ -358,11 +438,15 @@ fn end(o: &Offsets, cfs_rq: u64, st: *mut TpStop, reason: u32, at_exit: bool) {
     let now = now();
     // SAFETY: a valid TP_OPEN value pointer, used before the entry is removed.
     let st = unsafe { &mut *st };
+    unindex(st);
     if st.flags & F_IGNORED != 0 {
         let _ = TP_OPEN.remove(&cfs_rq);
         return;
     }
-    let kernel_ns = if st.self_time0 != u64::MAX {
+    let kernel_ns = if reason == END_CGROUP_GONE {
+        // The kernel has not accounted it (and may never); the cfs_rq may be freed already.
+        KERNEL_NS_UNKNOWN
+    } else if st.self_time0 != u64::MAX {
         match read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time) {
             Some(t) if t >= st.self_time0 => t - st.self_time0,
             _ => KERNEL_NS_UNKNOWN,
@@ -385,6 +469,74 @@ fn end(o: &Offsets, cfs_rq: u64, st: *mut TpStop, reason: u32, at_exit: bool) {
     st.ev.end_reason = reason;
     stops::emit(&st.ev);
     let _ = TP_OPEN.remove(&cfs_rq);
+}
+
+/// Drops `st`'s `TP_BY_GROUP` entry, if it has one.
+#[inline(always)]
+fn unindex(st: &mut TpStop) {
+    if st.flags & F_INDEXED != 0 {
+        let _ = TP_BY_GROUP.remove(&st.key);
+        st.flags &= !F_INDEXED;
+    }
+}
+
+/// The `struct cgroup *` and cgroup id of the group owning `cfs_rq`; None for groups without
+/// a cgroup (autogroups, the root's `rq->cfs` has one but never a quota).
+#[inline(always)]
+fn group_of(o: &Offsets, cfs_rq: u64) -> Option<(u64, u64)> {
+    let tg = read::<u64>(cfs_rq, o.cfs_rq_tg)?;
+    let cgroup = read::<u64>(tg, o.tg_cgroup)?;
+    Some((cgroup, cgroup_id(o, cgroup)?))
+}
+
+/// `cgrp->kn->id` as `stops::describe` reads it.
+#[inline(always)]
+fn cgroup_id(o: &Offsets, cgroup: u64) -> Option<u64> {
+    let kn = read::<u64>(cgroup, o.cgroup_kn)?;
+    let id = read::<u64>(kn, o.kn_id)?;
+    Some(if o.kn_id_is_union != 0 {
+        id & 0xffff_ffff
+    } else {
+        id
+    })
+}
+
+#[inline(always)]
+fn cpu_of(o: &Offsets, cfs_rq: u64) -> u64 {
+    let rq = read::<u64>(cfs_rq, o.cfs_rq_rq).unwrap_or(0);
+    read::<u32>(rq, o.rq_cpu).map_or(u64::MAX, u64::from)
+}
+
+/// `cgroup` is being removed: every open stop of its group ends as `cgroup_gone`, and a
+/// throttled cfs_rq of it seen later starts nothing. The stops are found through
+/// `TP_BY_GROUP` and matched by the `struct cgroup *` remembered at their start, so that
+/// nothing of the (possibly freed) cfs_rq is read here.
+#[inline(never)]
+fn cgroup_gone(o: &Offsets, cgroup: u64) {
+    let Some(cgroup_id) = cgroup_id(o, cgroup) else {
+        return;
+    };
+    let _ = TP_GONE.insert(&Gone { cgroup, cgroup_id }, &1, 0);
+    let cpus = cfg(CFG_NR_CPUS);
+    for cpu in 0..MAX_CPUS {
+        if cpu >= cpus {
+            break;
+        }
+        let key = GroupCpu { cgroup_id, cpu };
+        // SAFETY: the value is copied out.
+        let Some(cfs_rq) = (unsafe { TP_BY_GROUP.get(&key) }).copied() else {
+            continue;
+        };
+        let Some(ptr) = TP_OPEN.get_ptr_mut(&cfs_rq) else {
+            let _ = TP_BY_GROUP.remove(&key);
+            continue;
+        };
+        // SAFETY: valid map value pointer. Ids can repeat across cgroup v1 hierarchies: only
+        // a stop of this very cgroup ends.
+        if unsafe { (*ptr).cgroup } == cgroup {
+            end(o, cfs_rq, ptr, END_CGROUP_GONE, false);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -429,6 +429,9 @@ mod tests {
             },
             tasks: 1,
             task: None,
+            parked: 0,
+            park_ns: None,
+            kernel_start_clock: None,
         }
     }
 

@@ -108,6 +108,18 @@ pub struct Stop {
     pub tasks: u32,
     /// `None` when the running task was not in the group (the kernel sends pid 0).
     pub task: Option<Task>,
+    /// Tasks the stop parked (6.18's task-based throttle dequeues each task of the group when
+    /// it next returns to user mode), as the tracepoint backend saw them; in an end, all of
+    /// them, in a start, those parked by then. 0 on older kernels (the whole group is
+    /// dequeued at once, nothing is parked) and from the kprobe and fentry backends.
+    pub parked: u32,
+    /// CLOCK_MONOTONIC ns when the first task was parked (tracepoint backend, 6.18); `None`
+    /// if none was seen. On 6.18 the kernel's accounting (`kernel_ns`) starts there.
+    pub park_ns: Option<u64>,
+    /// The kernel's own start of the stop, `cfs_rq->throttled_clock`, on the kernel's
+    /// `rq->clock` (sched_clock), not CLOCK_MONOTONIC: comparable only with other kernel
+    /// clock readings. `None` if the backend did not read it or the kernel had not set it.
+    pub kernel_start_clock: Option<u64>,
 }
 
 /// A per-CPU stop that ended.
@@ -222,6 +234,9 @@ fn stop_of(raw: &StopEvent) -> Stop {
         },
         tasks: raw.tasks,
         task,
+        parked: raw.parked,
+        park_ns: (raw.park_ns != 0).then_some(raw.park_ns),
+        kernel_start_clock: (raw.kernel_start_clock != 0).then_some(raw.kernel_start_clock),
     }
 }
 
@@ -316,6 +331,32 @@ pub(crate) mod tests {
         assert_eq!(end.reason, EndReason::QuotaChange);
         assert_eq!(end.reason.as_str(), "quota_change");
         assert_eq!(end.stop.task, None);
+        // No tracepoint-backend fields: nothing parked, no kernel start.
+        assert_eq!(
+            (
+                end.stop.parked,
+                end.stop.park_ns,
+                end.stop.kernel_start_clock
+            ),
+            (0, None, None)
+        );
+    }
+
+    #[test]
+    fn end_carries_the_6_18_park_fields() {
+        let mut ev = raw(EVENT_END, 7, 1, 1_000, 81_000);
+        ev.parked = 3;
+        ev.park_ns = 5_000;
+        ev.kernel_start_clock = 123_456_789;
+        ev.kernel_ns = 76_500;
+        let Event::End(end) = Event::parse(&bytes_of(&ev)).unwrap() else {
+            panic!("not an end");
+        };
+        assert_eq!(end.stop.parked, 3);
+        assert_eq!(end.stop.park_ns, Some(5_000));
+        assert_eq!(end.stop.kernel_start_clock, Some(123_456_789));
+        assert_eq!(end.duration_ns(), 80_000);
+        assert_eq!(end.kernel_ns, Some(76_500));
     }
 
     #[test]

@@ -201,10 +201,16 @@ impl Probes {
             Err(e) => warn!("eBPF diagnostics will not be shown: {e}"),
         }
         for reason in &attached.blind_end_reasons {
+            let why = match selected.backend {
+                Backend::Tracepoint => tracepoint::why_blind(reason).to_owned(),
+                Backend::Kprobe | Backend::Fentry => format!(
+                    "none of {} can be traced",
+                    end_contexts::functions_of(reason)
+                ),
+            };
             warn!(
-                "cannot tell '{reason}' ends apart on this kernel (none of {} can be traced); \
-                 they are reported as 'unknown'",
-                end_contexts::functions_of(reason)
+                "cannot tell '{reason}' ends apart on this kernel ({why}); they are reported as \
+                 'unknown'"
             );
         }
         Ok(Self {

@@ -25,12 +25,15 @@ const CFG_PERIOD_TIMER_FN: u32 = 0;
 const CFG_SLACK_TIMER_FN: u32 = 1;
 const CFG_CSD_UNTHROTTLE_FN: u32 = 2;
 const CFG_ARMED_NS: u32 = 3;
+const CFG_NR_CPUS: u32 = 4;
 
 /// (program, tracepoint, needed). Attach order: the ends first, so no stop can begin whose end
 /// would go unseen; the refill entries next; the hot scheduler tracepoints last.
-const PROGRAMS: [(&str, &str, bool); 7] = [
+const PROGRAMS: [(&str, &str, bool); 9] = [
     ("tp_hrtimer_exit", "hrtimer_expire_exit", true),
     ("tp_csd_exit", "csd_function_exit", false),
+    ("tp_cgroup_rmdir", "cgroup_rmdir", false),
+    ("tp_cgroup_release", "cgroup_release", false),
     ("tp_hrtimer_entry", "hrtimer_expire_entry", true),
     ("tp_csd_entry", "csd_function_entry", false),
     ("tp_sched_wakeup", "sched_wakeup", true),
@@ -76,10 +79,13 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
             .ok_or_else(|| super::internal("map TP_CONFIG missing"))?;
         let mut config: Array<_, u64> =
             Array::try_from(map).map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
+        // The sweep at a cgroup's removal looks at every possible CPU's stop of the group.
+        let nr_cpus = aya::util::nr_cpus().map_or(1024, |n| n as u64);
         for (slot, value) in [
             (CFG_PERIOD_TIMER_FN, period),
             (CFG_SLACK_TIMER_FN, slack),
             (CFG_CSD_UNTHROTTLE_FN, csd.filter(|_| async_unthrottle)),
+            (CFG_NR_CPUS, Some(nr_cpus)),
         ] {
             config
                 .set(slot, value.unwrap_or(0), 0)
@@ -87,6 +93,7 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
         }
     }
 
+    let mut cgroup_removal_seen = false;
     for (program, tracepoint, needed) in PROGRAMS {
         let is_csd = tracepoint.starts_with("csd_");
         if is_csd && !async_unthrottle {
@@ -94,7 +101,11 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
             continue;
         }
         match load_attach(ebpf, program, tracepoint, &btf) {
+            Ok(()) if tracepoint.starts_with("cgroup_") => cgroup_removal_seen = true,
             Ok(()) => {}
+            Err(e) if tracepoint.starts_with("cgroup_") => {
+                debug!("cannot attach {tracepoint}: {e}");
+            }
             Err(e) if !needed => {
                 // 6.2-6.4 unthrottle remote CPUs through a CSD but have no csd tracepoints.
                 warn!(
@@ -121,11 +132,27 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
         .set(CFG_ARMED_NS, records::monotonic_now_ns(), 0)
         .map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
 
+    let mut blind_end_reasons = vec!["cpu_offline"];
+    if !cgroup_removal_seen {
+        blind_end_reasons.push("cgroup_gone");
+    }
     Ok(Attached {
-        // Nothing here tells these apart from other non-refill ends; quota writes are told
-        // apart only when they change quota, period or burst.
-        blind_end_reasons: vec!["cpu_offline", "cgroup_gone"],
+        // Quota writes are told apart only when they change quota, period or burst; see
+        // `why_blind` for the rest.
+        blind_end_reasons,
     })
+}
+
+/// Why this backend cannot tell `reason` ends apart, for the warning at attach.
+pub fn why_blind(reason: &str) -> &'static str {
+    match reason {
+        "cpu_offline" => {
+            "no tracepoint marks the unthrottle of CPU hot-unplug; the stop ends at the next \
+             observation of its cfs_rq"
+        }
+        "cgroup_gone" => "neither cgroup_rmdir nor cgroup_release could be attached",
+        _ => "no tracepoint marks it",
+    }
 }
 
 /// The `Offsets` fields without which the backend sees nothing.

@@ -5,6 +5,14 @@
 //! `end` (last). All `*_ns` fields are ns; timestamps (`start_ns`, `end_ns`) are CLOCK_MONOTONIC
 //! (`"clock":"monotonic"` in `start`); `kernel_ns` is the kernel's `rq->clock` length of the stop.
 //! `*_log2_ms` arrays count durations in [2^i, 2^(i+1)) ms at index i (index 0 also holds < 1 ms).
+//!
+//! A `stop` has two spans on 6.18's task-based throttle (tracepoint backend): `start_ns` ..
+//! `end_ns` (`duration_ns`) runs from when the group ran out of quota on that CPU to the
+//! refill; the kernel's own span (`kernel_ns`, what cpu.stat counts) runs from the first task
+//! parked (`park_ns`) to the refill. `parked` counts the tasks the stop parked; 0 where
+//! nothing is parked (older kernels dequeue the whole group at once) or the backend cannot
+//! see it (kprobe, fentry). `kernel_start_clock_ns` is `cfs_rq->throttled_clock` on the
+//! kernel's rq clock (sched_clock), not CLOCK_MONOTONIC.
 
 use std::collections::BTreeMap;
 
@@ -85,6 +93,9 @@ struct Stop<'a> {
     pid: Option<u32>,
     tid: Option<u32>,
     comm: Option<&'a str>,
+    parked: u32,
+    park_ns: Option<u64>,
+    kernel_start_clock_ns: Option<u64>,
 }
 
 /// One ended per-CPU stop; `cgroup` is its path if it resolved.
@@ -107,6 +118,9 @@ pub(super) fn stop(end: &EndedStop, cgroup: Option<&str>) -> String {
         pid: s.task.as_ref().map(|t| t.pid),
         tid: s.task.as_ref().map(|t| t.tid),
         comm: s.task.as_ref().map(|t| t.comm.as_str()),
+        parked: s.parked,
+        park_ns: s.park_ns,
+        kernel_start_clock_ns: s.kernel_start_clock,
     })
 }
 
@@ -350,15 +364,32 @@ mod tests {
             (&Value::from(100), &Value::from(101), &Value::from("stress"))
         );
 
+        assert_eq!(v["parked"], 1);
+        assert_eq!(v["park_ns"], 100 * MS + 2_000);
+        assert_eq!(v["kernel_start_clock_ns"], 5_000 * MS);
+
         let mut e = e;
         e.kernel_ns = None;
         e.stop.bandwidth.quota_ns = None;
         e.stop.task = None;
+        e.stop.parked = 0;
+        e.stop.park_ns = None;
+        e.stop.kernel_start_clock = None;
         let v = parse(&stop(&e, None));
-        for key in ["cgroup", "kernel_ns", "quota_ns", "pid", "tid", "comm"] {
+        for key in [
+            "cgroup",
+            "kernel_ns",
+            "quota_ns",
+            "pid",
+            "tid",
+            "comm",
+            "park_ns",
+            "kernel_start_clock_ns",
+        ] {
             assert!(v[key].is_null(), "{key} should be null: {v}");
         }
         assert!(v["duration_ns"].is_u64());
+        assert_eq!(v["parked"], 0);
     }
 
     #[test]
