@@ -1,10 +1,10 @@
 # vm-test's part of /init: one function per scenario step; the host appends the calls.
 
-# scenario NAME "QUOTA PERIOD" BURST WORKLOAD-ARGS...
+# scenario NAME BACKEND "QUOTA PERIOD" BURST WORKLOAD-COMMAND...
 # BURST "-" leaves cpu.max.burst alone; "0" is written where the kernel has the file.
 scenario() {
-    name=$1 max=$2 burst=$3
-    shift 3
+    name=$1 backend=$2 max=$3 burst=$4
+    shift 4
     cg=/sys/fs/cgroup/$name
     mkdir "$cg"
     echo "$max" > "$cg/cpu.max"
@@ -19,7 +19,7 @@ scenario() {
     mark "SCENARIO $name cpu.max=$(cat "$cg/cpu.max") workload=$*"
 
     out=/tmp/$name
-    throttle-tracer --json --cgroup "/$name" > "$out.ndjson" 2> "$out.stderr" &
+    throttle-tracer --json --backend "$backend" --cgroup "/$name" > "$out.ndjson" 2> "$out.stderr" &
     tracer=$!
     waited=0
     until grep -q '"type":"start"' "$out.ndjson"; do
@@ -36,7 +36,7 @@ scenario() {
     done
 
     section "$name/cpu.stat.before" "$cg/cpu.stat"
-    in_cgroup "$cg" throttle-workload "$@" > "$out.workload" 2>&1
+    in_cgroup "$cg" "$@" > "$out.workload" 2>&1
     mark "WORKLOAD $name exit status $?"
     # Longer than one period: the last stop's unthrottle happens and is accounted.
     sleep 0.3

@@ -17,19 +17,20 @@ pub struct Outcome {
     pub figures: String,
 }
 
-pub fn judge(console: &Console, scenario: &Scenario) -> Outcome {
-    if let Some(reason) = console.mark("SKIP", scenario.name) {
+/// Judges the run `name` of `scenario`, which the guest traced with `backend`.
+pub fn judge(console: &Console, scenario: &Scenario, name: &str, backend: &str) -> Outcome {
+    if let Some(reason) = console.mark("SKIP", name) {
         return Outcome {
             verdict: Verdict::Skip(reason.to_owned()),
             figures: String::new(),
         };
     }
     let mut judge = Judge::default();
-    let figures = match Run::read(console, scenario) {
+    let figures = match Run::read(console, name, backend) {
         Ok(run) => judge.scenario(&run, scenario),
         Err(problem) => {
             judge.problems.push(problem);
-            let stderr = console.section(&format!("{}/stderr", scenario.name));
+            let stderr = console.section(&format!("{name}/stderr"));
             for line in stderr.unwrap_or_default().iter().take(20) {
                 judge.problems.push(format!("  tracer stderr: {line}"));
             }
@@ -58,8 +59,7 @@ struct Run {
 }
 
 impl Run {
-    fn read(console: &Console, scenario: &Scenario) -> Result<Self, String> {
-        let name = scenario.name;
+    fn read(console: &Console, name: &str, backend: &str) -> Result<Self, String> {
         if let Some(reason) = console.mark("FAIL", name) {
             return Err(reason.to_owned());
         }
@@ -86,8 +86,14 @@ impl Run {
             records.push(record);
         }
         let of_type = |t: &'static str| records.iter().filter(move |r| r["type"] == t);
-        if records.first().is_none_or(|r| r["type"] != "start") {
+        let Some(start) = records.first().filter(|r| r["type"] == "start") else {
             return Err("the first NDJSON record is not `start`".to_owned());
+        };
+        if start["backend"] != backend {
+            return Err(format!(
+                "asked for the {backend} backend, the tracer used {}",
+                start["backend"]
+            ));
         }
         let cgroup = format!("/{name}");
         let summary = of_type("summary")

@@ -16,6 +16,10 @@ pub enum Workload {
     Busy {
         threads: u32,
         seconds: u32,
+        /// Pin to this CPU (taskset). One thread that migrates leaves runtime on the CPU it
+        /// left, and the slack timer hands it back early to the stopped CPU, splitting a stop:
+        /// real, but then `period - quota` per stop is no longer the quota's arithmetic.
+        pin: Option<u32>,
     },
     /// Sleep `idle_ms`, burn `burn_ms` of thread CPU time, `rounds` times; the first `warmup`
     /// rounds are not judged (the group's runtime and period phase settle in them).
@@ -59,6 +63,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: Workload::Busy {
             threads: 1,
             seconds: 2,
+            pin: Some(0),
         },
         expect: Expect::OneThreadStops,
     },
@@ -70,6 +75,7 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: Workload::Busy {
             threads: 2,
             seconds: 3,
+            pin: None,
         },
         expect: Expect::TwoCpuStops,
     },
@@ -101,13 +107,26 @@ pub const SCENARIOS: &[Scenario] = &[
     },
 ];
 
+/// Every scenario runs once per backend; on every VM kernel each of them can attach.
+pub const BACKENDS: &[&str] = &["kprobe", "fentry", "tracepoint"];
+
 impl Scenario {
-    /// The guest's call: `scenario NAME "QUOTA PERIOD" BURST WORKLOAD-ARGS...`.
-    pub fn guest_call(&self) -> String {
+    /// The name of one run: the scenario with `backend`; also its cgroup's name.
+    pub fn run_name(&self, backend: &str) -> String {
+        format!("{}-{backend}", self.name)
+    }
+
+    /// The guest's call: `scenario RUN BACKEND "QUOTA PERIOD" BURST WORKLOAD-COMMAND...`.
+    pub fn guest_call(&self, backend: &str) -> String {
         let burst = self.burst_us.map_or("-".to_owned(), |b| b.to_string());
         let workload = match self.workload {
-            Workload::Busy { threads, seconds } => {
-                format!("busy --threads {threads} --seconds {seconds}")
+            Workload::Busy {
+                threads,
+                seconds,
+                pin,
+            } => {
+                let taskset = pin.map_or(String::new(), |cpu| format!("taskset -c {cpu} "));
+                format!("{taskset}throttle-workload busy --threads {threads} --seconds {seconds}")
             }
             Workload::Spiky {
                 idle_ms,
@@ -115,12 +134,16 @@ impl Scenario {
                 rounds,
                 ..
             } => {
-                format!("spiky --idle-ms {idle_ms} --burn-ms {burn_ms} --rounds {rounds}")
+                format!(
+                    "throttle-workload spiky --idle-ms {idle_ms} --burn-ms {burn_ms} --rounds {rounds}"
+                )
             }
         };
         format!(
-            "scenario {} \"{} {}\" {burst} {workload}",
-            self.name, self.quota_us, self.period_us
+            "scenario {} {backend} \"{} {}\" {burst} {workload}",
+            self.run_name(backend),
+            self.quota_us,
+            self.period_us
         )
     }
 }

@@ -3,15 +3,15 @@ use crate::checks::{self, Verdict};
 use crate::console::Console;
 use crate::kernels::{self, KERNELS, Kernel};
 use crate::qemu::{self, Ending};
-use crate::scenarios::SCENARIOS;
+use crate::scenarios::{BACKENDS, SCENARIOS};
 use crate::{binaries, guest, paths, setup};
 use anyhow::{Result, bail};
 use std::time::{Duration, Instant};
 
 /// The guest's scenario runner; the calls come from scenarios.rs.
 const GUEST_PART: &str = include_str!("../guest/vm-test.sh");
-/// Per boot, under TCG: the scenarios take about a minute.
-const BOOT_LIMIT: Duration = Duration::from_secs(300);
+/// Per boot, under TCG: the scenarios take about a minute per backend.
+const BOOT_LIMIT: Duration = Duration::from_secs(600);
 
 #[derive(clap::Args, Default)]
 pub struct Args {
@@ -45,7 +45,10 @@ pub fn run(args: &Args) -> Result<()> {
         fetched.push(f);
     }
     let binaries = binaries::build()?;
-    let calls: Vec<String> = SCENARIOS.iter().map(|s| s.guest_call()).collect();
+    let calls: Vec<String> = BACKENDS
+        .iter()
+        .flat_map(|b| SCENARIOS.iter().map(move |s| s.guest_call(b)))
+        .collect();
     let init = guest::init_script(&format!("{GUEST_PART}\n{}", calls.join("\n")));
     let vm = paths::vm();
     let initrd = vm.join("vm-test.cpio");
@@ -98,14 +101,18 @@ pub fn run(args: &Args) -> Result<()> {
                 boot.elapsed.as_secs_f64()
             ),
         });
-        for scenario in SCENARIOS {
-            let outcome = checks::judge(&console, scenario);
+        for (backend, scenario) in BACKENDS
+            .iter()
+            .flat_map(|b| SCENARIOS.iter().map(move |s| (*b, s)))
+        {
+            let run = scenario.run_name(backend);
+            let outcome = checks::judge(&console, scenario, &run, backend);
             let verdict = match outcome.verdict {
                 Verdict::Pass => "PASS",
                 Verdict::Skip(reason) => {
                     rows.push(Row {
                         kernel: label.clone(),
-                        scenario: scenario.name.to_owned(),
+                        scenario: run.clone(),
                         verdict: "SKIP",
                         figures: reason,
                     });
@@ -113,8 +120,7 @@ pub fn run(args: &Args) -> Result<()> {
                 }
                 Verdict::Fail(problems) => {
                     failures.push(format!(
-                        "{label} {}:\n    {}\n    (console: {})",
-                        scenario.name,
+                        "{label} {run}:\n    {}\n    (console: {})",
                         problems.join("\n    "),
                         log.display()
                     ));
@@ -123,7 +129,7 @@ pub fn run(args: &Args) -> Result<()> {
             };
             rows.push(Row {
                 kernel: label.clone(),
-                scenario: scenario.name.to_owned(),
+                scenario: run,
                 verdict,
                 figures: outcome.figures,
             });
