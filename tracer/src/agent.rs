@@ -1,13 +1,14 @@
 //! The tracing session: checks the machine, attaches the probes, moves records from the ring
 //! buffer into the aggregate until Ctrl-C, SIGTERM or --duration, then hands the result to the
-//! report with the cpu.stat deltas of the same window.
-use std::{fs, time::Duration};
+//! report with the cpu.stat deltas of the same window. [`run`] is the command line's session;
+//! `demo` drives a [`Session`] itself (its own cgroup filter and end).
+use std::{fs, future::Future, path::Path, time::Duration};
 
 use aya::maps::{MapData, RingBuf};
 use log::{debug, warn};
 use tokio::{
     io::{Interest, unix::AsyncFd},
-    signal::unix::SignalKind,
+    signal::unix::{Signal, SignalKind},
 };
 
 use crate::{
@@ -17,163 +18,237 @@ use crate::{
     cli::Options,
     cpustat::Baseline,
     error::Failure,
-    probes::Probes,
+    probes::{BackendChoice, Probes},
     records::{self, Event},
-    report::{self, RefusedBackend, Report, StartInfo, Totals},
+    report::{self, CgroupReport, RefusedBackend, Report, StartInfo, Totals},
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
 const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 
 pub async fn run(options: Options) -> Result<(), Failure> {
-    check_privileges()?;
-    let resolved = btf::resolve(&options.btf).map_err(|e| {
-        Failure::environment(
-            e.to_string(),
-            "the tracer needs kernel BTF (CONFIG_DEBUG_INFO_BTF=y) at /sys/kernel/btf/vmlinux, \
-             or a BTF file given with --btf",
-        )
-    })?;
-    match &resolved.throttle_return {
-        btf::ThrottleReturn::Bool | btf::ThrottleReturn::Void => {}
-        btf::ThrottleReturn::NotInBtf => {
-            warn!("BTF has no record of throttle_cfs_rq; assuming it returns bool (5.8+)");
-        }
-        btf::ThrottleReturn::Unexpected(what) => {
-            return Err(Failure::environment(
-                format!("throttle_cfs_rq has an unexpected signature on this kernel: {what}"),
-                "this kernel is not supported yet; please report it with `uname -r`",
-            ));
-        }
-    }
-    debug!(
-        "task counts from cfs_rq.{}; probe targets with BTF records: {:?}",
-        resolved.nr_tasks_field.unwrap_or("(none)"),
-        resolved.functions
-    );
-    for disabled in &resolved.disabled {
-        warn!("{disabled}; that part of the report is left empty");
-    }
-    let mut hierarchy = Hierarchy::discover().map_err(|e| {
-        Failure::environment(
-            e.to_string(),
-            "mount cgroup v2 with the cpu controller, or the cgroup v1 cpu hierarchy",
-        )
-    })?;
-    let filter = options
-        .cgroups
-        .iter()
-        .map(|path| hierarchy.id_of(path))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            Failure::usage(
-                e.to_string(),
-                format!(
-                    "--cgroup takes a path under {}, such as /system.slice or /demo",
-                    hierarchy.root().display()
-                ),
-            )
-        })?;
-
-    let mut probes = Probes::attach(options.backend, &resolved.offsets, &filter)?;
-    if !probes.refused.is_empty() {
-        eprintln!(
-            "throttle-tracer: using the {} backend; {}",
-            probes.backend.name(),
-            probes
-                .refused
-                .iter()
-                .map(|r| format!("{} refused: {}", r.backend.name(), r.reason))
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
-    }
-    let ring = probes.take_events()?;
-    let baseline = Baseline::take(&mut hierarchy);
-    let started_ns = records::monotonic_now_ns();
-    let mut report = Report::new(options.json);
-    report.start(StartInfo {
-        backend: probes.backend.name(),
-        backend_requested: options.backend.name(),
-        backend_refused: probes
-            .refused
-            .iter()
-            .map(|r| RefusedBackend {
-                backend: r.backend.name(),
-                reason: r.reason.clone(),
-            })
-            .collect(),
-        kernel: kernel_release(),
-        cgroup_version: Some(hierarchy.version()),
-        cgroup_root: hierarchy.root().to_owned(),
+    let mut session = Session::start(&Request {
+        backend: options.backend,
+        btf: &options.btf,
         cgroups: options.cgroups.clone(),
-        disabled: resolved.disabled.iter().map(ToString::to_string).collect(),
-        blind_end_reasons: probes.blind_end_reasons.clone(),
-    });
-
-    let mut reader = Reader::new(ring)?;
-    let mut aggregate = Aggregate::new();
-    wait_for_end(
-        options.duration,
-        &mut reader,
-        &mut aggregate,
-        &mut report,
-        &mut hierarchy,
-    )
-    .await?;
-    reader.drain(&mut aggregate, &mut report, &mut hierarchy);
-    let now_ns = records::monotonic_now_ns();
-    // cpu.stat is read while the probes are still attached, right after the last drain, so a
-    // stop is in one and not the other only if it ended in the microseconds between the two.
-    let reports = report::collect(aggregate, now_ns, &mut hierarchy, &baseline);
-    let totals = Totals {
-        lost: probes.lost()?,
-        malformed: reader.malformed,
-        elapsed_ns: now_ns.saturating_sub(started_ns),
-    };
-    drop(probes);
-    report.finish(&reports, &totals).map_err(|e| {
-        Failure::environment(
-            format!("cannot write the report: {e}"),
-            "check that standard output is writable",
-        )
-    })
-}
-
-async fn wait_for_end(
-    duration: Option<Duration>,
-    reader: &mut Reader,
-    aggregate: &mut Aggregate,
-    report: &mut Report,
-    hierarchy: &mut Hierarchy,
-) -> Result<(), Failure> {
-    let signal = |kind| {
-        tokio::signal::unix::signal(kind)
-            .map_err(|e| Failure::environment(format!("cannot handle signals: {e}"), "none"))
-    };
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
+        json: options.json,
+    })?;
+    let mut interrupts = Interrupts::new()?;
     let deadline = async {
-        match duration {
+        match options.duration {
             Some(d) => tokio::time::sleep(d).await,
             None => std::future::pending().await,
         }
     };
-    tokio::pin!(deadline);
-    let mut tick = tokio::time::interval(DRAIN_INTERVAL);
-    loop {
+    session.trace_until(deadline, &mut interrupts).await?;
+    session.finish().map(|_| ())
+}
+
+/// What to trace: the part of the command line a [`Session`] needs (`demo` makes its own).
+pub struct Request<'a> {
+    pub backend: BackendChoice,
+    pub btf: &'a Path,
+    /// Cgroup paths under the cpu hierarchy; empty = all.
+    pub cgroups: Vec<String>,
+    pub json: bool,
+}
+
+/// Why [`Session::trace_until`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The `until` future completed.
+    Done,
+    /// SIGINT or SIGTERM.
+    Interrupted,
+}
+
+/// SIGINT and SIGTERM, caught from the moment this is made until the process exits (tokio
+/// keeps its handler installed), so a signal that arrives between two waits is not lost and
+/// does not kill the process before it cleans up.
+pub struct Interrupts {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Interrupts {
+    pub fn new() -> Result<Self, Failure> {
+        let signal = |kind| {
+            tokio::signal::unix::signal(kind)
+                .map_err(|e| Failure::environment(format!("cannot handle signals: {e}"), "none"))
+        };
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// The next SIGINT or SIGTERM.
+    pub async fn recv(&mut self) {
         tokio::select! {
-            guard = reader.fd.readable_mut() => {
-                let mut guard = guard.map_err(|e| Failure::environment(
-                    format!("cannot poll the ring buffer: {e}"), "none"))?;
-                guard.clear_ready();
-            }
-            _ = tick.tick() => {}
-            _ = interrupt.recv() => return Ok(()),
-            _ = terminate.recv() => return Ok(()),
-            () = &mut deadline => return Ok(()),
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
         }
-        reader.drain(aggregate, report, hierarchy);
+    }
+}
+
+/// One tracing run: probes attached, records flowing into the aggregate, the report started.
+pub struct Session {
+    probes: Probes,
+    reader: Reader,
+    aggregate: Aggregate,
+    report: Report,
+    hierarchy: Hierarchy,
+    baseline: Baseline,
+    started_ns: u64,
+}
+
+impl Session {
+    /// Checks the machine, attaches the probes, takes the cpu.stat baseline and starts the
+    /// report (NDJSON prints its `start` line here).
+    pub fn start(request: &Request<'_>) -> Result<Self, Failure> {
+        check_privileges()?;
+        let resolved = btf::resolve(request.btf).map_err(|e| {
+            Failure::environment(
+                e.to_string(),
+                "the tracer needs kernel BTF (CONFIG_DEBUG_INFO_BTF=y) at /sys/kernel/btf/vmlinux, \
+                 or a BTF file given with --btf",
+            )
+        })?;
+        match &resolved.throttle_return {
+            btf::ThrottleReturn::Bool | btf::ThrottleReturn::Void => {}
+            btf::ThrottleReturn::NotInBtf => {
+                warn!("BTF has no record of throttle_cfs_rq; assuming it returns bool (5.8+)");
+            }
+            btf::ThrottleReturn::Unexpected(what) => {
+                return Err(Failure::environment(
+                    format!("throttle_cfs_rq has an unexpected signature on this kernel: {what}"),
+                    "this kernel is not supported yet; please report it with `uname -r`",
+                ));
+            }
+        }
+        debug!(
+            "task counts from cfs_rq.{}; probe targets with BTF records: {:?}",
+            resolved.nr_tasks_field.unwrap_or("(none)"),
+            resolved.functions
+        );
+        for disabled in &resolved.disabled {
+            warn!("{disabled}; that part of the report is left empty");
+        }
+        let mut hierarchy = Hierarchy::discover().map_err(|e| {
+            Failure::environment(
+                e.to_string(),
+                "mount cgroup v2 with the cpu controller, or the cgroup v1 cpu hierarchy",
+            )
+        })?;
+        let filter = request
+            .cgroups
+            .iter()
+            .map(|path| hierarchy.id_of(path))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                Failure::usage(
+                    e.to_string(),
+                    format!(
+                        "--cgroup takes a path under {}, such as /system.slice or /demo",
+                        hierarchy.root().display()
+                    ),
+                )
+            })?;
+
+        let mut probes = Probes::attach(request.backend, &resolved.offsets, &filter)?;
+        if !probes.refused.is_empty() {
+            eprintln!(
+                "throttle-tracer: using the {} backend; {}",
+                probes.backend.name(),
+                probes
+                    .refused
+                    .iter()
+                    .map(|r| format!("{} refused: {}", r.backend.name(), r.reason))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        let ring = probes.take_events()?;
+        let baseline = Baseline::take(&mut hierarchy);
+        let started_ns = records::monotonic_now_ns();
+        let mut report = Report::new(request.json);
+        report.start(StartInfo {
+            backend: probes.backend.name(),
+            backend_requested: request.backend.name(),
+            backend_refused: probes
+                .refused
+                .iter()
+                .map(|r| RefusedBackend {
+                    backend: r.backend.name(),
+                    reason: r.reason.clone(),
+                })
+                .collect(),
+            kernel: kernel_release(),
+            cgroup_version: Some(hierarchy.version()),
+            cgroup_root: hierarchy.root().to_owned(),
+            cgroups: request.cgroups.clone(),
+            disabled: resolved.disabled.iter().map(ToString::to_string).collect(),
+            blind_end_reasons: probes.blind_end_reasons.clone(),
+        });
+        let reader = Reader::new(ring)?;
+        Ok(Self {
+            probes,
+            reader,
+            aggregate: Aggregate::new(),
+            report,
+            hierarchy,
+            baseline,
+            started_ns,
+        })
+    }
+
+    /// Moves records into the aggregate until `until` completes or a signal arrives.
+    pub async fn trace_until(
+        &mut self,
+        until: impl Future<Output = ()>,
+        interrupts: &mut Interrupts,
+    ) -> Result<Ended, Failure> {
+        tokio::pin!(until);
+        let mut tick = tokio::time::interval(DRAIN_INTERVAL);
+        loop {
+            tokio::select! {
+                guard = self.reader.fd.readable_mut() => {
+                    let mut guard = guard.map_err(|e| Failure::environment(
+                        format!("cannot poll the ring buffer: {e}"), "none"))?;
+                    guard.clear_ready();
+                }
+                _ = tick.tick() => {}
+                () = interrupts.recv() => return Ok(Ended::Interrupted),
+                () = &mut until => return Ok(Ended::Done),
+            }
+            self.reader
+                .drain(&mut self.aggregate, &mut self.report, &mut self.hierarchy);
+        }
+    }
+
+    /// Ends the trace: the last drain, cpu.stat deltas, the report written. Returns the
+    /// per-cgroup reports and totals it printed.
+    pub fn finish(mut self) -> Result<(Vec<CgroupReport>, Totals), Failure> {
+        self.reader
+            .drain(&mut self.aggregate, &mut self.report, &mut self.hierarchy);
+        let now_ns = records::monotonic_now_ns();
+        // cpu.stat is read while the probes are still attached, right after the last drain, so a
+        // stop is in one and not the other only if it ended in the microseconds between the two.
+        let reports = report::collect(self.aggregate, now_ns, &mut self.hierarchy, &self.baseline);
+        let totals = Totals {
+            lost: self.probes.lost()?,
+            malformed: self.reader.malformed,
+            elapsed_ns: now_ns.saturating_sub(self.started_ns),
+        };
+        drop(self.reader);
+        drop(self.probes);
+        self.report.finish(&reports, &totals).map_err(|e| {
+            Failure::environment(
+                format!("cannot write the report: {e}"),
+                "check that standard output is writable",
+            )
+        })?;
+        Ok((reports, totals))
     }
 }
 
@@ -258,7 +333,7 @@ impl Capabilities {
 
 /// Loading tracing programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN before 5.8);
 /// checking first turns the kernel's bare EPERM into advice.
-fn check_privileges() -> Result<(), Failure> {
+pub fn check_privileges() -> Result<(), Failure> {
     if Capabilities::of_self().can_trace() {
         Ok(())
     } else {

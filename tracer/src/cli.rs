@@ -1,4 +1,4 @@
-//! Command-line options: tracing (no subcommand) and `doctor`.
+//! Command-line options: tracing (no subcommand), `doctor` and `demo`.
 use std::{path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
@@ -50,4 +50,39 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Shows the problem on this machine in about 15 seconds, with no set-up: makes a
+    /// temporary cgroup with a quota of half a CPU, runs bursty requests in it (0.2 CPU on
+    /// average), traces it, explains the stops next to cpu.stat, and removes everything.
+    Demo(DemoArgs),
+    /// The demo's workload, run by `demo` itself inside the demo cgroup.
+    #[command(hide = true)]
+    DemoWorkload(DemoWorkloadArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// How long the workload runs and is traced.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub duration: Duration,
+
+    /// How to observe stops (as for tracing).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+
+    /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux.
+    #[arg(long, value_name = "FILE", default_value = "/sys/kernel/btf/vmlinux")]
+    pub btf: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DemoWorkloadArgs {
+    /// The demo cgroup's `cgroup.procs`, which the workload moves itself into first.
+    #[arg(long, value_name = "FILE")]
+    pub procs: PathBuf,
+    /// The demo's pid: the workload exits if it is gone.
+    #[arg(long)]
+    pub parent: u32,
+    /// How long bursts keep arriving.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Duration,
 }

@@ -8,22 +8,27 @@ mod btf;
 mod cgroups;
 mod cli;
 mod cpustat;
+mod demo;
 mod doctor;
 mod error;
 mod probes;
 mod records;
 mod report;
+mod workload;
 
 use clap::Parser as _;
 
 fn main() {
-    let options = cli::Options::parse();
+    let mut options = cli::Options::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();
-    if let Some(cli::Command::Doctor { json }) = options.command {
-        std::process::exit(doctor::run(json));
-    }
+    let demo = match options.command.take() {
+        Some(cli::Command::Doctor { json }) => std::process::exit(doctor::run(json)),
+        Some(cli::Command::DemoWorkload(args)) => std::process::exit(demo::workload_main(args)),
+        Some(cli::Command::Demo(args)) => Some(args),
+        None => None,
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -34,8 +39,16 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(failure) = runtime.block_on(agent::run(options)) {
-        eprintln!("{failure}");
-        std::process::exit(failure.exit_code());
+    let result = match demo {
+        Some(args) => runtime.block_on(demo::run(args)),
+        None => runtime.block_on(agent::run(options)).map(|()| 0),
+    };
+    match result {
+        Ok(0) => {}
+        Ok(code) => std::process::exit(code),
+        Err(failure) => {
+            eprintln!("{failure}");
+            std::process::exit(failure.exit_code());
+        }
     }
 }

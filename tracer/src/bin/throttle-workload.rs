@@ -3,19 +3,25 @@
 //! ```text
 //! throttle-workload busy --threads N --seconds S
 //! throttle-workload spiky --idle-ms MS --burn-ms MS --rounds R
+//! throttle-workload requests --seconds S
 //! ```
 //!
 //! `busy` spins N threads for S seconds of wall time. `spiky` sleeps, then burns MS of its own
 //! CPU time (CLOCK_THREAD_CPUTIME_ID, so time spent stopped does not count), R times, and prints
 //! one line per round with CLOCK_MONOTONIC timestamps and the CPU time burned — the clock the tracer's `start_ns` and
-//! `end_ns` use — so that stops can be matched to rounds.
+//! `end_ns` use — so that stops can be matched to rounds. `requests` is the workload of
+//! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "../workload.rs"]
+mod workload;
+
 const USAGE: &str = "usage: throttle-workload busy --threads N --seconds S\n       \
-                     throttle-workload spiky --idle-ms MS --burn-ms MS --rounds R";
+                     throttle-workload spiky --idle-ms MS --burn-ms MS --rounds R\n       \
+                     throttle-workload requests --seconds S";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -44,6 +50,13 @@ fn run(args: &[String]) -> Result<(), String> {
             let rounds = options.take("rounds")?;
             options.finish()?;
             spiky(idle, burn_ns, rounds);
+        }
+        "requests" => {
+            let seconds = options.take("seconds")?;
+            options.finish()?;
+            let shape = workload::Requests::demo(Duration::from_secs(seconds));
+            workload::run(&shape, &mut std::io::stdout().lock())
+                .map_err(|e| format!("cannot write the burst lines: {e}"))?;
         }
         other => return Err(format!("unknown mode `{other}`")),
     }
@@ -106,27 +119,12 @@ fn busy(threads: usize, length: Duration) {
 fn spiky(idle: Duration, burn_ns: u64, rounds: u32) {
     for round in 0..rounds {
         thread::sleep(idle);
-        let start_ns = clock_ns(libc::CLOCK_MONOTONIC);
-        let cpu_start = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-        let mut cpu_ns = 0;
-        while cpu_ns < burn_ns {
-            cpu_ns = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - cpu_start;
-        }
-        let end_ns = clock_ns(libc::CLOCK_MONOTONIC);
+        let start_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
+        let cpu_ns = workload::burn(burn_ns);
+        let end_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
         println!(
             "round {round} start_ns {start_ns} end_ns {end_ns} cpu_ns {cpu_ns} wall_ms {:.1}",
             (end_ns - start_ns) as f64 / 1e6
         );
     }
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; both clocks exist on every Linux kernel.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime({clock}) failed");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -1,0 +1,568 @@
+//! `throttle-tracer demo`: the problem and the tool on the user's own machine, in about 15
+//! seconds, with no set-up.
+//!
+//! 1. Cgroups of earlier demos whose process is gone (killed, crashed) are removed, their tasks
+//!    killed first ([`cgroup::clean_leftovers`]).
+//! 2. A cgroup `/throttle-tracer-demo-<pid>` is made under the hierarchy that holds the cpu
+//!    controller, with a quota of 50 ms per 100 ms period (0.5 CPU) and no burst.
+//! 3. The tracing session of the command line ([`agent::Session`]) is started for that cgroup.
+//! 4. The workload ([`workload::Requests::demo`]: 4 workers, bursts of 20 ms requests, 0.2 CPU on
+//!    average) runs in a child process — this binary re-executed with the hidden `demo-workload`
+//!    subcommand — which moves itself into the cgroup before it starts a thread. It is in its own
+//!    process group (the terminal's Ctrl-C reaches only the demo, which stops it) and dies with the
+//!    demo (`PR_SET_PDEATHSIG`) if the demo is killed.
+//! 5. When the workload is done (or on Ctrl-C / SIGTERM) the usual report is printed, then what it
+//!    shows: average use against the quota, real stop lengths against cpu.stat's figure, request
+//!    latencies by burst size, the quota the bursts would need, and what a burst setting would do
+//!    (ceiling = quota + burst).
+//! 6. The workload is killed and the cgroup removed — also on errors ([`cgroup::DemoCgroup`]'s
+//!    Drop) and on signals (caught from the first moment, so none can end the process early).
+mod cgroup;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{self, Read as _};
+use std::os::unix::process::CommandExt as _;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::agent::{self, Ended, Interrupts, Request, Session};
+use crate::cgroups::{Hierarchy, Version};
+use crate::cli::{DemoArgs, DemoWorkloadArgs};
+use crate::error::Failure;
+use crate::report::CgroupReport;
+use crate::workload::{self, Requests};
+use cgroup::{DemoCgroup, Found, Quota};
+
+/// Half a CPU, the reference labs' `--cpus 0.5`.
+const QUOTA: Quota = Quota {
+    quota_us: 50_000,
+    period_us: 100_000,
+    burst_us: 0,
+};
+
+/// After the workload exits, time for the last period timer to end every stop, so the report
+/// holds no open stops.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// How often the demo looks whether the workload has exited.
+const POLL: Duration = Duration::from_millis(50);
+
+/// How long past its duration the workload may take (it is throttled, and the machine may be
+/// busy) before the demo gives up on it.
+const GRACE: Duration = Duration::from_secs(10);
+
+/// The exit code after Ctrl-C / SIGTERM, as shells report a SIGINT death.
+const INTERRUPTED: i32 = 130;
+
+const NS_PER_MS: f64 = 1e6;
+const NS_PER_US: u64 = 1_000;
+
+/// Runs the demo; `Ok` holds the exit code (0, or 130 when interrupted).
+pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
+    // First, so that no SIGINT/SIGTERM can end the process before the cgroup is removed.
+    let mut interrupts = Interrupts::new()?;
+    agent::check_privileges()?;
+    let hierarchy = Hierarchy::discover().map_err(|e| {
+        Failure::environment(
+            e.to_string(),
+            "the demo needs the cpu controller: cgroup v2 with cpu enabled, or the cgroup v1 cpu \
+             hierarchy",
+        )
+    })?;
+    for found in cgroup::clean_leftovers(&hierarchy)? {
+        match found {
+            Found::Removed { path, pid, removal } => eprintln!(
+                "throttle-tracer demo: removed {path}, left behind by an earlier demo (pid {pid}) \
+                 that did not finish{}",
+                match removal.killed {
+                    0 => String::new(),
+                    n => format!("; killed {n} task(s) still in it"),
+                }
+            ),
+            Found::Running { path, pid } => eprintln!(
+                "throttle-tracer demo: another demo is running (pid {pid}, {path}); both will \
+                 share the CPUs"
+            ),
+        }
+    }
+
+    let shape = Requests::demo(args.duration);
+    let (mut demo, enabled) = DemoCgroup::create(&hierarchy, QUOTA)?;
+    if enabled {
+        eprintln!(
+            "throttle-tracer demo: enabled the cpu controller in {}/cgroup.subtree_control (left on)",
+            hierarchy.root().display()
+        );
+    }
+    print!("{}", intro(&shape, &demo, hierarchy.version()));
+
+    let mut session = Session::start(&Request {
+        backend: args.backend,
+        btf: &args.btf,
+        cgroups: vec![demo.path.clone()],
+        json: false,
+    })?;
+    demo.workload = Some(spawn_workload(&demo, args.duration)?);
+    let limit = args.duration + GRACE;
+    let ended = session
+        .trace_until(workload_exit(&mut demo.workload, limit), &mut interrupts)
+        .await?;
+
+    if ended == Ended::Done
+        && let Err(failure) = workload_status(&mut demo.workload)
+    {
+        // Nothing worth reporting: detach, clean up, say why.
+        drop(session);
+        demo.remove()?;
+        return Err(failure);
+    }
+    let bursts = match demo.workload.as_mut().and_then(|c| c.stdout.take()) {
+        // The workload has exited: this read ends at EOF.
+        Some(mut out) if ended == Ended::Done => {
+            let mut text = String::new();
+            let _ = out.read_to_string(&mut text);
+            text.lines().filter_map(parse_burst).collect()
+        }
+        _ => Vec::new(),
+    };
+    let (reports, totals) = session.finish()?;
+    let path = demo.path.clone();
+    let dir = demo.dir.clone();
+    let removal = demo.remove()?;
+    if ended == Ended::Interrupted {
+        eprintln!(
+            "throttle-tracer demo: interrupted; stopped the workload and removed {}",
+            dir.display()
+        );
+        return Ok(INTERRUPTED);
+    }
+    print!(
+        "{}",
+        explain(&Context {
+            shape: &shape,
+            report: reports.iter().find(|r| r.path.as_deref() == Some(&path)),
+            bursts: &bursts,
+            elapsed_ns: totals.elapsed_ns,
+            version: hierarchy.version(),
+        })
+    );
+    println!(
+        "\nCleaned up: the workload is gone and {} was removed{}.",
+        dir.display(),
+        match removal.killed {
+            0 => String::new(),
+            n => format!(" ({n} task(s) had to be killed)"),
+        }
+    );
+    Ok(0)
+}
+
+/// Starts this binary again as the workload, in its own process group, told which cgroup to
+/// join.
+fn spawn_workload(demo: &DemoCgroup, length: Duration) -> Result<Child, Failure> {
+    Command::new("/proc/self/exe")
+        .arg("demo-workload")
+        .arg("--procs")
+        .arg(demo.dir.join("cgroup.procs"))
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        .arg("--duration")
+        .arg(humantime::format_duration(length).to_string())
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| {
+            Failure::environment(
+                format!("cannot start the demo workload (/proc/self/exe): {e}"),
+                "the demo runs its workload from its own binary; check that /proc is mounted",
+            )
+        })
+}
+
+/// Completes when the workload has exited (or `limit` passed), plus [`SETTLE`].
+async fn workload_exit(child: &mut Option<Child>, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while let Some(Ok(None)) = child.as_mut().map(Child::try_wait) {
+        if Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    tokio::time::sleep(SETTLE).await;
+}
+
+/// Whether the workload exited successfully (it did exit, unless the time limit passed).
+fn workload_status(child: &mut Option<Child>) -> Result<(), Failure> {
+    let Some(child) = child else {
+        return Ok(());
+    };
+    let status: Option<ExitStatus> = child.try_wait().map_err(|e| {
+        Failure::environment(format!("cannot wait for the demo workload: {e}"), "none")
+    })?;
+    match status {
+        Some(s) if s.success() => Ok(()),
+        Some(s) => Err(Failure::environment(
+            format!("the demo workload failed ({s})"),
+            "its own error is above; `throttle-tracer doctor` checks what this machine allows",
+        )),
+        None => Err(Failure::environment(
+            "the demo workload did not finish in time",
+            "the machine may be very busy; try again, or a shorter --duration",
+        )),
+    }
+}
+
+/// The hidden `demo-workload` subcommand: joins the cgroup, runs the requests, prints one line
+/// per burst. Exit code 1 on failure, with the reason on stderr.
+pub fn workload_main(args: DemoWorkloadArgs) -> i32 {
+    // SAFETY: PR_SET_PDEATHSIG with a valid signal only changes this process's settings.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    // The demo may have died before the setting took effect.
+    if std::os::unix::process::parent_id() != args.parent {
+        return 1;
+    }
+    if let Err(e) = std::fs::write(&args.procs, std::process::id().to_string()) {
+        eprintln!(
+            "error: the demo workload cannot join its cgroup ({}): {e}",
+            args.procs.display()
+        );
+        return 1;
+    }
+    match workload::run(&Requests::demo(args.duration), &mut io::stdout().lock()) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: the demo workload cannot write its results: {e}");
+            1
+        }
+    }
+}
+
+/// One burst line of the workload (`workload::run`'s format).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Burst {
+    size: usize,
+    cpu_ns: u64,
+    wall_ns: u64,
+}
+
+fn parse_burst(line: &str) -> Option<Burst> {
+    let mut words = line.split_whitespace();
+    let mut field = |name: &str| -> Option<u64> {
+        (words.next()? == name).then_some(())?;
+        words.next()?.parse().ok()
+    };
+    field("burst")?;
+    let size = usize::try_from(field("size")?).ok()?;
+    field("arrival_ns")?;
+    Some(Burst {
+        size,
+        cpu_ns: field("cpu_ns")?,
+        wall_ns: field("wall_ns")?,
+    })
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.1} ms", ns as f64 / NS_PER_MS)
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The control files' names on this cgroup version: (quota, burst).
+fn files(version: Version) -> (&'static str, &'static str) {
+    match version {
+        Version::V1 => ("cpu.cfs_quota_us", "cpu.cfs_burst_us"),
+        Version::V2 => ("cpu.max", "cpu.max.burst"),
+    }
+}
+
+fn intro(shape: &Requests, demo: &DemoCgroup, version: Version) -> String {
+    let quota = QUOTA.quota_us as f64 / QUOTA.period_us as f64;
+    let sizes: Vec<String> = shape.sizes.iter().map(ToString::to_string).collect();
+    let average = average_cpus(shape);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "throttle-tracer demo: a CPU quota, a bursty workload that fits it on average, and every \
+         stop traced ({} of work).",
+        humantime::format_duration(shape.length)
+    );
+    let _ = writeln!(
+        out,
+        "  cgroup    {} ({}), quota {} per {} period = {quota:.2} CPU, burst 0",
+        demo.dir.display(),
+        match version {
+            Version::V1 => "cgroup v1",
+            Version::V2 => "cgroup v2",
+        },
+        ms(QUOTA.quota_us * NS_PER_US),
+        ms(QUOTA.period_us * NS_PER_US),
+    );
+    let _ = writeln!(
+        out,
+        "  workload  {} worker threads; every {} a burst of {} requests arrives (cycling), {} of \
+         CPU each",
+        shape.threads,
+        ms(duration_ns(shape.interval)),
+        sizes.join(", "),
+        ms(duration_ns(shape.request_cpu)),
+    );
+    let _ = writeln!(
+        out,
+        "            = {average:.2} CPU on average, {:.0}% of the quota; the largest burst needs {} \
+         in one period\n",
+        100.0 * average / quota,
+        ms(duration_ns(peak_burst_cpu(shape))),
+    );
+    out
+}
+
+/// Average CPUs the workload asks for.
+fn average_cpus(shape: &Requests) -> f64 {
+    let per_cycle: usize = shape.sizes.iter().sum();
+    let cpu = per_cycle as f64 * shape.request_cpu.as_secs_f64();
+    cpu / (shape.sizes.len() as f64 * shape.interval.as_secs_f64())
+}
+
+/// The largest burst's CPU time, as designed.
+fn peak_burst_cpu(shape: &Requests) -> Duration {
+    let largest = shape.sizes.iter().copied().max().unwrap_or(0);
+    shape
+        .request_cpu
+        .saturating_mul(u32::try_from(largest).unwrap_or(u32::MAX))
+}
+
+/// What [`explain`] reads.
+struct Context<'a> {
+    shape: &'a Requests,
+    /// The demo cgroup's report; `None` if it was never stopped.
+    report: Option<&'a CgroupReport>,
+    bursts: &'a [Burst],
+    elapsed_ns: u64,
+    version: Version,
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+/// The closing section: what the report above means for this workload.
+fn explain(c: &Context<'_>) -> String {
+    let mut out = String::new();
+    let quota_ns = QUOTA.quota_us * NS_PER_US;
+    let period_ns = QUOTA.period_us * NS_PER_US;
+    let quota_cpus = quota_ns as f64 / period_ns as f64;
+    let (quota_file, burst_file) = files(c.version);
+    let _ = writeln!(out, "\nWhat the demo shows");
+
+    let used_ns: u64 = c.bursts.iter().map(|b| b.cpu_ns).sum();
+    if used_ns > 0 && c.elapsed_ns > 0 {
+        let average = used_ns as f64 / c.elapsed_ns as f64;
+        let _ = writeln!(
+            out,
+            "  average use    {average:.2} CPU ({:.2} s of CPU in {:.1} s traced) = {:.0}% of the \
+             {quota_cpus:.2} CPU quota: a usage graph shows room to spare",
+            used_ns as f64 / 1e9,
+            c.elapsed_ns as f64 / 1e9,
+            100.0 * average / quota_cpus,
+        );
+    }
+
+    let Some(r) = c.report else {
+        out.push_str(
+            "  stops          none were traced for the demo cgroup: the bursts never used up the \
+             quota here (is the machine so busy that they were spread out?)\n",
+        );
+        return out;
+    };
+    let s = &r.summary;
+    let _ = write!(
+        out,
+        "  stopped anyway {} per-CPU stops in {} group stops",
+        s.stops.count, s.group_stops.count
+    );
+    if let Some(d) = &r.cpu_stat
+        && d.nr_periods > 0
+    {
+        let _ = write!(
+            out,
+            "; cpu.stat: throttled in {} of {} periods ({:.0}%)",
+            d.nr_throttled,
+            d.nr_periods,
+            100.0 * d.nr_throttled as f64 / d.nr_periods as f64
+        );
+    }
+    out.push('\n');
+    if let (Some(g), Some(p)) = (s.group_stops.percentiles, s.stops.percentiles) {
+        let _ = writeln!(
+            out,
+            "  real stops     p50 {}, max {} of wall-clock time (group stops); each CPU's stop: \
+             p50 {}, max {}",
+            ms(g.p50_ns),
+            ms(g.max_ns),
+            ms(p.p50_ns),
+            ms(p.max_ns)
+        );
+    }
+    if let Some(d) = &r.cpu_stat
+        && d.nr_throttled > 0
+    {
+        let per = d.throttled_ns / d.nr_throttled;
+        let _ = write!(
+            out,
+            "  cpu.stat says  throttled {} / nr_throttled {} = {} \"per throttle\"",
+            ms(d.throttled_ns),
+            d.nr_throttled,
+            ms(per)
+        );
+        if let Some(o) = r.overcount() {
+            let _ = write!(
+                out,
+                ": {o:.2}x the {} the group was really stopped (overcount),\n                 \
+                 because the kernel adds each CPU's stop separately ({:.1} CPUs per group stop)",
+                ms(s.group_stops.sum_ns),
+                s.stops.count as f64 / s.group_stops.count.max(1) as f64
+            );
+        }
+        out.push('\n');
+    }
+
+    let mut by_size: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for b in c.bursts {
+        by_size.entry(b.size).or_default().push(b.wall_ns);
+    }
+    let mut first = true;
+    for (size, walls) in by_size {
+        let cpu = c
+            .shape
+            .request_cpu
+            .saturating_mul(u32::try_from(size).unwrap_or(1));
+        let _ = writeln!(
+            out,
+            "  {:<14} bursts of {size} ({} of CPU): {} of them, done after median {}, max {}",
+            if first { "requests" } else { "" },
+            ms(duration_ns(cpu)),
+            walls.len(),
+            ms(median(walls.clone())),
+            ms(walls.iter().copied().max().unwrap_or(0)),
+        );
+        first = false;
+    }
+
+    let peak_ns = c
+        .bursts
+        .iter()
+        .map(|b| b.cpu_ns)
+        .max()
+        .unwrap_or_else(|| duration_ns(peak_burst_cpu(c.shape)));
+    let peak_cpus = peak_ns as f64 / period_ns as f64;
+    let average = average_cpus(c.shape);
+    let _ = writeln!(
+        out,
+        "  quota to fit   the largest burst used {} of CPU; it runs unstopped only if one period \
+         holds it:\n                 {quota_file} for >= {} per {} ({peak_cpus:.2} CPU), {:.1}x \
+         the average use",
+        ms(peak_ns),
+        ms(peak_ns),
+        ms(period_ns),
+        peak_cpus / average.max(f64::MIN_POSITIVE),
+    );
+    if peak_ns > quota_ns {
+        let need = peak_ns - quota_ns;
+        let half = need / 2;
+        let _ = writeln!(
+            out,
+            "  or a burst     a period may spend at most quota + burst: {burst_file} >= {} \
+             (ceiling {}) lets it through\n                 at the same {quota_cpus:.2} CPU, \
+             refilled by the quota the bursts leave unused. Less buys nothing for it:\n                 \
+             {} of burst makes a {} ceiling, still short of {}.",
+            ms(need),
+            ms(quota_ns + need),
+            ms(half),
+            ms(quota_ns + half),
+            ms(peak_ns),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::demo_report;
+
+    #[test]
+    fn demo_shape_fits_the_average_not_the_peak() {
+        let shape = Requests::demo(Duration::from_secs(10));
+        assert!((average_cpus(&shape) - 0.2).abs() < 1e-9);
+        assert_eq!(peak_burst_cpu(&shape), Duration::from_millis(80));
+        assert!(average_cpus(&shape) < 0.5 && peak_burst_cpu(&shape) > Duration::from_millis(50));
+    }
+
+    #[test]
+    fn burst_lines() {
+        assert_eq!(
+            parse_burst("burst 3 size 4 arrival_ns 10 cpu_ns 80000000 wall_ns 150000000"),
+            Some(Burst {
+                size: 4,
+                cpu_ns: 80_000_000,
+                wall_ns: 150_000_000
+            })
+        );
+        assert_eq!(parse_burst("burst 3 size x"), None);
+        assert_eq!(parse_burst("round 1 size 2"), None);
+    }
+
+    #[test]
+    fn explanation_has_every_figure() {
+        let shape = Requests::demo(Duration::from_secs(10));
+        let report = demo_report();
+        let bursts = [
+            Burst {
+                size: 1,
+                cpu_ns: 20_000_000,
+                wall_ns: 21_000_000,
+            },
+            Burst {
+                size: 4,
+                cpu_ns: 80_000_000,
+                wall_ns: 150_000_000,
+            },
+        ];
+        let text = explain(&Context {
+            shape: &shape,
+            report: Some(&report),
+            bursts: &bursts,
+            elapsed_ns: 1_000_000_000,
+            version: Version::V1,
+        });
+        println!("{text}");
+        for needle in [
+            "average use    0.10 CPU (0.10 s of CPU in 1.0 s traced) = 20% of the 0.50 CPU quota",
+            "stopped anyway 3 per-CPU stops in 2 group stops; cpu.stat: throttled in 3 of 4 periods",
+            "real stops     p50 ",
+            "throttled 270.0 ms / nr_throttled 3 = 90.0 ms \"per throttle\": 1.50x the 180.0 ms",
+            "bursts of 1 (20.0 ms of CPU): 1 of them, done after median 21.0 ms, max 21.0 ms",
+            "bursts of 4 (80.0 ms of CPU): 1 of them, done after median 150.0 ms",
+            "cpu.cfs_quota_us for >= 80.0 ms per 100.0 ms (0.80 CPU), 4.0x the average use",
+            "cpu.cfs_burst_us >= 30.0 ms (ceiling 80.0 ms)",
+            "15.0 ms of burst makes a 65.0 ms ceiling, still short of 80.0 ms",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+
+        let text = explain(&Context {
+            shape: &shape,
+            report: None,
+            bursts: &[],
+            elapsed_ns: 0,
+            version: Version::V2,
+        });
+        assert!(text.contains("none were traced"), "{text}");
+    }
+}

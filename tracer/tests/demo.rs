@@ -1,0 +1,337 @@
+//! `throttle-tracer demo` on this host, checked from the outside: its output, the cgroup
+//! directory and the processes it leaves (none). Needs root, kernel BTF and a cgroup hierarchy
+//! with the cpu controller; otherwise each test prints "skipped: reason".
+//!
+//! The tests share the machine's CPUs, so they run one at a time.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::Mutex,
+    thread,
+    time::{Duration, Instant},
+};
+
+const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
+const PREFIX: &str = "throttle-tracer-demo-";
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The mount of the hierarchy with the cpu controller: v1 `cpu` or a v2 root listing `cpu`.
+fn cpu_root() -> Option<PathBuf> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mount_point = PathBuf::from(left.split(' ').nth(4)?);
+        let mut right = right.split(' ');
+        let fstype = right.next()?;
+        let options = right.nth(1)?;
+        let cpu = match fstype {
+            "cgroup" => options.split(',').any(|o| o == "cpu"),
+            "cgroup2" => fs::read_to_string(mount_point.join("cgroup.controllers"))
+                .is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu")),
+            _ => false,
+        };
+        cpu.then_some(mount_point)
+    })
+}
+
+fn setup() -> Result<PathBuf, String> {
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Err("no kernel BTF at /sys/kernel/btf/vmlinux".into());
+    }
+    cpu_root().ok_or_else(|| "no cgroup hierarchy with the cpu controller".into())
+}
+
+/// Processes of `pid`'s demo: its workload (`demo-workload ... --parent <pid>`).
+fn workloads_of(pid: u32) -> Vec<u32> {
+    let needle = format!("--parent\0{pid}\0");
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("demo-workload") && c.contains(&needle)
+            })
+        })
+        .collect()
+}
+
+/// Waits up to `limit` for `done`; returns whether it became true.
+fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+/// Kills what a failed test left and removes demo cgroups by the test's own pids.
+struct Leftovers {
+    root: PathBuf,
+    pids: Vec<u32>,
+    children: Vec<Child>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for pid in &self.pids {
+            let dir = self.root.join(format!("{PREFIX}{pid}"));
+            if !dir.exists() {
+                continue;
+            }
+            for _ in 0..100 {
+                for task in fs::read_to_string(dir.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.parse::<i32>().ok())
+                {
+                    // SAFETY: signalling a pid read from the test's own cgroup.
+                    unsafe { libc::kill(task, libc::SIGKILL) };
+                }
+                if fs::remove_dir(&dir).is_ok() {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// The number after `label` on the line that contains it (e.g. "nr_throttled 6").
+fn number_after(text: &str, label: &str) -> f64 {
+    let rest = text
+        .split_once(label)
+        .unwrap_or_else(|| panic!("no {label:?} in\n{text}"))
+        .1;
+    let word: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    word.parse()
+        .unwrap_or_else(|_| panic!("no number after {label:?} in\n{text}"))
+}
+
+/// A duration printed by the report ("158.9 ms", "2.001 s", "0 ns", "12.0 µs") after `label`, in ns.
+fn duration_after(text: &str, label: &str) -> f64 {
+    let rest = text
+        .split_once(label)
+        .unwrap_or_else(|| panic!("no {label:?} in\n{text}"))
+        .1
+        .trim_start();
+    let mut words = rest.split_whitespace();
+    let value: f64 = words
+        .next()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(f64::NAN);
+    let scale = match words.next() {
+        Some("ns") => 1.0,
+        Some("µs") => 1e3,
+        Some("ms") => 1e6,
+        Some("s") => 1e9,
+        other => panic!("unit {other:?} after {label:?} in\n{text}"),
+    };
+    value * scale
+}
+
+/// The stdout/stderr of a finished demo, and its independent checks.
+fn check_demo_output(out: &Output, pid: u32, root: &Path) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!("--- stdout\n{stdout}--- stderr\n{stderr}");
+    assert_eq!(out.status.code(), Some(0), "demo failed:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let cgroup = format!("/{PREFIX}{pid}");
+    assert!(
+        stdout.contains(&format!("cgroups: {cgroup};")),
+        "the trace is limited to the demo cgroup"
+    );
+    // The detail block of the demo cgroup.
+    let detail = stdout
+        .split_once(&format!("\n{cgroup} (id "))
+        .unwrap_or_else(|| panic!("no stops for {cgroup}:\n{stdout}"))
+        .1;
+    let stops = number_after(detail, "stops (per CPU)");
+    let group_stops = number_after(detail, "group stops");
+    let per_cpu = duration_after(detail, "stopped time      per-CPU");
+    let wall = duration_after(detail, "   wall");
+    let nr_throttled = number_after(detail, "nr_throttled");
+    // "nr_throttled 6   throttled 158.9 ms": the time follows the next "throttled".
+    let after_nr = detail
+        .split_once("nr_throttled")
+        .map_or("", |(_, rest)| rest);
+    let throttled = duration_after(after_nr, "throttled");
+    println!(
+        "stops {stops} group {group_stops} per-CPU {per_cpu} wall {wall} nr_throttled \
+         {nr_throttled} throttled {throttled}"
+    );
+    assert!(
+        stops >= 1.0 && group_stops >= 1.0,
+        "the demo cgroup was never stopped"
+    );
+    assert!(
+        stops >= group_stops,
+        "a group stop is one or more CPU stops"
+    );
+    assert!(per_cpu + 1e3 >= wall, "Σ per-CPU stops >= their union");
+    assert!(nr_throttled >= 1.0, "cpu.stat saw no throttled period");
+    // cpu.stat's throttled time is what the kernel added for the traced stops: within 5% (+1 ms
+    // for the clocks' different edges) of the per-CPU sum, so overcount = throttled / wall.
+    assert!(
+        (throttled - per_cpu).abs() <= per_cpu * 0.05 + 1e6,
+        "cpu.stat throttled {throttled} ns vs Σ per-CPU stops {per_cpu} ns"
+    );
+    let overcount = number_after(detail, "overcount");
+    assert!(
+        (overcount - throttled / wall).abs() < 0.02,
+        "overcount {overcount} vs {throttled} / {wall}"
+    );
+    if stops > group_stops {
+        assert!(
+            overcount >= 0.99,
+            "more than one CPU stopped at once, yet overcount {overcount}"
+        );
+    }
+    // The closing section repeats the same figures.
+    assert!(stdout.contains("What the demo shows"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "stopped anyway {stops} per-CPU stops in {group_stops} group stops"
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("cpu.cfs_burst_us >=") || stdout.contains("cpu.max.burst >="));
+    assert!(stdout.contains("Cleaned up: "), "{stdout}");
+
+    // Independent checks: the cgroup directory is gone, no workload survives.
+    let dir = root.join(format!("{PREFIX}{pid}"));
+    assert!(!dir.exists(), "{} is still there", dir.display());
+    assert_eq!(
+        workloads_of(pid),
+        Vec::<u32>::new(),
+        "workload processes left"
+    );
+    stdout
+}
+
+#[test]
+fn demo_traces_explains_and_cleans_up() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let root = match setup() {
+        Ok(root) => root,
+        Err(reason) => {
+            println!("skipped: {reason}");
+            return;
+        }
+    };
+    let child = Command::new(TRACER)
+        .arg("demo")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn throttle-tracer demo");
+    let pid = child.id();
+    let _guard = Leftovers {
+        root: root.clone(),
+        pids: vec![pid],
+        children: vec![],
+    };
+    let out = child.wait_with_output().expect("wait for the demo");
+    check_demo_output(&out, pid, &root);
+}
+
+#[test]
+fn a_killed_demo_is_cleaned_up_by_the_next_one() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let root = match setup() {
+        Ok(root) => root,
+        Err(reason) => {
+            println!("skipped: {reason}");
+            return;
+        }
+    };
+    let first = Command::new(TRACER)
+        .args(["demo", "--duration", "20s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the first demo");
+    let first_pid = first.id();
+    let mut guard = Leftovers {
+        root: root.clone(),
+        pids: vec![first_pid],
+        children: vec![first],
+    };
+    let leftover = root.join(format!("{PREFIX}{first_pid}"));
+    // Midway: the workload is running in the cgroup.
+    assert!(
+        wait_for(Duration::from_secs(15), || {
+            fs::read_to_string(leftover.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
+        }),
+        "the first demo never started its workload in {}",
+        leftover.display()
+    );
+    thread::sleep(Duration::from_secs(1));
+    let mut first = guard.children.remove(0);
+    first.kill().expect("SIGKILL the first demo");
+    let _ = first.wait();
+
+    assert!(
+        leftover.is_dir(),
+        "a SIGKILLed demo cannot remove its cgroup"
+    );
+    // Its workload dies with it (PR_SET_PDEATHSIG).
+    assert!(
+        wait_for(Duration::from_secs(3), || workloads_of(first_pid)
+            .is_empty()),
+        "the workload outlived its demo"
+    );
+    // Something still inside the leftover, which the next demo must kill.
+    let sleeper = Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("spawn sleep");
+    let sleeper_pid = sleeper.id();
+    guard.children.push(sleeper);
+    fs::write(leftover.join("cgroup.procs"), sleeper_pid.to_string())
+        .expect("move sleep into the leftover cgroup");
+
+    let second = Command::new(TRACER)
+        .args(["demo", "--duration", "5s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the second demo");
+    let second_pid = second.id();
+    guard.pids.push(second_pid);
+    let out = second.wait_with_output().expect("wait for the second demo");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    check_demo_output(&out, second_pid, &root);
+    assert!(
+        stderr.contains(&format!(
+            "removed /{PREFIX}{first_pid}, left behind by an earlier demo (pid {first_pid})"
+        )) && stderr.contains("killed 1 task(s) still in it"),
+        "{stderr}"
+    );
+    assert!(!leftover.exists(), "{} is still there", leftover.display());
+    let mut sleeper = guard.children.remove(0);
+    let status = sleeper.wait().expect("reap sleep");
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "sleep: {status}");
+}
