@@ -18,6 +18,9 @@ pub struct Args {
     /// Kernel series to boot, repeatable: 5.10, 6.1, 6.12, 7 (default: all of them).
     #[arg(long = "kernel", value_name = "SERIES")]
     kernels: Vec<String>,
+    /// Backend to run the scenarios with, repeatable: kprobe, fentry, tracepoint (default: all).
+    #[arg(long = "backend", value_name = "BACKEND", value_parser = clap::builder::PossibleValuesParser::new(BACKENDS))]
+    backends: Vec<String>,
 }
 
 struct Row {
@@ -44,8 +47,13 @@ pub fn run(args: &Args) -> Result<()> {
         eprintln!("kernel {}: {} {}", kernel.series, f.package, f.version);
         fetched.push(f);
     }
+    let backends: Vec<&str> = if args.backends.is_empty() {
+        BACKENDS.to_vec()
+    } else {
+        args.backends.iter().map(String::as_str).collect()
+    };
     let binaries = binaries::build()?;
-    let calls: Vec<String> = BACKENDS
+    let calls: Vec<String> = backends
         .iter()
         .flat_map(|b| SCENARIOS.iter().map(move |s| s.guest_call(b)))
         .collect();
@@ -101,7 +109,7 @@ pub fn run(args: &Args) -> Result<()> {
                 boot.elapsed.as_secs_f64()
             ),
         });
-        for (backend, scenario) in BACKENDS
+        for (backend, scenario) in backends
             .iter()
             .flat_map(|b| SCENARIOS.iter().map(move |s| (*b, s)))
         {
