@@ -194,7 +194,7 @@ impl Session {
         Ok(Self {
             probes,
             reader,
-            aggregate: Aggregate::new(),
+            aggregate: Aggregate::watching(&filter),
             report,
             hierarchy,
             baseline,

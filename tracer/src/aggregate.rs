@@ -370,8 +370,15 @@ pub struct Aggregate {
 }
 
 impl Aggregate {
-    pub fn new() -> Self {
-        Self::default()
+    /// An aggregate that reports `cgroups` even if they never stop: a cgroup the user named
+    /// gets a summary saying "0 stops" rather than silence.
+    pub fn watching(cgroups: &[u64]) -> Self {
+        Self {
+            cgroups: cgroups
+                .iter()
+                .map(|&id| (id, CgroupState::default()))
+                .collect(),
+        }
     }
 
     pub fn ingest(&mut self, event: &Event) {
@@ -417,6 +424,16 @@ mod tests {
 
     const MS: u64 = NS_PER_MS;
 
+    #[test]
+    fn a_watched_cgroup_that_never_stopped_still_has_a_summary() {
+        let summaries = Aggregate::watching(&[42]).finish(10 * MS);
+        assert_eq!(summaries.len(), 1);
+        assert_eq!(summaries[0].cgroup_id, 42);
+        assert_eq!(summaries[0].stops.count, 0);
+        assert_eq!(summaries[0].stops.percentiles, None);
+        assert_eq!(summaries[0].group_stops.sum_ns, 0);
+    }
+
     fn stop(cgroup_id: u64, cpu: u32, start_ns: u64) -> Stop {
         Stop {
             cgroup_id,
@@ -449,7 +466,7 @@ mod tests {
     }
 
     fn run(events: &[Event], now_ns: u64) -> Vec<CgroupSummary> {
-        let mut agg = Aggregate::new();
+        let mut agg = Aggregate::watching(&[]);
         for ev in events {
             agg.ingest(ev);
         }
@@ -580,7 +597,7 @@ mod tests {
 
     #[test]
     fn unseen_start_and_unknown_kernel_ns_are_kept_apart() {
-        let mut agg = Aggregate::new();
+        let mut agg = Aggregate::watching(&[]);
         agg.ingest(&Event::UnseenStartEnd {
             cgroup_id: 5,
             cpu: 0,

@@ -234,7 +234,7 @@ pub(crate) mod tests {
 
     /// /demo: two CPUs, three overlapping-in-pairs stops of 80 ms, one open at the end.
     pub(crate) fn demo_report() -> CgroupReport {
-        let mut agg = Aggregate::new();
+        let mut agg = Aggregate::watching(&[]);
         for (cpu, s, e) in [(0, 0, 80), (1, 20, 100), (0, 200, 280)] {
             let end = ended(cpu, s, e);
             agg.ingest(&Event::Start(end.stop.clone()));
