@@ -95,14 +95,14 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
             hierarchy.root().display()
         );
     }
-    print!("{}", intro(&shape, &demo, hierarchy.version()));
-
+    // Attached before anything is printed, so a machine that cannot trace gets only the error.
     let mut session = Session::start(&Request {
         backend: args.backend,
         btf: &args.btf,
         cgroups: vec![demo.path.clone()],
         json: false,
     })?;
+    print!("{}", intro(&shape, &demo, hierarchy.version()));
     demo.workload = Some(spawn_workload(&demo, args.duration)?);
     let limit = args.duration + GRACE;
     let ended = session

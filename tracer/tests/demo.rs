@@ -191,11 +191,17 @@ fn check_demo_output(out: &Output, pid: u32, root: &Path) -> String {
     );
     assert!(per_cpu + 1e3 >= wall, "Σ per-CPU stops >= their union");
     assert!(nr_throttled >= 1.0, "cpu.stat saw no throttled period");
-    // cpu.stat's throttled time is what the kernel added for the traced stops: within 5% (+1 ms
-    // for the clocks' different edges) of the per-CPU sum, so overcount = throttled / wall.
+    // cpu.stat's throttled time is what the kernel added for the traced stops (the `kernel`
+    // figure, its own clock), and close to their CLOCK_MONOTONIC sum (the backend sees each
+    // stop's edges a little apart from the kernel's clock reads).
+    let kernel = duration_after(detail, "   kernel");
     assert!(
-        (throttled - per_cpu).abs() <= per_cpu * 0.05 + 1e6,
-        "cpu.stat throttled {throttled} ns vs Σ per-CPU stops {per_cpu} ns"
+        (throttled - kernel).abs() <= kernel * 0.01 + 1e5,
+        "cpu.stat throttled {throttled} ns vs the traced stops' kernel time {kernel} ns in\n{detail}"
+    );
+    assert!(
+        (throttled - per_cpu).abs() <= per_cpu * 0.25 + 2e6,
+        "cpu.stat throttled {throttled} ns vs Σ per-CPU stops {per_cpu} ns in\n{detail}"
     );
     let overcount = number_after(detail, "overcount");
     assert!(
@@ -205,7 +211,7 @@ fn check_demo_output(out: &Output, pid: u32, root: &Path) -> String {
     if stops > group_stops {
         assert!(
             overcount >= 0.99,
-            "more than one CPU stopped at once, yet overcount {overcount}"
+            "more than one CPU stopped at once, yet overcount {overcount} in\n{detail}"
         );
     }
     // The closing section repeats the same figures.
@@ -334,4 +340,64 @@ fn a_killed_demo_is_cleaned_up_by_the_next_one() {
     let status = sleeper.wait().expect("reap sleep");
     use std::os::unix::process::ExitStatusExt as _;
     assert_eq!(status.signal(), Some(libc::SIGKILL), "sleep: {status}");
+}
+
+#[test]
+fn bad_demo_options_are_usage_errors() {
+    let out = Command::new(TRACER)
+        .args(["demo", "--duration", "soon"])
+        .output()
+        .expect("run throttle-tracer demo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains("--duration"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn without_privileges_the_demo_says_so_and_makes_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let root = match setup() {
+        Ok(root) => root,
+        Err(reason) => {
+            println!("skipped: {reason}");
+            return;
+        }
+    };
+    // As nobody, with no capabilities.
+    let Ok(child) = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            TRACER,
+            "demo",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        println!("skipped: no setpriv");
+        return;
+    };
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait for the demo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let mut lines = stderr.lines();
+    assert!(
+        lines
+            .next()
+            .is_some_and(|l| l.starts_with("error: tracing needs root")),
+        "{stderr}"
+    );
+    assert!(
+        lines.next().is_some_and(|l| l.starts_with("hint: ")),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+    // setpriv execs the tracer in place: the demo's pid is the child's.
+    assert!(!root.join(format!("{PREFIX}{pid}")).exists());
 }
