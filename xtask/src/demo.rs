@@ -1,47 +1,13 @@
-//! `cargo xtask demo`: a throttled workload in a Debian 6.12 VM, traced for five seconds; the
-//! tracer's own report is shown as the user would see it.
-use crate::console::Console;
-use crate::qemu::{self, Ending};
-use crate::{binaries, guest, kernels, paths, setup};
-use anyhow::{Result, bail};
-use std::time::Duration;
-
-const GUEST_PART: &str = include_str!("../guest/demo.sh");
-const KERNEL: &str = "6.12";
-const BOOT_LIMIT: Duration = Duration::from_secs(180);
+//! `cargo xtask demo`: the README's main command. Sets the machine up, builds the tracer and
+//! runs `throttle-tracer demo` natively: a throttled workload in a temporary cgroup, traced with
+//! the best backend this kernel allows, explained, and cleaned up.
+use crate::{cmd, paths, setup};
+use anyhow::Result;
+use std::process::Command;
 
 pub fn run() -> Result<()> {
     setup::run()?;
-    let kernel = kernels::by_series(KERNEL)?.fetch()?;
-    let binaries = binaries::build()?;
-    let vm = paths::vm();
-    let initrd = vm.join("demo.cpio");
-    std::fs::write(
-        &initrd,
-        guest::initramfs(&guest::init_script(GUEST_PART), &binaries)?,
-    )?;
-    std::fs::create_dir_all(vm.join("logs"))?;
-    let log = vm.join("logs").join("demo.log");
-    eprintln!(
-        "booting {} {} under QEMU; the workload is two busy threads under cpu.max \"50000 100000\"",
-        kernel.package, kernel.version
-    );
-    let boot = qemu::boot(&kernel.vmlinuz, &initrd, &log, BOOT_LIMIT, &|_| {})?;
-    let console = Console::parse(&boot.console);
-    let status = console.mark("TRACER", "demo").unwrap_or("not printed");
-    if boot.ending != Ending::Finished || status != "exit status 0" {
-        for line in console.section("demo/stderr").unwrap_or_default() {
-            eprintln!("tracer: {line}");
-        }
-        bail!(
-            "the demo failed (boot {:?}, tracer {status}); console: {}",
-            boot.ending,
-            log.display()
-        );
-    }
-    println!("$ throttle-tracer --cgroup /demo --duration 5s");
-    for line in console.section("demo/report").unwrap_or_default() {
-        println!("{line}");
-    }
-    Ok(())
+    cmd::run(paths::cargo().args(["build", "--release", "-p", "tracer"]))?;
+    let tracer = paths::target().join("release").join("throttle-tracer");
+    cmd::run(Command::new(tracer).arg("demo"))
 }
