@@ -1,4 +1,9 @@
-# vm-test's part of /init: one function per scenario step; the host appends the calls.
+# vm-test's part of /init: what the tracer's doctor says of this kernel, then one function per
+# scenario step; the host appends the calls.
+
+throttle-tracer doctor > /tmp/doctor 2>&1
+mark "DOCTOR exit status $?"
+section doctor /tmp/doctor
 
 # scenario NAME BACKEND "QUOTA PERIOD" BURST WORKLOAD-COMMAND...
 # BURST "-" leaves cpu.max.burst alone; "0" is written where the kernel has the file.

@@ -95,6 +95,7 @@ pub fn run(args: &Args) -> Result<()> {
                 log.display()
             ));
         }
+        rows.push(doctor_row(&console, &label, &mut failures));
         rows.push(Row {
             kernel: label.clone(),
             scenario: "boot".to_owned(),
@@ -153,6 +154,28 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("{} failure(s)", failures.len());
     }
     Ok(())
+}
+
+/// The doctor must find a usable backend on every kernel; its choice goes in the table.
+fn doctor_row(console: &Console, label: &str, failures: &mut Vec<String>) -> Row {
+    let report = console.section("doctor").unwrap_or_default();
+    let choice = report
+        .iter()
+        .find_map(|l| l.strip_prefix("auto"))
+        .map_or("no choice printed".to_owned(), |c| c.trim().to_owned());
+    let ok = console.mark("DOCTOR", "") == Some("exit status 0");
+    if !ok {
+        failures.push(format!(
+            "{label}: doctor found no usable backend:\n    {}",
+            report.join("\n    ")
+        ));
+    }
+    Row {
+        kernel: label.to_owned(),
+        scenario: "doctor".to_owned(),
+        verdict: if ok { "PASS" } else { "FAIL" },
+        figures: choice,
+    }
 }
 
 fn print_table(rows: &[Row]) {
