@@ -15,6 +15,9 @@ pub struct Outcome {
     pub verdict: Verdict,
     /// The measured figures, for the summary table.
     pub figures: String,
+    /// Per-CPU stops per throttled period (cpu.stat `nr_throttled` delta): comparable between
+    /// two runs of one scenario, unlike raw counts, whose periods start at different phases.
+    pub stops_per_period: Option<f64>,
 }
 
 /// Judges the run `name` of `scenario`, which the guest traced with `backend`.
@@ -23,11 +26,17 @@ pub fn judge(console: &Console, scenario: &Scenario, name: &str, backend: &str) 
         return Outcome {
             verdict: Verdict::Skip(reason.to_owned()),
             figures: String::new(),
+            stops_per_period: None,
         };
     }
     let mut judge = Judge::default();
+    let mut stops_per_period = None;
     let figures = match Run::read(console, name, backend) {
-        Ok(run) => judge.scenario(&run, scenario),
+        Ok(run) => {
+            let periods = run.stat("nr_throttled");
+            stops_per_period = (periods > 0).then(|| run.stops.len() as f64 / periods as f64);
+            judge.scenario(&run, scenario)
+        }
         Err(problem) => {
             judge.problems.push(problem);
             let stderr = console.section(&format!("{name}/stderr"));
@@ -44,6 +53,7 @@ pub fn judge(console: &Console, scenario: &Scenario, name: &str, backend: &str) 
             Verdict::Fail(judge.problems)
         },
         figures,
+        stops_per_period,
     }
 }
 

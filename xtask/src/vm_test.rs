@@ -110,12 +110,16 @@ pub fn run(args: &Args) -> Result<()> {
                 boot.elapsed.as_secs_f64()
             ),
         });
+        let mut rates = Vec::new();
         for (backend, scenario) in backends
             .iter()
             .flat_map(|b| SCENARIOS.iter().map(move |s| (*b, s)))
         {
             let run = scenario.run_name(backend);
             let outcome = checks::judge(&console, scenario, &run, backend);
+            if let Some(rate) = outcome.stops_per_period {
+                rates.push((backend, scenario.name, rate));
+            }
             let verdict = match outcome.verdict {
                 Verdict::Pass => "PASS",
                 Verdict::Skip(reason) => {
@@ -143,6 +147,7 @@ pub fn run(args: &Args) -> Result<()> {
                 figures: outcome.figures,
             });
         }
+        rows.extend(agreement_rows(&rates, &label, &mut failures));
     }
 
     print_table(&rows);
@@ -154,6 +159,39 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("{} failure(s)", failures.len());
     }
     Ok(())
+}
+
+/// Every backend must count the stops of a scenario like kprobe does, within 2 %: compared as
+/// stops per throttled period, since two runs of a scenario cover different periods.
+fn agreement_rows(
+    rates: &[(&str, &str, f64)],
+    label: &str,
+    failures: &mut Vec<String>,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for &(backend, scenario, rate) in rates.iter().filter(|r| r.0 != "kprobe") {
+        let Some(&(_, _, reference)) = rates.iter().find(|r| r.0 == "kprobe" && r.1 == scenario)
+        else {
+            continue;
+        };
+        let deviation = (rate / reference - 1.0) * 100.0;
+        let ok = deviation.abs() <= 2.0;
+        let figures = format!(
+            "stops per throttled period {rate:.3} vs kprobe {reference:.3} ({deviation:+.1} %)"
+        );
+        if !ok {
+            failures.push(format!(
+                "{label} {scenario} {backend}: {figures}, expected within 2 %"
+            ));
+        }
+        rows.push(Row {
+            kernel: label.to_owned(),
+            scenario: format!("{scenario} {backend}≈kprobe"),
+            verdict: if ok { "PASS" } else { "FAIL" },
+            figures,
+        });
+    }
+    rows
 }
 
 /// The doctor must find a usable backend on every kernel; its choice goes in the table.
