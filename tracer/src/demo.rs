@@ -141,7 +141,10 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
         "{}",
         explain(&Context {
             shape: &shape,
-            report: reports.iter().find(|r| r.path.as_deref() == Some(&path)),
+            // A named cgroup gets a summary even without stops; for the demo that is "none".
+            report: reports
+                .iter()
+                .find(|r| r.path.as_deref() == Some(&path) && r.summary.stops.count > 0),
             bursts: &bursts,
             elapsed_ns: totals.elapsed_ns,
             version: hierarchy.version(),
