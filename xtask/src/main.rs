@@ -1,5 +1,6 @@
-//! Project tasks for throttle-tracer: `cargo xtask setup | vm-test | demo | test`.
+//! Project tasks for throttle-tracer: `cargo xtask setup | vm-test | demo | test | bench`.
 mod apt;
+mod bench;
 mod binaries;
 mod checks;
 mod cmd;
@@ -27,6 +28,9 @@ enum Cli {
     Demo,
     /// Formatting, lints and unit tests, then vm-test on every kernel.
     Test,
+    /// The tracepoint backend's overhead on this host: perf's pipe benchmark with and without
+    /// the tracer, and the kernel's run-time stats of its BPF programs.
+    Bench(bench::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -35,6 +39,7 @@ fn main() -> anyhow::Result<()> {
         Cli::VmTest(args) => vm_test::run(&args),
         Cli::Demo => demo::run(),
         Cli::Test => test(),
+        Cli::Bench(args) => bench::run(&args),
     }
 }
 

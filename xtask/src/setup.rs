@@ -11,13 +11,14 @@ const TOOLCHAIN: &str = "stable";
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
 pub fn run() -> Result<()> {
-    host_packages()?;
+    install_missing(HOST_PACKAGES)?;
     rust_src()?;
     bpf_linker()
 }
 
-fn host_packages() -> Result<()> {
-    let missing: Vec<&str> = HOST_PACKAGES
+/// `apt-get install`s those of the Debian `packages` that are not installed yet.
+pub fn install_missing(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .copied()
         .filter(|p| !dpkg_installed(p))
