@@ -1,4 +1,4 @@
-//! Project tasks for throttle-tracer: `cargo xtask setup | vm-test | demo | test | bench`.
+//! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench`.
 mod apt;
 mod bench;
 mod binaries;
@@ -13,6 +13,7 @@ mod paths;
 mod qemu;
 mod scenarios;
 mod setup;
+mod vm_demo;
 mod vm_test;
 
 use clap::Parser;
@@ -24,8 +25,10 @@ enum Cli {
     Setup,
     /// Boot Debian kernels under QEMU and check the tracer against cpu.stat.
     VmTest(vm_test::Args),
-    /// Trace a throttled workload inside a Debian 6.12 VM and show the tracer's report.
+    /// Build the tracer and run `throttle-tracer demo` on this machine (the README's main command).
     Demo,
+    /// The kprobe backend on a Debian 6.12 kernel in QEMU: a throttled workload, traced.
+    VmDemo,
     /// Formatting, lints and unit tests, then vm-test on every kernel.
     Test,
     /// The tracepoint backend's overhead on this host: perf's pipe benchmark with and without
@@ -38,6 +41,7 @@ fn main() -> anyhow::Result<()> {
         Cli::Setup => setup::run(),
         Cli::VmTest(args) => vm_test::run(&args),
         Cli::Demo => demo::run(),
+        Cli::VmDemo => vm_demo::run(),
         Cli::Test => test(),
         Cli::Bench(args) => bench::run(&args),
     }
