@@ -11,6 +11,7 @@ mod cpustat;
 mod demo;
 mod doctor;
 mod error;
+mod names;
 mod probes;
 mod records;
 mod report;

@@ -5,6 +5,9 @@
 //! `end` (last). All `*_ns` fields are ns; timestamps (`start_ns`, `end_ns`) are CLOCK_MONOTONIC
 //! (`"clock":"monotonic"` in `start`); `kernel_ns` is the kernel's `rq->clock` length of the stop.
 //! `*_log2_ms` arrays count durations in [2^i, 2^(i+1)) ms at index i (index 0 also holds < 1 ms).
+//! `stop` and `summary` carry `name`, what users call the cgroup (`names::Name`): `{"kind",
+//! "container_id", "pod_uid", "qos", "unit"}`, each `null` when the path does not say, or
+//! `name: null` when nothing on the path is recognised.
 //!
 //! A `stop` has two spans on 6.18's task-based throttle (tracepoint backend): `start_ns` ..
 //! `end_ns` (`duration_ns`) runs from when the group ran out of quota on that CPU to the
@@ -22,6 +25,7 @@ use super::{CgroupReport, RefusedBackend, StartInfo, Totals};
 use crate::aggregate::DurationSummary;
 use crate::cgroups::Version;
 use crate::cpustat::CpuStatDelta;
+use crate::names::Name;
 use crate::records::EndedStop;
 
 #[derive(Serialize)]
@@ -79,6 +83,8 @@ struct Stop<'a> {
     r#type: &'static str,
     cgroup_id: u64,
     cgroup: Option<&'a str>,
+    /// What users call the cgroup (`names::Name`); `null` if nothing on its path is known.
+    name: Option<Name>,
     cpu: u32,
     start_ns: u64,
     end_ns: u64,
@@ -105,6 +111,7 @@ pub(super) fn stop(end: &EndedStop, cgroup: Option<&str>) -> String {
         r#type: "stop",
         cgroup_id: s.cgroup_id,
         cgroup,
+        name: cgroup.and_then(Name::of),
         cpu: s.cpu,
         start_ns: s.start_ns,
         end_ns: end.end_ns,
@@ -171,6 +178,7 @@ struct Summary<'a> {
     r#type: &'static str,
     cgroup_id: u64,
     cgroup: Option<&'a str>,
+    name: Option<Name>,
     stops: u64,
     group_stops: u64,
     cpu_stop_ns: u64,
@@ -226,6 +234,7 @@ pub(super) fn summary(r: &CgroupReport) -> String {
         r#type: "summary",
         cgroup_id: s.cgroup_id,
         cgroup: r.path.as_deref(),
+        name: r.path.as_deref().and_then(Name::of),
         stops: s.stops.count,
         group_stops: s.group_stops.count,
         cpu_stop_ns: s.stops.sum_ns,
@@ -349,6 +358,7 @@ mod tests {
         assert_eq!(v["type"], "stop");
         assert_eq!(v["cgroup_id"], 4242);
         assert_eq!(v["cgroup"], "/demo");
+        assert!(v["name"].is_null(), "/demo is nothing users would know");
         assert_eq!(v["cpu"], 3);
         assert_eq!(v["start_ns"], 100 * MS);
         assert_eq!(v["end_ns"], 180 * MS);
@@ -378,6 +388,7 @@ mod tests {
         let v = parse(&stop(&e, None));
         for key in [
             "cgroup",
+            "name",
             "kernel_ns",
             "quota_ns",
             "pid",
@@ -398,6 +409,7 @@ mod tests {
         let v = parse(&summary(&r));
         assert_eq!(v["type"], "summary");
         assert_eq!(v["cgroup"], "/demo");
+        assert!(v["name"].is_null());
         assert_eq!(v["stops"], 3);
         assert_eq!(v["group_stops"], 2);
         assert_eq!(v["cpu_stop_ns"], 240 * MS);
@@ -442,6 +454,7 @@ mod tests {
         let v = parse(&summary(&r));
         for key in [
             "cgroup",
+            "name",
             "cpu_stat",
             "overcount",
             "p50_ns",
@@ -451,6 +464,26 @@ mod tests {
             assert!(v[key].is_null(), "{key} should be null: {v}");
         }
         assert_eq!(v["stops"], 0);
+    }
+
+    #[test]
+    fn stop_and_summary_name_the_container() {
+        let id = "4c1f0e6a9b2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f";
+        let path = format!(
+            "/kubepods.slice/kubepods-burstable.slice/\
+             kubepods-burstable-pod6f2d0c1f_3e21_4b6a_9a59_0d3c3b6f5f5e.slice/cri-containerd-{id}.scope"
+        );
+        let want = serde_json::json!({
+            "kind": "containerd",
+            "container_id": "4c1f0e6a9b2d",
+            "pod_uid": "6f2d0c1f-3e21-4b6a-9a59-0d3c3b6f5f5e",
+            "qos": "burstable",
+            "unit": format!("cri-containerd-{id}.scope"),
+        });
+        assert_eq!(parse(&stop(&ended(0, 0, 80), Some(&path)))["name"], want);
+        let mut r = demo_report();
+        r.path = Some(path);
+        assert_eq!(parse(&summary(&r))["name"], want);
     }
 
     #[test]

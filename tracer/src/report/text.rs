@@ -1,6 +1,7 @@
 //! The human summary printed when the trace ends: a header with the definitions, one overview
 //! line per stopped cgroup (most stopped first), then each cgroup in detail with its log2
-//! histograms, and the lost-record count last.
+//! histograms, and the lost-record count last. A cgroup's path is followed by the name users
+//! know it by (`names`) when the path holds more than its last component says.
 
 use std::fmt::Write;
 
@@ -8,6 +9,7 @@ use super::histogram::log2_rows;
 use super::{CgroupReport, StartInfo, Totals};
 use crate::aggregate::DurationSummary;
 use crate::cgroups::Version;
+use crate::names::Name;
 use crate::records::Bandwidth;
 
 /// Widest cgroup path column in the overview; longer paths push their row right.
@@ -89,6 +91,12 @@ fn header(out: &mut String, info: &StartInfo, totals: &Totals) {
 
 fn overview(out: &mut String, reports: &[CgroupReport]) {
     let names: Vec<String> = reports.iter().map(name).collect();
+    let friendly: Vec<Option<String>> = reports.iter().map(friendly_name).collect();
+    let name_column = if friendly.iter().any(Option::is_some) {
+        "  NAME"
+    } else {
+        ""
+    };
     let w = names
         .iter()
         .map(String::len)
@@ -97,7 +105,7 @@ fn overview(out: &mut String, reports: &[CgroupReport]) {
         .clamp(6, MAX_PATH_COLUMN);
     let _ = writeln!(
         out,
-        "\n{:<w$}  {:>6} {:>6}  {:>10} {:>10}  {:>10} {:>10}  {:>10} {:>9}  {:>4}",
+        "\n{:<w$}  {:>6} {:>6}  {:>10} {:>10}  {:>10} {:>10}  {:>10} {:>9}  {:>4}{name_column}",
         "CGROUP",
         "STOPS",
         "GROUP",
@@ -109,12 +117,12 @@ fn overview(out: &mut String, reports: &[CgroupReport]) {
         "OVERCOUNT",
         "OPEN"
     );
-    for (r, name) in reports.iter().zip(&names) {
+    for ((r, name), friendly) in reports.iter().zip(&names).zip(&friendly) {
         let s = &r.summary;
         let p = s.stops.percentiles;
         let _ = writeln!(
             out,
-            "{name:<w$}  {:>6} {:>6}  {:>10} {:>10}  {:>10} {:>10}  {:>10} {:>9}  {:>4}",
+            "{name:<w$}  {:>6} {:>6}  {:>10} {:>10}  {:>10} {:>10}  {:>10} {:>9}  {:>4}{}",
             s.stops.count,
             s.group_stops.count,
             ns(s.stops.sum_ns),
@@ -126,13 +134,20 @@ fn overview(out: &mut String, reports: &[CgroupReport]) {
                 .map_or("-".into(), |d| ns(d.throttled_ns)),
             r.overcount().map_or("-".into(), |o| format!("{o:.2}x")),
             s.open_stops.len(),
+            friendly
+                .as_deref()
+                .map_or(String::new(), |f| format!("  {f}")),
         );
     }
 }
 
 fn detail(out: &mut String, r: &CgroupReport) {
     let s = &r.summary;
-    let _ = writeln!(out, "\n{} (id {})", name(r), s.cgroup_id);
+    let _ = write!(out, "\n{} (id {})", name(r), s.cgroup_id);
+    if let Some(friendly) = friendly_name(r) {
+        let _ = write!(out, "  {friendly}");
+    }
+    out.push('\n');
     if let Some(b) = &r.settings {
         let _ = writeln!(out, "  quota now         {}", bandwidth(b));
     }
@@ -270,6 +285,14 @@ fn name(r: &CgroupReport) -> String {
         .unwrap_or_else(|| format!("cgroup id {}", r.summary.cgroup_id))
 }
 
+/// What users call the cgroup (`docker 0123456789ab`), unless that is its path's last
+/// component already (`/system.slice/nginx.service`).
+fn friendly_name(r: &CgroupReport) -> Option<String> {
+    let path = r.path.as_deref()?;
+    let label = Name::of(path)?.to_string();
+    (path.rsplit('/').next() != Some(label.as_str())).then_some(label)
+}
+
 fn bandwidth(b: &Bandwidth) -> String {
     let quota = b.quota_ns.map_or("max (no limit)".to_owned(), ns);
     let period = b.period_ns.map_or("?".to_owned(), ns);
@@ -353,6 +376,43 @@ mod tests {
         }
         assert!(!text.contains("WARNING"));
         assert!(!text.contains("incomplete "));
+        assert!(!text.contains("NAME"), "no cgroup has a name users know");
+    }
+
+    #[test]
+    fn friendly_names_follow_the_paths_that_need_them() {
+        let id = "4c1f0e6a9b2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f";
+        let mut docker = demo_report();
+        docker.path = Some(format!("/system.slice/docker-{id}.scope"));
+        let mut service = demo_report();
+        service.path = Some("/system.slice/nginx.service".into());
+        service.summary.cgroup_id = 7;
+        let totals = Totals {
+            lost: 0,
+            malformed: 0,
+            elapsed_ns: 1,
+        };
+        let text = render(&info(), &[docker, service], &totals);
+        let overview: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("CGROUP"))
+            .collect();
+        assert!(overview[0].ends_with("OPEN  NAME"), "{text}");
+        assert!(overview[1].ends_with("1  docker 4c1f0e6a9b2d"), "{text}");
+        assert!(
+            overview[2].ends_with("1"),
+            "the unit's name is its path's: {text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "docker-{id}.scope (id 4242)  docker 4c1f0e6a9b2d\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n/system.slice/nginx.service (id 7)\n"),
+            "{text}"
+        );
     }
 
     #[test]
