@@ -1,8 +1,14 @@
 //! The tracing session: checks the machine, attaches the probes, moves records from the ring
 //! buffer into the aggregate until Ctrl-C, SIGTERM or --duration, then hands the result to the
 //! report with the cpu.stat deltas of the same window. [`run`] is the command line's session;
-//! `demo` drives a [`Session`] itself (its own cgroup filter and end).
-use std::{fs, future::Future, path::Path, time::Duration};
+//! `demo` drives a [`Session`] itself (its own cgroup filter and end), and `serve` one that also
+//! feeds the Prometheus exporter ([`Session::export_to`]).
+use std::{
+    fs,
+    future::Future,
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use aya::maps::{MapData, RingBuf};
 use log::{debug, warn};
@@ -14,13 +20,13 @@ use tokio::{
 use crate::{
     aggregate::Aggregate,
     btf,
-    cgroups::Hierarchy,
+    cgroups::{Hierarchy, Version},
     cli::Options,
     cpustat::Baseline,
     error::Failure,
     probes::{BackendChoice, Probes},
     records::{self, Event},
-    report::{self, CgroupReport, RefusedBackend, Report, StartInfo, Totals},
+    report::{self, CgroupReport, RefusedBackend, Report, StartInfo, Totals, prometheus::Exporter},
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
@@ -100,6 +106,7 @@ pub struct Session {
     hierarchy: Hierarchy,
     baseline: Baseline,
     started_ns: u64,
+    exporter: Option<Exporter>,
 }
 
 impl Session {
@@ -199,7 +206,31 @@ impl Session {
             hierarchy,
             baseline,
             started_ns,
+            exporter: None,
         })
+    }
+
+    /// The version of the cgroup hierarchy that holds the cpu controller.
+    pub fn cgroup_version(&self) -> Version {
+        self.hierarchy.version()
+    }
+
+    /// Feeds `exporter` every record from now on, and refreshes it once now.
+    pub fn export_to(&mut self, exporter: Exporter) -> Result<(), Failure> {
+        self.exporter = Some(exporter);
+        self.refresh_exporter()
+    }
+
+    /// Between drains: the exporter's lost-record count and cgroup bookkeeping; the cgroups it
+    /// dropped as gone are forgotten by the aggregate too, so a long run's memory stays bounded.
+    pub fn refresh_exporter(&mut self) -> Result<(), Failure> {
+        let lost = self.probes.lost()?;
+        if let Some(exporter) = &mut self.exporter {
+            for id in exporter.refresh(&mut self.hierarchy, lost, Instant::now()) {
+                self.aggregate.forget(id);
+            }
+        }
+        Ok(())
     }
 
     /// Moves records into the aggregate until `until` completes or a signal arrives.
@@ -221,16 +252,23 @@ impl Session {
                 () = interrupts.recv() => return Ok(Ended::Interrupted),
                 () = &mut until => return Ok(Ended::Done),
             }
-            self.reader
-                .drain(&mut self.aggregate, &mut self.report, &mut self.hierarchy);
+            self.drain();
         }
+    }
+
+    fn drain(&mut self) {
+        self.reader.drain(
+            &mut self.aggregate,
+            &mut self.report,
+            &mut self.hierarchy,
+            self.exporter.as_mut(),
+        );
     }
 
     /// Ends the trace: the last drain, cpu.stat deltas, the report written. Returns the
     /// per-cgroup reports and totals it printed.
     pub fn finish(mut self) -> Result<(Vec<CgroupReport>, Totals), Failure> {
-        self.reader
-            .drain(&mut self.aggregate, &mut self.report, &mut self.hierarchy);
+        self.drain();
         let now_ns = records::monotonic_now_ns();
         // cpu.stat is read while the probes are still attached, right after the last drain, so a
         // stop is in one and not the other only if it ended in the microseconds between the two.
@@ -268,7 +306,13 @@ impl Reader {
         Ok(Self { fd, malformed: 0 })
     }
 
-    fn drain(&mut self, aggregate: &mut Aggregate, report: &mut Report, hierarchy: &mut Hierarchy) {
+    fn drain(
+        &mut self,
+        aggregate: &mut Aggregate,
+        report: &mut Report,
+        hierarchy: &mut Hierarchy,
+        mut exporter: Option<&mut Exporter>,
+    ) {
         let ring = self.fd.get_mut();
         while let Some(item) = ring.next() {
             match Event::parse(&item) {
@@ -276,7 +320,10 @@ impl Reader {
                     if let Event::End(stop) = &event {
                         report.stop(stop, hierarchy.path_of(stop.stop.cgroup_id));
                     }
-                    aggregate.ingest(&event);
+                    let closed = aggregate.ingest(&event);
+                    if let Some(exporter) = exporter.as_deref_mut() {
+                        exporter.record(&event, closed, hierarchy);
+                    }
                 }
                 Err(e) => {
                     self.malformed += 1;

@@ -1,6 +1,7 @@
 //! Per-cgroup state: stop histograms, sums, wall-clock unions, group stops, open stops.
 //!
-//! Fed one [`Event`] at a time by the run loop ([`Aggregate::ingest`]), read once at the end
+//! Fed one [`Event`] at a time by the run loop ([`Aggregate::ingest`], which also says which
+//! group stop each record closed for good, for live readers), read once at the end
 //! ([`Aggregate::finish`]). Definitions, all in CLOCK_MONOTONIC ns unless said otherwise:
 //!
 //! - **stop** (per-CPU stop): one cfs_rq throttled, from its START to its END record;
@@ -246,7 +247,8 @@ struct CgroupState {
 }
 
 impl CgroupState {
-    fn start(&mut self, stop: &Stop) {
+    /// Returns the length of the group stop this START closed for good, if any.
+    fn start(&mut self, stop: &Stop) -> Option<u64> {
         let s = stop.start_ns;
         if let Some(open) = self.open.iter_mut().find(|o| o.cpu == stop.cpu) {
             self.restarted += 1;
@@ -259,8 +261,9 @@ impl CgroupState {
         }
         if let Some(current) = &mut self.current {
             current.widen(s, s);
-            return;
+            return None;
         }
+        let mut closed = None;
         self.current = Some(match self.closing.take() {
             // A START from before the last episode's end: it belongs to that episode.
             Some(mut closing) if s <= closing.end_ns => {
@@ -268,16 +271,18 @@ impl CgroupState {
                 closing
             }
             other => {
-                self.release(other);
+                closed = self.release(other);
                 Interval {
                     start_ns: s,
                     end_ns: s,
                 }
             }
         });
+        closed
     }
 
-    fn end(&mut self, end: &EndedStop) {
+    /// Returns the length of the group stop this END closed for good, if any.
+    fn end(&mut self, end: &EndedStop) -> Option<u64> {
         let (s, e) = (end.stop.start_ns, end.end_ns);
         self.stops.record(end.duration_ns());
         match end.kernel_ns {
@@ -293,24 +298,32 @@ impl CgroupState {
         } else {
             self.unmatched_ends += 1;
         }
-        match (&mut self.current, &mut self.closing) {
-            (Some(current), _) => current.widen(s, e),
-            (None, Some(closing)) if s <= closing.end_ns => closing.widen(s, e),
+        let closed = match (&mut self.current, &mut self.closing) {
+            (Some(current), _) => {
+                current.widen(s, e);
+                None
+            }
+            (None, Some(closing)) if s <= closing.end_ns => {
+                closing.widen(s, e);
+                None
+            }
             // An unmatched END that starts a new episode of its own.
             (None, _) => {
                 let previous = self.closing.take();
-                self.release(previous);
                 self.closing = Some(Interval {
                     start_ns: s,
                     end_ns: e,
                 });
+                self.release(previous)
             }
-        }
+        };
+        // Only after the first arm above, which closed nothing.
         if self.open.is_empty() && self.current.is_some() {
             let previous = self.closing.take();
-            self.release(previous);
             self.closing = self.current.take();
+            return self.release(previous);
         }
+        closed
     }
 
     fn unseen_start_end(&mut self, kernel_ns: Option<u64>) {
@@ -321,11 +334,12 @@ impl CgroupState {
         }
     }
 
-    /// Records a group stop that no later record can widen any more.
-    fn release(&mut self, episode: Option<Interval>) {
-        if let Some(ep) = episode {
-            self.group_stops.record(ep.end_ns - ep.start_ns);
-        }
+    /// Records a group stop that no later record can widen any more; returns its length.
+    fn release(&mut self, episode: Option<Interval>) -> Option<u64> {
+        let ep = episode?;
+        let ns = ep.end_ns - ep.start_ns;
+        self.group_stops.record(ns);
+        Some(ns)
     }
 
     fn finish(mut self, cgroup_id: u64, now_ns: u64) -> CgroupSummary {
@@ -381,7 +395,11 @@ impl Aggregate {
         }
     }
 
-    pub fn ingest(&mut self, event: &Event) {
+    /// Takes one record. Returns the length (ns) of the group stop of the record's cgroup that it
+    /// closed for good, if any: a group stop is final once a later episode begins after its end
+    /// (see the module doc), so a live reader sees each one once, one episode late. The last
+    /// one is only recorded by [`Aggregate::finish`].
+    pub fn ingest(&mut self, event: &Event) -> Option<u64> {
         match event {
             Event::Start(stop) => self.state(stop.cgroup_id).start(stop),
             Event::End(end) => self.state(end.stop.cgroup_id).end(end),
@@ -389,8 +407,16 @@ impl Aggregate {
                 cgroup_id,
                 kernel_ns,
                 ..
-            } => self.state(*cgroup_id).unseen_start_end(*kernel_ns),
+            } => {
+                self.state(*cgroup_id).unseen_start_end(*kernel_ns);
+                None
+            }
         }
+    }
+
+    /// Drops what is known about a cgroup (a long `serve` run forgets cgroups that are gone).
+    pub fn forget(&mut self, cgroup_id: u64) {
+        self.cgroups.remove(&cgroup_id);
     }
 
     fn state(&mut self, cgroup_id: u64) -> &mut CgroupState {
@@ -525,6 +551,36 @@ mod tests {
         );
         assert_eq!(s[0].group_stops.count, 2);
         assert_eq!(s[0].group_stops.sum_ns, 89 * MS);
+    }
+
+    #[test]
+    fn ingest_returns_each_group_stop_once_when_it_is_final() {
+        let mut agg = Aggregate::watching(&[]);
+        let closed: Vec<Option<u64>> = [
+            start(1, 0, 0),
+            start(1, 1, 10 * MS),
+            end(1, 0, 0, 80 * MS),
+            end(1, 1, 10 * MS, 90 * MS), // [0, 90] is held back: a late record may widen it
+            start(1, 0, 200 * MS),       // a later episode: [0, 90] is final
+            end(1, 0, 200 * MS, 280 * MS),
+            end(1, 1, 300 * MS, 310 * MS), // unmatched END, an episode of its own
+        ]
+        .iter()
+        .map(|e| agg.ingest(e))
+        .collect();
+        assert_eq!(
+            closed,
+            [None, None, None, None, Some(90 * MS), None, Some(80 * MS)]
+        );
+        // The ones returned plus the last, which only `finish` releases.
+        let s = &agg.finish(1_000 * MS)[0];
+        assert_eq!(s.group_stops.count, 3);
+        assert_eq!(s.group_stops.sum_ns, (90 + 80 + 10) * MS);
+
+        let mut agg = Aggregate::watching(&[]);
+        agg.ingest(&start(2, 0, 0));
+        agg.forget(2);
+        assert!(agg.finish(MS).is_empty());
     }
 
     #[test]

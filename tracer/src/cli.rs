@@ -1,5 +1,5 @@
-//! Command-line options: tracing (no subcommand), `doctor` and `demo`.
-use std::{path::PathBuf, time::Duration};
+//! Command-line options: tracing (no subcommand), `doctor`, `demo` and `serve`.
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
 
@@ -54,6 +54,9 @@ pub enum Command {
     /// temporary cgroup with a quota of half a CPU, runs bursty requests in it (0.2 CPU on
     /// average), traces it, explains the stops next to cpu.stat, and removes everything.
     Demo(DemoArgs),
+    /// Traces like the default command and serves the per-cgroup stop histograms and counters,
+    /// with each cgroup's own cpu.stat counters beside them, for Prometheus at /metrics.
+    Serve(ServeArgs),
     /// The demo's workload, run by `demo` itself inside the demo cgroup.
     #[command(hide = true)]
     DemoWorkload(DemoWorkloadArgs),
@@ -64,6 +67,36 @@ pub struct DemoArgs {
     /// How long the workload runs and is traced.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub duration: Duration,
+
+    /// How to observe stops (as for tracing).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+
+    /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux.
+    #[arg(long, value_name = "FILE", default_value = "/sys/kernel/btf/vmlinux")]
+    pub btf: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Where to serve /metrics. Loopback only unless an address is given (in a pod:
+    /// 0.0.0.0:9464).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9464")]
+    pub listen: SocketAddr,
+
+    /// The most cgroups with series of their own; stops of further cgroups are left out and
+    /// counted in throttle_tracer_cgroups_dropped_total{reason="limit"}.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub max_cgroups: usize,
+
+    /// How long a removed cgroup's series stay before they are dropped (and counted in
+    /// throttle_tracer_cgroups_dropped_total{reason="gone"}).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    pub gone_after: Duration,
+
+    /// Trace only this cgroup (as for tracing). Repeatable.
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
 
     /// How to observe stops (as for tracing).
     #[arg(long, value_enum, default_value = "auto")]

@@ -15,6 +15,7 @@ mod names;
 mod probes;
 mod records;
 mod report;
+mod serve;
 mod workload;
 
 use clap::Parser as _;
@@ -24,11 +25,10 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();
-    let demo = match options.command.take() {
+    let command = match options.command.take() {
         Some(cli::Command::Doctor { json }) => std::process::exit(doctor::run(json)),
         Some(cli::Command::DemoWorkload(args)) => std::process::exit(demo::workload_main(args)),
-        Some(cli::Command::Demo(args)) => Some(args),
-        None => None,
+        other => other,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -40,9 +40,10 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let result = match demo {
-        Some(args) => runtime.block_on(demo::run(args)),
-        None => runtime.block_on(agent::run(options)).map(|()| 0),
+    let result = match command {
+        Some(cli::Command::Demo(args)) => runtime.block_on(demo::run(args)),
+        Some(cli::Command::Serve(args)) => runtime.block_on(serve::run(args)).map(|()| 0),
+        _ => runtime.block_on(agent::run(options)).map(|()| 0),
     };
     match result {
         Ok(0) => {}

@@ -4,8 +4,9 @@ use anyhow::{Context as _, Result, bail};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Debian packages the VM tasks run: QEMU and a static busybox for the initramfs.
-const HOST_PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static"];
+/// Debian packages the tests run: QEMU and a static busybox for the VM tasks' initramfs, and
+/// Prometheus (with promtool) for tracer/tests/prometheus.rs.
+const HOST_PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "prometheus"];
 /// The toolchain tracer/build.rs builds the eBPF object with (aya-build's `Toolchain`).
 const TOOLCHAIN: &str = "stable";
 const BPF_LINKER_VERSION: &str = "0.13.0";

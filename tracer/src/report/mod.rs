@@ -1,4 +1,5 @@
-//! Readers of the aggregate: the NDJSON stream and the text summary printed at the end.
+//! Readers of the aggregate: the NDJSON stream and the text summary printed at the end, and
+//! the Prometheus exporter of `serve` ([`prometheus`]).
 //!
 //! The run loop drives one [`Report`]: [`Report::start`] once, [`Report::stop`] per ended stop,
 //! [`Report::finish`] with [`collect`]'s per-cgroup reports. With `--json` every call writes NDJSON
@@ -16,6 +17,7 @@
 
 mod histogram;
 mod ndjson;
+pub mod prometheus;
 mod text;
 
 use std::io::{self, Write};

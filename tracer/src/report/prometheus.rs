@@ -1,0 +1,632 @@
+//! The Prometheus exporter: per-cgroup stop histograms and counters, encoded by the
+//! prometheus-client crate and served by `serve`.
+//!
+//! It is a reader like the other reports: the run loop hands it each record together with what
+//! the aggregate made of it ([`Exporter::record`]: the per-CPU stop the record ended, the group
+//! stop the aggregate closed for good), so its figures are the text summary's, seen live. Each
+//! cgroup's own cpu.stat counters are read at scrape time and mirrored beside them, raw (what
+//! the file says now, not a delta since the start), so dashboards can put both side by side.
+//!
+//! Families (label `cgroup` = path under the cpu hierarchy, or `id:<n>` if it never resolved):
+//! - `throttle_tracer_cpu_stop_seconds` (histogram): each per-CPU stop.
+//! - `throttle_tracer_group_stop_seconds` (histogram): each group stop (the union of the
+//!   cgroup's overlapping per-CPU stops), counted once it is final, i.e. one episode late.
+//! - `throttle_tracer_stops_total`, `throttle_tracer_cpu_stopped_seconds_total` (Σ per-CPU
+//!   stops: N CPUs stopped together count N×, like cpu.stat), `throttle_tracer_wall_stopped_
+//!   seconds_total` (Σ group stops: wall-clock time with at least one CPU stopped). Separate
+//!   families, so that `sum()` over `cgroup` means something for each.
+//! - `throttle_tracer_cpustat_{nr_periods,nr_throttled,throttled_seconds}_total`: cpu.stat.
+//! - `throttle_tracer_lost_records_total`, `throttle_tracer_cgroups_tracked`,
+//!   `throttle_tracer_cgroups_dropped_total{reason="limit"|"gone"}`.
+//!
+//! Cardinality is bounded: at most `max_cgroups` cgroups have series; stops of further cgroups
+//! are left out here (not in the aggregate) and each such cgroup is counted once as "limit". A
+//! tracked cgroup whose directory has been gone for `gone_after` loses its series and is
+//! counted as "gone". Buckets are classic (0.001 × 2^k s up to 4.096 s, then +Inf), so stops
+//! longer than a 100 ms period are not clipped; the crate's native histograms need its protobuf
+//! encoder, which this exporter does not build.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::cgroups::{Hierarchy, Version};
+use crate::cpustat::CpuStat;
+use crate::records::Event;
+
+/// Histogram bounds: 1 ms × 2^k for k = 0..=12, i.e. up to 4.096 s (then +Inf).
+const BUCKET_START_S: f64 = 0.001;
+const BUCKET_COUNT: u16 = 13;
+const NS_PER_S: f64 = 1e9;
+
+/// The `Content-Type` of [`Scraper::encode`]'s OpenMetrics text.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The `Content-Type` of [`Scraper::encode`]'s Prometheus text (0.0.4).
+pub const TEXT_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CgroupLabels {
+    cgroup: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DropLabels {
+    reason: &'static str,
+}
+
+type HistogramFamily = Family<CgroupLabels, Histogram, fn() -> Histogram>;
+
+fn stop_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(BUCKET_START_S, 2.0, BUCKET_COUNT))
+}
+
+/// Limits of the exported label set.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The most cgroups with series.
+    pub max_cgroups: usize,
+    /// How long a removed cgroup keeps its series.
+    pub gone_after: Duration,
+    /// Cgroup paths to track from the start, stops or not (`--cgroup`).
+    pub named: Vec<String>,
+}
+
+/// A cgroup with series.
+#[derive(Debug)]
+struct Tracked {
+    labels: CgroupLabels,
+    /// Its directory; `None` if the id never resolved to a path.
+    dir: Option<PathBuf>,
+    /// When its directory was first found missing.
+    gone_since: Option<Instant>,
+}
+
+/// The tracked cgroups, shared with the scrape-time cpu.stat collector.
+#[derive(Debug)]
+struct Shared {
+    version: Version,
+    cgroups: HashMap<u64, Tracked>,
+}
+
+type SharedRef = Arc<Mutex<Shared>>;
+
+fn lock(shared: &SharedRef) -> std::sync::MutexGuard<'_, Shared> {
+    // Nothing panics while holding it; a poisoned map is still consistent.
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The metric families the run loop writes.
+#[derive(Debug)]
+struct Families {
+    cpu_stop: HistogramFamily,
+    group_stop: HistogramFamily,
+    stops: Family<CgroupLabels, Counter>,
+    cpu_stopped: Family<CgroupLabels, Counter<f64, AtomicU64>>,
+    wall_stopped: Family<CgroupLabels, Counter<f64, AtomicU64>>,
+    lost: Counter,
+    tracked: Gauge,
+    dropped: Family<DropLabels, Counter>,
+}
+
+impl Families {
+    fn new() -> Self {
+        Self {
+            cpu_stop: Family::new_with_constructor(stop_histogram),
+            group_stop: Family::new_with_constructor(stop_histogram),
+            stops: Family::default(),
+            cpu_stopped: Family::default(),
+            wall_stopped: Family::default(),
+            lost: Counter::default(),
+            tracked: Gauge::default(),
+            dropped: Family::default(),
+        }
+    }
+
+    /// Zero-valued series for a new cgroup, so that rates start from its first sighting.
+    fn create(&self, labels: &CgroupLabels) {
+        self.cpu_stop.get_or_create_owned(labels);
+        self.group_stop.get_or_create_owned(labels);
+        self.stops.get_or_create_owned(labels);
+        self.cpu_stopped.get_or_create_owned(labels);
+        self.wall_stopped.get_or_create_owned(labels);
+    }
+
+    fn remove(&self, labels: &CgroupLabels) {
+        self.cpu_stop.remove(labels);
+        self.group_stop.remove(labels);
+        self.stops.remove(labels);
+        self.cpu_stopped.remove(labels);
+        self.wall_stopped.remove(labels);
+    }
+
+    fn dropped(&self, reason: &'static str) {
+        self.dropped.get_or_create(&DropLabels { reason }).inc();
+    }
+}
+
+/// The exporter's state, owned by the run loop.
+#[derive(Debug)]
+pub struct Exporter {
+    config: Config,
+    families: Families,
+    shared: SharedRef,
+    registry: Arc<Registry>,
+    /// Cgroups left out for the limit, each counted once.
+    refused: HashSet<u64>,
+    /// The lost-record count at the last refresh.
+    lost_seen: u64,
+}
+
+impl Exporter {
+    /// An exporter for the cpu hierarchy of `version`.
+    pub fn new(config: Config, version: Version) -> Self {
+        let families = Families::new();
+        let shared = Arc::new(Mutex::new(Shared {
+            version,
+            cgroups: HashMap::new(),
+        }));
+        let mut registry = Registry::with_prefix("throttle_tracer");
+        let f = &families;
+        registry.register_with_unit(
+            "cpu_stop",
+            "Length of each per-CPU CFS bandwidth stop (one cfs_rq throttled until unthrottled)",
+            Unit::Seconds,
+            f.cpu_stop.clone(),
+        );
+        registry.register_with_unit(
+            "group_stop",
+            "Length of each group stop: the union of the cgroup's overlapping per-CPU stops, \
+             counted once final (one episode late)",
+            Unit::Seconds,
+            f.group_stop.clone(),
+        );
+        registry.register("stops", "Per-CPU stops that ended", f.stops.clone());
+        registry.register_with_unit(
+            "cpu_stopped",
+            "Sum of per-CPU stop lengths (N CPUs stopped together count N times, as in cpu.stat)",
+            Unit::Seconds,
+            f.cpu_stopped.clone(),
+        );
+        registry.register_with_unit(
+            "wall_stopped",
+            "Wall-clock time with at least one CPU of the cgroup stopped (sum of group stops)",
+            Unit::Seconds,
+            f.wall_stopped.clone(),
+        );
+        registry.register(
+            "lost_records",
+            "Stop records the kernel side could not deliver (ring buffer full, or no room to \
+             remember a start)",
+            f.lost.clone(),
+        );
+        registry.register(
+            "cgroups_tracked",
+            "Cgroups that have series now",
+            f.tracked.clone(),
+        );
+        registry.register(
+            "cgroups_dropped",
+            "Cgroups without series: beyond --max-cgroups (limit) or removed for longer than \
+             --gone-after (gone)",
+            f.dropped.clone(),
+        );
+        registry.register_collector(Box::new(CpuStatCollector {
+            shared: shared.clone(),
+        }));
+        for reason in ["limit", "gone"] {
+            families.dropped.get_or_create_owned(&DropLabels { reason });
+        }
+        Self {
+            config,
+            families,
+            shared,
+            registry: Arc::new(registry),
+            refused: HashSet::new(),
+            lost_seen: 0,
+        }
+    }
+
+    /// What the HTTP server encodes at each scrape.
+    pub fn scraper(&self) -> Scraper {
+        Scraper(self.registry.clone())
+    }
+
+    /// One record, with the length of the group stop the aggregate closed for good on it (the
+    /// return value of `Aggregate::ingest`).
+    pub fn record(&mut self, event: &Event, group_stop_ns: Option<u64>, hierarchy: &mut Hierarchy) {
+        let id = match event {
+            Event::Start(stop) => stop.cgroup_id,
+            Event::End(end) => end.stop.cgroup_id,
+            Event::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
+        };
+        let Some(labels) = self.track(id, hierarchy) else {
+            return;
+        };
+        let f = &self.families;
+        if let Event::End(end) = event {
+            let seconds = end.duration_ns() as f64 / NS_PER_S;
+            f.cpu_stop.get_or_create(&labels).observe(seconds);
+            f.stops.get_or_create(&labels).inc();
+            f.cpu_stopped.get_or_create(&labels).inc_by(seconds);
+        }
+        if let Some(ns) = group_stop_ns {
+            let seconds = ns as f64 / NS_PER_S;
+            f.group_stop.get_or_create(&labels).observe(seconds);
+            f.wall_stopped.get_or_create(&labels).inc_by(seconds);
+        }
+    }
+
+    /// The labels of cgroup `id`, tracking it first if there is room; `None` if there is not.
+    fn track(&mut self, id: u64, hierarchy: &mut Hierarchy) -> Option<CgroupLabels> {
+        let mut shared = lock(&self.shared);
+        if let Some(t) = shared.cgroups.get(&id) {
+            return Some(t.labels.clone());
+        }
+        if shared.cgroups.len() >= self.config.max_cgroups {
+            if self.refused.insert(id) {
+                self.families.dropped("limit");
+            }
+            return None;
+        }
+        self.refused.remove(&id);
+        let path = hierarchy.path_of(id).map(str::to_owned);
+        let dir = path.as_deref().and_then(|p| hierarchy.dir_of(p).ok());
+        let labels = CgroupLabels {
+            cgroup: path.unwrap_or_else(|| format!("id:{id}")),
+        };
+        // A removed cgroup whose path was reused: the new one continues its series.
+        let previous: Vec<u64> = shared
+            .cgroups
+            .iter()
+            .filter(|(_, t)| t.labels == labels)
+            .map(|(old, _)| *old)
+            .collect();
+        for old in previous {
+            shared.cgroups.remove(&old);
+            self.families.dropped("gone");
+        }
+        self.families.create(&labels);
+        shared.cgroups.insert(
+            id,
+            Tracked {
+                labels: labels.clone(),
+                dir,
+                gone_since: None,
+            },
+        );
+        self.families.tracked.set(shared.cgroups.len() as i64);
+        Some(labels)
+    }
+
+    /// Between drains (about once a second): tracks the named cgroups, takes the kernel's
+    /// lost-record count, and drops the cgroups gone for longer than `gone_after`. Returns
+    /// their ids, for the aggregate to forget.
+    pub fn refresh(&mut self, hierarchy: &mut Hierarchy, lost: u64, now: Instant) -> Vec<u64> {
+        for path in std::mem::take(&mut self.config.named) {
+            if let Ok(id) = hierarchy.id_of(&path) {
+                self.track(id, hierarchy);
+            }
+        }
+        self.families
+            .lost
+            .inc_by(lost.saturating_sub(self.lost_seen));
+        self.lost_seen = self.lost_seen.max(lost);
+
+        let mut shared = lock(&self.shared);
+        let mut gone = Vec::new();
+        for (id, t) in &mut shared.cgroups {
+            if t.dir.as_ref().is_some_and(|d| d.is_dir()) {
+                t.gone_since = None;
+            } else if now.duration_since(*t.gone_since.get_or_insert(now)) >= self.config.gone_after
+            {
+                gone.push(*id);
+            }
+        }
+        for id in &gone {
+            if let Some(t) = shared.cgroups.remove(id) {
+                self.families.remove(&t.labels);
+                self.families.dropped("gone");
+            }
+        }
+        self.families.tracked.set(shared.cgroups.len() as i64);
+        gone
+    }
+}
+
+/// The registry, shared with the HTTP server.
+#[derive(Clone, Debug)]
+pub struct Scraper(Arc<Registry>);
+
+impl Scraper {
+    /// The metrics now, as OpenMetrics text (what Prometheus asks for) or else as the
+    /// Prometheus text format 0.0.4 (what curl and `promtool check metrics` read); returns the
+    /// content type with the body.
+    pub fn encode(&self, openmetrics: bool) -> Result<(&'static str, String), fmt::Error> {
+        let mut body = String::new();
+        if openmetrics {
+            prometheus_client::encoding::text::encode(&mut body, &self.0)?;
+            Ok((OPENMETRICS_CONTENT_TYPE, body))
+        } else {
+            prometheus_client::encoding::prometheus_text::encode(&mut body, &self.0)?;
+            Ok((TEXT_CONTENT_TYPE, body))
+        }
+    }
+}
+
+/// Reads cpu.stat of every tracked cgroup at scrape time.
+#[derive(Debug)]
+struct CpuStatCollector {
+    shared: SharedRef,
+}
+
+impl Collector for CpuStatCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let stats: Vec<(CgroupLabels, CpuStat)> = {
+            let shared = lock(&self.shared);
+            shared
+                .cgroups
+                .values()
+                .filter_map(|t| {
+                    let stat = CpuStat::read(t.dir.as_ref()?, shared.version).ok()?;
+                    Some((t.labels.clone(), stat))
+                })
+                .collect()
+        };
+        let mut family = |name: &'static str,
+                          help: &str,
+                          unit: Option<Unit>,
+                          value: fn(&CpuStat) -> Counted|
+         -> Result<(), fmt::Error> {
+            let mut metric =
+                encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
+            for (labels, stat) in &stats {
+                let series = metric.encode_family(labels)?;
+                match value(stat) {
+                    Counted::Int(v) => ConstCounter::new(v).encode(series)?,
+                    Counted::Float(v) => ConstCounter::new(v).encode(series)?,
+                }
+            }
+            Ok(())
+        };
+        family(
+            "cpustat_nr_periods",
+            "cpu.stat nr_periods of the cgroup, as the kernel prints it now (32-bit, wraps)",
+            None,
+            |s| Counted::Int(u64::from(s.nr_periods)),
+        )?;
+        family(
+            "cpustat_nr_throttled",
+            "cpu.stat nr_throttled of the cgroup: periods that found a CPU stopped, not stops",
+            None,
+            |s| Counted::Int(u64::from(s.nr_throttled)),
+        )?;
+        family(
+            "cpustat_throttled",
+            "cpu.stat throttled time of the cgroup (Σ per-CPU stops on the kernel's clock)",
+            Some(Unit::Seconds),
+            |s| Counted::Float(s.throttled_ns as f64 / NS_PER_S),
+        )
+    }
+}
+
+/// A mirrored cpu.stat value: counts stay integers, times are seconds.
+enum Counted {
+    Int(u64),
+    Float(f64),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::{MS, ended};
+
+    fn tree() -> (tempfile::TempDir, Hierarchy, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let child = dir.path().join("demo");
+        std::fs::create_dir(&child).unwrap();
+        std::fs::write(
+            child.join("cpu.stat"),
+            "nr_periods 7\nnr_throttled 5\nthrottled_time 400000000\n",
+        )
+        .unwrap();
+        let h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let id = h.id_of("/demo").unwrap();
+        (dir, h, id)
+    }
+
+    fn config(max_cgroups: usize) -> Config {
+        Config {
+            max_cgroups,
+            gone_after: Duration::from_secs(300),
+            named: Vec::new(),
+        }
+    }
+
+    /// The value of the sample line `name{labels}` in Prometheus text.
+    fn sample(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    }
+
+    /// Stops on two CPUs of /demo: [0, 80] and [20, 100] overlap, then [200, 280].
+    fn feed(e: &mut Exporter, h: &mut Hierarchy, id: u64) -> crate::aggregate::Aggregate {
+        let mut agg = crate::aggregate::Aggregate::watching(&[]);
+        for (cpu, s, end) in [(0, 0, 80), (1, 20, 100), (0, 200, 280)] {
+            let mut stop = ended(cpu, s, end);
+            stop.stop.cgroup_id = id;
+            for ev in [Event::Start(stop.stop.clone()), Event::End(stop)] {
+                let closed = agg.ingest(&ev);
+                e.record(&ev, closed, h);
+            }
+        }
+        agg
+    }
+
+    #[test]
+    fn series_are_the_aggregates_figures_and_cpu_stat() {
+        let (_dir, mut h, id) = tree();
+        let mut e = Exporter::new(config(10), Version::V1);
+        let agg = feed(&mut e, &mut h, id);
+        e.refresh(&mut h, 3, Instant::now());
+        let (ty, text) = e.scraper().encode(false).unwrap();
+        assert_eq!(ty, TEXT_CONTENT_TYPE);
+        let l = r#"{cgroup="/demo"}"#;
+        assert_eq!(
+            sample(&text, &format!("throttle_tracer_stops_total{l}")),
+            3.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("throttle_tracer_cpu_stopped_seconds_total{l}")
+            ),
+            0.24
+        );
+        assert_eq!(
+            sample(&text, &format!("throttle_tracer_cpu_stop_seconds_count{l}")),
+            3.0
+        );
+        // [0, 100] is final once [200, 280] began; [200, 280] is not yet.
+        assert_eq!(
+            sample(
+                &text,
+                &format!("throttle_tracer_group_stop_seconds_count{l}")
+            ),
+            1.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("throttle_tracer_wall_stopped_seconds_total{l}")
+            ),
+            0.1
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"throttle_tracer_cpu_stop_seconds_bucket{cgroup="/demo",le="0.064"}"#
+            ),
+            0.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"throttle_tracer_cpu_stop_seconds_bucket{cgroup="/demo",le="0.128"}"#
+            ),
+            3.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"throttle_tracer_cpu_stop_seconds_bucket{cgroup="/demo",le="4.096"}"#
+            ),
+            3.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("throttle_tracer_cpustat_nr_throttled_total{l}")
+            ),
+            5.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("throttle_tracer_cpustat_nr_periods_total{l}")
+            ),
+            7.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("throttle_tracer_cpustat_throttled_seconds_total{l}")
+            ),
+            0.4
+        );
+        assert_eq!(sample(&text, "throttle_tracer_lost_records_total"), 3.0);
+        assert_eq!(sample(&text, "throttle_tracer_cgroups_tracked"), 1.0);
+        // The same figures as the end-of-run summary.
+        let s = &agg.finish(300 * MS)[0];
+        assert_eq!(s.stops.count, 3);
+        assert_eq!(s.stops.sum_ns, 240 * MS);
+
+        let (ty, om) = e.scraper().encode(true).unwrap();
+        assert_eq!(ty, OPENMETRICS_CONTENT_TYPE);
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(om.contains("# UNIT throttle_tracer_cpu_stop_seconds seconds"));
+    }
+
+    #[test]
+    fn cgroups_beyond_the_limit_and_gone_ones_are_dropped_and_counted() {
+        let (dir, mut h, id) = tree();
+        std::fs::create_dir(dir.path().join("other")).unwrap();
+        let other = h.id_of("/other").unwrap();
+        let mut e = Exporter::new(config(1), Version::V1);
+        feed(&mut e, &mut h, id);
+        feed(&mut e, &mut h, other);
+        let (_, text) = e.scraper().encode(false).unwrap();
+        assert!(!text.contains(r#"cgroup="/other""#), "{text}");
+        let limit = r#"throttle_tracer_cgroups_dropped_total{reason="limit"}"#;
+        let gone = r#"throttle_tracer_cgroups_dropped_total{reason="gone"}"#;
+        assert_eq!(sample(&text, limit), 1.0, "counted once, not per record");
+
+        // /demo disappears: kept for the grace period, then dropped; /other gets its place.
+        std::fs::remove_dir_all(dir.path().join("demo")).unwrap();
+        let t0 = Instant::now();
+        assert!(e.refresh(&mut h, 0, t0).is_empty());
+        assert!(
+            e.refresh(&mut h, 0, t0 + Duration::from_secs(299))
+                .is_empty()
+        );
+        assert_eq!(e.refresh(&mut h, 0, t0 + Duration::from_secs(300)), [id]);
+        let (_, text) = e.scraper().encode(false).unwrap();
+        assert!(!text.contains(r#"cgroup="/demo""#), "{text}");
+        assert_eq!(sample(&text, gone), 1.0);
+        assert_eq!(sample(&text, "throttle_tracer_cgroups_tracked"), 0.0);
+        feed(&mut e, &mut h, other);
+        let (_, text) = e.scraper().encode(false).unwrap();
+        assert_eq!(
+            sample(&text, r#"throttle_tracer_stops_total{cgroup="/other"}"#),
+            3.0
+        );
+    }
+
+    #[test]
+    fn named_cgroups_have_series_before_they_stop() {
+        let (_dir, mut h, _) = tree();
+        let mut e = Exporter::new(
+            Config {
+                named: vec!["/demo".into()],
+                ..config(10)
+            },
+            Version::V1,
+        );
+        e.refresh(&mut h, 0, Instant::now());
+        let (_, text) = e.scraper().encode(false).unwrap();
+        assert_eq!(
+            sample(&text, r#"throttle_tracer_stops_total{cgroup="/demo"}"#),
+            0.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"throttle_tracer_cpustat_nr_throttled_total{cgroup="/demo"}"#
+            ),
+            5.0
+        );
+    }
+}

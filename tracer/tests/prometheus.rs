@@ -1,0 +1,377 @@
+//! `throttle-tracer serve` scraped by a real Prometheus server (Debian's `prometheus`, which
+//! `cargo xtask setup` installs), while one pinned busy thread runs under a 20 ms / 100 ms quota
+//! in a real cgroup v1 group: what Prometheus stored is what the exporter served, the mirrored
+//! cpu.stat counter is the kernel's, and the exporter's stop count is the kernel's count of
+//! throttled periods. `promtool check metrics` must find nothing to say about a scrape.
+//!
+//! Needs root, kernel BTF, the cgroup v1 cpu controller at /sys/fs/cgroup/cpu and
+//! /usr/bin/prometheus; otherwise it prints "skipped: reason".
+use std::{
+    fs,
+    io::{Read, Write},
+    net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
+const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
+const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
+const PROMETHEUS: &str = "/usr/bin/prometheus";
+const PROMTOOL: &str = "/usr/bin/promtool";
+/// How long the workload runs: about six scrapes at 1 s.
+const WORKLOAD_SECONDS: u32 = 6;
+/// The most cpu.shares cgroup v1 allows: other work cannot shorten the group's stops.
+const MAX_SHARES: &str = "262144";
+
+fn skip_reason() -> Option<String> {
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("no kernel BTF at /sys/kernel/btf/vmlinux".into());
+    }
+    if !Path::new(CPU_ROOT).join("cpu.cfs_quota_us").exists() {
+        return Some(format!("no cgroup v1 cpu controller at {CPU_ROOT}"));
+    }
+    if !Path::new(PROMETHEUS).exists() || !Path::new(PROMTOOL).exists() {
+        return Some(format!(
+            "no {PROMETHEUS} or {PROMTOOL} (`cargo xtask setup` installs Debian's prometheus)"
+        ));
+    }
+    None
+}
+
+/// The cgroup, the processes and the temporary directory of the test; Drop kills the processes
+/// and removes the cgroup, also when an assertion failed.
+struct Scene {
+    cgroup: PathBuf,
+    name: String,
+    dir: tempfile::TempDir,
+    children: Vec<Child>,
+}
+
+impl Scene {
+    fn new() -> Self {
+        let name = format!("tt-prom-{}", std::process::id());
+        let cgroup = Path::new(CPU_ROOT).join(&name);
+        fs::create_dir(&cgroup).expect("create cgroup");
+        let scene = Self {
+            cgroup,
+            name,
+            dir: tempfile::tempdir().expect("temp dir"),
+            children: Vec::new(),
+        };
+        scene.write("cpu.cfs_period_us", "100000");
+        scene.write("cpu.cfs_quota_us", "20000");
+        scene.write("cpu.shares", MAX_SHARES);
+        scene
+    }
+
+    fn write(&self, file: &str, value: &str) {
+        fs::write(self.cgroup.join(file), value)
+            .unwrap_or_else(|e| panic!("write {value} to {file}: {e}"));
+    }
+
+    fn nr_throttled(&self) -> u64 {
+        let text = fs::read_to_string(self.cgroup.join("cpu.stat")).expect("read cpu.stat");
+        text.lines()
+            .find_map(|l| l.strip_prefix("nr_throttled ")?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("cpu.stat has no nr_throttled: {text}"))
+    }
+
+    fn spawn(&mut self, cmd: &mut Command) {
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        self.children.push(child);
+    }
+
+    /// One busy thread pinned to the last CPU (as `taskset -c <last>`), inside the cgroup from
+    /// before its exec, for `WORKLOAD_SECONDS`.
+    fn start_workload(&mut self) {
+        let mut cmd = Command::new(WORKLOAD);
+        cmd.args([
+            "busy",
+            "--threads",
+            "1",
+            "--seconds",
+            &WORKLOAD_SECONDS.to_string(),
+        ]);
+        let cpu = thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+        let procs =
+            std::ffi::CString::new(self.cgroup.join("cgroup.procs").to_str().unwrap()).unwrap();
+        // SAFETY: between fork and exec only async-signal-safe calls (open, write, close,
+        // sched_setaffinity) on memory prepared before the fork.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
+                libc::close(fd);
+                if written != 2 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        self.spawn(&mut cmd);
+    }
+
+    fn wait_workload(&mut self) {
+        let mut workload = self.children.pop().expect("workload running");
+        let status = workload.wait().expect("wait workload");
+        assert!(status.success(), "workload: {status}");
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for _ in 0..50 {
+            if fs::remove_dir(&self.cgroup).is_ok() || !self.cgroup.exists() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("could not remove {}", self.cgroup.display());
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A plain HTTP/1.0 GET: the status code and the body.
+fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_owned()))
+}
+
+/// Polls until `port` answers `path` with 200 (a guard against hanging, not a timing check).
+fn wait_ready(port: u16, path: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if matches!(get(port, path), Ok((200, _))) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what} did not answer {path} on port {port}");
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The value of an instant query that must return exactly one series.
+fn query(port: u16, promql: &str) -> f64 {
+    let (status, body) = get(
+        port,
+        &format!("/api/v1/query?query={}", percent_encode(promql)),
+    )
+    .unwrap_or_else(|e| panic!("query {promql}: {e}"));
+    assert_eq!(status, 200, "{promql}: {body}");
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let result = v["data"]["result"].as_array().expect("result array");
+    assert_eq!(result.len(), 1, "{promql}: {body}");
+    result[0]["value"][1]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{promql}: {body}"))
+}
+
+/// The value of the sample `series` (name and labels, exactly as printed) in a scrape.
+fn sample(scrape: &str, series: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in the scrape:\n{scrape}"))
+}
+
+#[test]
+fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
+    if let Some(reason) = skip_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    let started = Instant::now();
+    let mut scene = Scene::new();
+    let cgroup = format!("/{}", scene.name);
+    let (exporter_port, prometheus_port) = (free_port(), free_port());
+
+    scene.spawn(
+        Command::new(TRACER)
+            .args(["serve", "--backend", "tracepoint", "--listen"])
+            .arg(format!("127.0.0.1:{exporter_port}"))
+            .args(["--cgroup", &cgroup])
+            .stdout(Stdio::null()),
+    );
+    wait_ready(exporter_port, "/healthz", "throttle-tracer serve");
+
+    let config = scene.dir.path().join("prometheus.yml");
+    fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+             - job_name: throttle-tracer\n    scrape_timeout: 900ms\n    static_configs:\n      \
+             - targets: ['127.0.0.1:{exporter_port}']\n"
+        ),
+    )
+    .unwrap();
+    let log = fs::File::create(scene.dir.path().join("prometheus.log")).unwrap();
+    let storage = scene.dir.path().join("data");
+    scene.spawn(
+        Command::new(PROMETHEUS)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", storage.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prometheus_port}"))
+            .stdout(Stdio::null())
+            .stderr(log),
+    );
+    wait_ready(prometheus_port, "/-/ready", "prometheus");
+
+    let before = scene.nr_throttled();
+    scene.start_workload();
+    scene.wait_workload();
+    // The last refill ends the last stop; then two scrapes see the frozen counters.
+    thread::sleep(Duration::from_millis(2_500));
+    let after = scene.nr_throttled();
+
+    let l = format!("{{cgroup=\"{cgroup}\"}}");
+    let names = [
+        "throttle_tracer_stops_total",
+        "throttle_tracer_cpu_stopped_seconds_total",
+        "throttle_tracer_wall_stopped_seconds_total",
+        "throttle_tracer_cpu_stop_seconds_count",
+        "throttle_tracer_cpu_stop_seconds_sum",
+        "throttle_tracer_group_stop_seconds_count",
+        "throttle_tracer_group_stop_seconds_sum",
+        "throttle_tracer_cpustat_nr_throttled_total",
+        "throttle_tracer_cpustat_nr_periods_total",
+        "throttle_tracer_cpustat_throttled_seconds_total",
+    ];
+    // Nothing changes any more; a scrape may still be in flight, so allow a few seconds for
+    // Prometheus's latest sample to be the exporter's latest value.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (scrape, stored) = loop {
+        let (status, scrape) = get(exporter_port, "/metrics").expect("scrape the exporter");
+        assert_eq!(status, 200, "{scrape}");
+        let served: Vec<f64> = names
+            .iter()
+            .map(|n| sample(&scrape, &format!("{n}{l}")))
+            .collect();
+        let stored: Vec<f64> = names
+            .iter()
+            .map(|n| query(prometheus_port, &format!("{n}{l}")))
+            .collect();
+        if served == stored || Instant::now() > deadline {
+            for ((n, s), p) in names.iter().zip(&served).zip(&stored) {
+                println!("{n}: exporter {s}, prometheus {p}");
+            }
+            assert_eq!(
+                served, stored,
+                "Prometheus stored other values than were served"
+            );
+            break (scrape, stored);
+        }
+        thread::sleep(Duration::from_millis(500));
+    };
+    let value = |name: &str| stored[names.iter().position(|n| *n == name).unwrap()];
+    let stops = value("throttle_tracer_stops_total");
+    let median = query(
+        prometheus_port,
+        &format!("histogram_quantile(0.5, throttle_tracer_cpu_stop_seconds_bucket{l})"),
+    );
+    let mirrored = value("throttle_tracer_cpustat_nr_throttled_total");
+    println!(
+        "cpu.stat nr_throttled {before} -> {after} (delta {}); stops_total {stops}; \
+         prometheus median stop {median:.3} s",
+        after - before
+    );
+
+    // The mirror is the kernel's counter itself.
+    assert_eq!(mirrored, after as f64, "mirrored nr_throttled vs cpu.stat");
+    // One pinned thread: one stop per throttled period.
+    let delta = (after - before) as f64;
+    assert!(
+        delta >= 20.0,
+        "the group was hardly throttled: {delta} periods"
+    );
+    assert!(
+        (stops - delta).abs() <= 2.0,
+        "stops_total {stops} vs nr_throttled delta {delta}"
+    );
+    // Each stop is the rest of the period, ~80 ms: in the (64 ms, 128 ms] bucket.
+    assert!((0.064..=0.128).contains(&median), "median stop {median} s");
+    // One CPU: each stop is its own group stop; the last is held back (no later episode).
+    let group = value("throttle_tracer_group_stop_seconds_count");
+    assert!(
+        stops - group <= 1.0 && group <= stops,
+        "group stops {group} vs stops {stops}"
+    );
+    assert_eq!(
+        value("throttle_tracer_cpu_stop_seconds_sum"),
+        value("throttle_tracer_cpu_stopped_seconds_total")
+    );
+
+    let mut promtool = Command::new(PROMTOOL)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn promtool");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(scrape.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().expect("promtool");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("promtool check metrics: {} {:?}", out.status, said.trim());
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+    println!("took {:.1} s", started.elapsed().as_secs_f64());
+}
