@@ -1,0 +1,187 @@
+//! deploy/: the DaemonSet manifest has the structure the exporter needs (kind, `serve` args
+//! that the binary accepts, one port for listening, the container and both probes, exactly the
+//! documented capabilities, the host cgroup and BTF mounts read-only), and the Dockerfile builds
+//! in two stages with the project's setup and exposes that port.
+use std::{fs, path::Path, process::Command};
+
+use yaml_rust2::{Yaml, YamlLoader};
+
+const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
+
+fn deploy(file: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(file);
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn manifest() -> Yaml {
+    let docs = YamlLoader::load_from_str(&deploy("daemonset.yaml")).expect("valid YAML");
+    assert_eq!(docs.len(), 1, "one document");
+    docs.into_iter().next().unwrap()
+}
+
+fn str_of<'a>(y: &'a Yaml, what: &str) -> &'a str {
+    y.as_str()
+        .unwrap_or_else(|| panic!("{what} is not a string: {y:?}"))
+}
+
+fn strings(y: &Yaml, what: &str) -> Vec<String> {
+    y.as_vec()
+        .unwrap_or_else(|| panic!("{what} is not a list: {y:?}"))
+        .iter()
+        .map(|s| str_of(s, what).to_owned())
+        .collect()
+}
+
+/// The one container of the pod template.
+fn container(m: &Yaml) -> &Yaml {
+    let containers = m["spec"]["template"]["spec"]["containers"]
+        .as_vec()
+        .expect("containers");
+    assert_eq!(containers.len(), 1, "one container");
+    &containers[0]
+}
+
+/// The port of `--listen ADDR:PORT` in the container's args, and the address.
+fn listen(c: &Yaml) -> (String, i64) {
+    let args = strings(&c["args"], "args");
+    let at = args
+        .iter()
+        .position(|a| a == "--listen")
+        .unwrap_or_else(|| panic!("no --listen in {args:?}"));
+    let (addr, port) = args[at + 1]
+        .rsplit_once(':')
+        .unwrap_or_else(|| panic!("--listen {} is not ADDR:PORT", args[at + 1]));
+    (addr.to_owned(), port.parse().expect("a port number"))
+}
+
+#[test]
+fn daemonset_runs_serve_on_one_port_with_probes() {
+    let m = manifest();
+    assert_eq!(str_of(&m["apiVersion"], "apiVersion"), "apps/v1");
+    assert_eq!(str_of(&m["kind"], "kind"), "DaemonSet");
+    let template = &m["spec"]["template"];
+    assert_eq!(
+        m["spec"]["selector"]["matchLabels"], template["metadata"]["labels"],
+        "the selector matches the pod labels"
+    );
+    let c = container(&m);
+    let args = strings(&c["args"], "args");
+    assert_eq!(args[0], "serve", "{args:?}");
+    let (addr, port) = listen(c);
+    assert_eq!(addr, "0.0.0.0", "must be scrapeable from outside the pod");
+
+    let ports = c["ports"].as_vec().expect("ports");
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0]["containerPort"].as_i64(), Some(port));
+    assert_eq!(str_of(&ports[0]["protocol"], "protocol"), "TCP");
+    for (probe, path) in [
+        ("readinessProbe", "/metrics"),
+        ("livenessProbe", "/healthz"),
+    ] {
+        let get = &c[probe]["httpGet"];
+        assert_eq!(get["port"].as_i64(), Some(port), "{probe} port");
+        assert_eq!(str_of(&get["path"], probe), path, "{probe} path");
+    }
+    let annotations = &template["metadata"]["annotations"];
+    assert_eq!(
+        str_of(&annotations["prometheus.io/port"], "annotation"),
+        port.to_string()
+    );
+    assert_eq!(
+        str_of(&annotations["prometheus.io/path"], "annotation"),
+        "/metrics"
+    );
+}
+
+#[test]
+fn daemonset_asks_for_exactly_the_documented_privileges() {
+    let m = manifest();
+    let pod = &m["spec"]["template"]["spec"];
+    for host in ["hostPID", "hostNetwork", "hostIPC"] {
+        assert_ne!(pod[host].as_bool(), Some(true), "{host} is not needed");
+    }
+    let sc = &container(&m)["securityContext"];
+    assert_ne!(sc["privileged"].as_bool(), Some(true));
+    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
+    assert_eq!(strings(&sc["capabilities"]["drop"], "drop"), ["ALL"]);
+    // CAP_BPF and CAP_PERFMON (kernel 5.8+); not SYS_RESOURCE (5.11+ charges BPF memory to
+    // the memory cgroup), not SYS_ADMIN (only before 5.8). The comments say so.
+    let mut add = strings(&sc["capabilities"]["add"], "add");
+    add.sort();
+    assert_eq!(add, ["BPF", "PERFMON"]);
+    let text = deploy("daemonset.yaml");
+    for documented in [
+        "CAP_BPF",
+        "CAP_PERFMON",
+        "CAP_SYS_RESOURCE",
+        "CAP_SYS_ADMIN",
+        "5.8",
+    ] {
+        assert!(
+            text.contains(documented),
+            "the comments explain {documented}"
+        );
+    }
+}
+
+#[test]
+fn daemonset_mounts_host_cgroups_and_btf_read_only() {
+    let m = manifest();
+    let pod = &m["spec"]["template"]["spec"];
+    let volumes = pod["volumes"].as_vec().expect("volumes");
+    let mounts = container(&m)["volumeMounts"]
+        .as_vec()
+        .expect("volumeMounts");
+    for path in ["/sys/fs/cgroup", "/sys/kernel/btf"] {
+        let mount = mounts
+            .iter()
+            .find(|v| v["mountPath"].as_str() == Some(path))
+            .unwrap_or_else(|| panic!("no mount at {path}"));
+        assert_eq!(mount["readOnly"].as_bool(), Some(true), "{path} read-only");
+        let name = str_of(&mount["name"], "mount name");
+        let volume = volumes
+            .iter()
+            .find(|v| v["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no volume {name}"));
+        assert_eq!(
+            str_of(&volume["hostPath"]["path"], "hostPath"),
+            path,
+            "{name} is the host's own {path}"
+        );
+    }
+}
+
+/// The manifest's args are a command line the binary accepts: with `--max-cgroups 0` added,
+/// it gets past the argument parser and stops at its own check, before tracing anything.
+#[test]
+fn daemonset_args_parse() {
+    let m = manifest();
+    let args = strings(&container(&m)["args"], "args");
+    let out = Command::new(TRACER)
+        .args(&args)
+        .args(["--max-cgroups", "0"])
+        .output()
+        .expect("run throttle-tracer");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--max-cgroups 0 would export no cgroup"),
+        "the args did not parse: {stderr}"
+    );
+}
+
+#[test]
+fn dockerfile_builds_in_two_stages_and_exposes_the_port() {
+    let text = deploy("Dockerfile");
+    let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(froms.len(), 2, "{froms:?}");
+    assert!(froms[0].ends_with(" AS build"), "{}", froms[0]);
+    assert!(text.contains("cargo xtask setup"));
+    assert!(text.contains("target-feature=+crt-static"));
+    assert!(text.contains("COPY --from=build "));
+    let (_, port) = listen(container(&manifest()));
+    assert!(text.contains(&format!("EXPOSE {port}\n")), "EXPOSE {port}");
+}
