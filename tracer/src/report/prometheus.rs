@@ -7,7 +7,11 @@
 //! cgroup's own cpu.stat counters are read at scrape time and mirrored beside them, raw (what
 //! the file says now, not a delta since the start), so dashboards can put both side by side.
 //!
-//! Families (label `cgroup` = path under the cpu hierarchy, or `id:<n>` if it never resolved):
+//! Labels: `cgroup` = the path under the cpu hierarchy (`id:<n>` if it never resolved), and,
+//! when the path names them (`names`), `container` (short id), `pod` (uid) and `unit` (systemd).
+//! They are functions of the path: they add no series.
+//!
+//! Families:
 //! - `throttle_tracer_cpu_stop_seconds` (histogram): each per-CPU stop.
 //! - `throttle_tracer_group_stop_seconds` (histogram): each group stop (the union of the
 //!   cgroup's overlapping per-CPU stops), counted once it is final, i.e. one episode late.
@@ -34,7 +38,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder,
+};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
@@ -44,6 +50,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::cgroups::{Hierarchy, Version};
 use crate::cpustat::CpuStat;
+use crate::names::Name;
 use crate::records::Event;
 
 /// Histogram bounds: 1 ms × 2^k for k = 0..=12, i.e. up to 4.096 s (then +Inf).
@@ -57,9 +64,42 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 /// The `Content-Type` of [`Scraper::encode`]'s Prometheus text (0.0.4).
 pub const TEXT_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct CgroupLabels {
     cgroup: String,
+    container: Option<String>,
+    pod: Option<String>,
+    unit: Option<String>,
+}
+
+impl CgroupLabels {
+    fn of(cgroup: String) -> Self {
+        let name = Name::of(&cgroup);
+        let name = name.as_ref();
+        Self {
+            container: name.and_then(|n| n.container_id.clone()),
+            pod: name.and_then(|n| n.pod_uid.clone()),
+            unit: name.and_then(|n| n.unit.clone()),
+            cgroup,
+        }
+    }
+}
+
+/// The names a path does not have are left out, not exported as empty labels.
+impl EncodeLabelSet for CgroupLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), fmt::Error> {
+        ("cgroup", self.cgroup.as_str()).encode(encoder.encode_label())?;
+        for (key, value) in [
+            ("container", &self.container),
+            ("pod", &self.pod),
+            ("unit", &self.unit),
+        ] {
+            if let Some(value) = value {
+                (key, value.as_str()).encode(encoder.encode_label())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -284,9 +324,7 @@ impl Exporter {
         self.refused.remove(&id);
         let path = hierarchy.path_of(id).map(str::to_owned);
         let dir = path.as_deref().and_then(|p| hierarchy.dir_of(p).ok());
-        let labels = CgroupLabels {
-            cgroup: path.unwrap_or_else(|| format!("id:{id}")),
-        };
+        let labels = CgroupLabels::of(path.unwrap_or_else(|| format!("id:{id}")));
         // A removed cgroup whose path was reused: the new one continues its series.
         let previous: Vec<u64> = shared
             .cgroups
@@ -601,6 +639,34 @@ mod tests {
         let (_, text) = e.scraper().encode(false).unwrap();
         assert_eq!(
             sample(&text, r#"throttle_tracer_stops_total{cgroup="/other"}"#),
+            3.0
+        );
+    }
+
+    #[test]
+    fn container_pod_and_unit_labels_when_the_path_names_them() {
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let dir = tempfile::tempdir().unwrap();
+        let pod = "kubepods.slice/kubepods-burstable.slice/\
+                   kubepods-burstable-pod1b2c3d4e_0000_4000_8000_123456789abc.slice";
+        let leaf = format!("{pod}/cri-containerd-{id}.scope");
+        std::fs::create_dir_all(dir.path().join(&leaf)).unwrap();
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let cg = h.id_of(&format!("/{leaf}")).unwrap();
+        let mut e = Exporter::new(config(10), Version::V1);
+        feed(&mut e, &mut h, cg);
+        let (_, text) = e.scraper().encode(false).unwrap();
+        let series = format!(
+            "throttle_tracer_stops_total{{cgroup=\"/{leaf}\",container=\"0123456789ab\",\
+             pod=\"1b2c3d4e-0000-4000-8000-123456789abc\",unit=\"cri-containerd-{id}.scope\"}}"
+        );
+        assert_eq!(sample(&text, &series), 3.0);
+        // A path that names nothing has the cgroup label alone.
+        let (_dir, mut h, demo) = tree();
+        feed(&mut e, &mut h, demo);
+        let (_, text) = e.scraper().encode(false).unwrap();
+        assert_eq!(
+            sample(&text, r#"throttle_tracer_stops_total{cgroup="/demo"}"#),
             3.0
         );
     }
