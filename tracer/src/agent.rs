@@ -24,30 +24,100 @@ use crate::{
     cli::Options,
     cpustat::Baseline,
     error::Failure,
+    filter::{Filter, Selection},
     probes::{BackendChoice, Probes},
     records::{self, Event},
-    report::{self, CgroupReport, RefusedBackend, Report, StartInfo, Totals, prometheus::Exporter},
+    report::{
+        self, CgroupReport, RefusedBackend, Report, StartInfo, Totals, live::Live,
+        prometheus::Exporter,
+    },
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
 const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 
 pub async fn run(options: Options) -> Result<(), Failure> {
+    // A machine without a cpu hierarchy selects nothing here; `Session::start` says why.
+    let selection = match Hierarchy::discover() {
+        Ok(h) => Selection::parse(&h, &options.cgroups, &options.containers, &options.pids)?,
+        Err(_) => Selection::default(),
+    };
     let mut session = Session::start(&Request {
         backend: options.backend,
         btf: &options.btf,
-        cgroups: options.cgroups.clone(),
+        cgroups: selection.exact_paths().unwrap_or_default(),
         json: options.json,
     })?;
+    let min_stop_ns = options
+        .min_stop
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let selected = session.select(selection, min_stop_ns);
     let mut interrupts = Interrupts::new()?;
-    let deadline = async {
-        match options.duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
+    let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
+    match options.interval {
+        Some(every) => {
+            live(
+                &mut session,
+                every,
+                deadline,
+                &selected,
+                min_stop_ns,
+                &mut interrupts,
+            )
+            .await?;
         }
-    };
-    session.trace_until(deadline, &mut interrupts).await?;
+        None => {
+            let until = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            session.trace_until(until, &mut interrupts).await?;
+        }
+    }
     session.finish().map(|_| ())
+}
+
+/// The live view: a table every `every` until `deadline` or a signal. A table is printed at
+/// every tick, and at the deadline if at least half an interval passed since the last tick;
+/// the rest of the run, and an interrupted interval, are in the summary only.
+async fn live(
+    session: &mut Session,
+    every: Duration,
+    deadline: Option<tokio::time::Instant>,
+    selected: &[u64],
+    min_stop_ns: u64,
+    interrupts: &mut Interrupts,
+) -> Result<(), Failure> {
+    let mut view = Live::stdout();
+    session.aggregate = std::mem::take(&mut session.aggregate).with_intervals(min_stop_ns);
+    view.watch(selected, &mut session.hierarchy);
+    let mut next = tokio::time::Instant::now() + every;
+    loop {
+        let until = deadline.map_or(next, |d| d.min(next));
+        let ended = session
+            .trace_until(tokio::time::sleep_until(until), interrupts)
+            .await?;
+        if ended == Ended::Interrupted {
+            return Ok(());
+        }
+        let last = deadline == Some(until);
+        if until == next || (last && next - until <= every / 2) {
+            session.drain();
+            let table = view.table(session.aggregate.take_interval(), &mut session.hierarchy);
+            view.show(&table).map_err(|e| {
+                Failure::environment(
+                    format!("cannot write the live view: {e}"),
+                    "check that standard output is writable",
+                )
+            })?;
+            next += every;
+        }
+        if last {
+            return Ok(());
+        }
+    }
 }
 
 /// What to trace: the part of the command line a [`Session`] needs (`demo` makes its own).
@@ -210,6 +280,25 @@ impl Session {
         })
     }
 
+    /// Applies `selection` in userspace when the kernel-side filter could not (globs, container
+    /// ids), and leaves stops shorter than `min_stop_ns` out of the NDJSON stop lines. Returns
+    /// the cgroups selected now (none when every cgroup is traced).
+    pub fn select(&mut self, selection: Selection, min_stop_ns: u64) -> Vec<u64> {
+        self.report.hide_stops_shorter_than(min_stop_ns);
+        if selection.is_all() {
+            return Vec::new();
+        }
+        if let Some(paths) = selection.exact_paths() {
+            return paths
+                .iter()
+                .filter_map(|p| self.hierarchy.id_of(p).ok())
+                .collect();
+        }
+        let (filter, selected) = selection.into_filter(&mut self.hierarchy);
+        self.reader.filter = Some(filter);
+        selected
+    }
+
     /// The version of the cgroup hierarchy that holds the cpu controller.
     pub fn cgroup_version(&self) -> Version {
         self.hierarchy.version()
@@ -294,6 +383,8 @@ impl Session {
 struct Reader {
     fd: AsyncFd<RingBuf<MapData>>,
     malformed: u64,
+    /// Records of cgroups it does not admit are dropped (a userspace selection).
+    filter: Option<Filter>,
 }
 
 impl Reader {
@@ -303,7 +394,11 @@ impl Reader {
             unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }.map_err(|e| {
                 Failure::environment(format!("cannot poll the ring buffer: {e}"), "none")
             })?;
-        Ok(Self { fd, malformed: 0 })
+        Ok(Self {
+            fd,
+            malformed: 0,
+            filter: None,
+        })
     }
 
     fn drain(
@@ -317,8 +412,18 @@ impl Reader {
         while let Some(item) = ring.next() {
             match Event::parse(&item) {
                 Ok(event) => {
+                    let cgroup_id = match &event {
+                        Event::Start(stop) => stop.cgroup_id,
+                        Event::End(end) => end.stop.cgroup_id,
+                        Event::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
+                    };
+                    if let Some(filter) = &mut self.filter
+                        && !filter.admits(cgroup_id, hierarchy)
+                    {
+                        continue;
+                    }
                     if let Event::End(stop) = &event {
-                        report.stop(stop, hierarchy.path_of(stop.stop.cgroup_id));
+                        report.stop(stop, hierarchy.path_of(cgroup_id));
                     }
                     let closed = aggregate.ingest(&event);
                     if let Some(exporter) = exporter.as_deref_mut() {

@@ -24,6 +24,11 @@
 //! lost (the `lost` count in the report says so): a lost END leaves a stale open stop until that
 //! CPU's next START replaces it (counted as `restarted`).
 //!
+//! For live views, [`Aggregate::with_intervals`] also records every ended stop and every final
+//! group stop into a per-interval window that [`Aggregate::take_interval`] hands out and empties:
+//! the same stop logic feeds both, and an interval holds what *ended* in it (a stop spanning a
+//! tick counts whole in the interval it ends in; a group stop in the one where it became final).
+//!
 //! Records from different CPUs reach the ring buffer slightly out of timestamp order. A closed
 //! group stop is therefore held back until a later episode begins after its end, so a late START
 //! (or END) that overlaps it still joins it; [`Aggregate::finish`] releases the last one.
@@ -377,10 +382,52 @@ impl CgroupState {
     }
 }
 
+/// What one cgroup's stops did in one interval (see [`Aggregate::take_interval`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntervalSummary {
+    pub cgroup_id: u64,
+    /// Per-CPU stops that ended in the interval; `sum_ns` is their per-CPU stopped time.
+    pub stops: DurationSummary,
+    /// Group stops that became final in the interval; `sum_ns` is their wall-clock time.
+    pub group_stops: DurationSummary,
+}
+
+/// The current interval's per-CPU stops and group stops, per cgroup; only those at least
+/// `min_ns` long.
+#[derive(Debug, Default)]
+struct Window {
+    min_ns: u64,
+    cgroups: HashMap<u64, (Durations, Durations)>,
+}
+
+impl Window {
+    fn record(&mut self, event: &Event, closed: Option<u64>) {
+        let (cgroup_id, ended) = match event {
+            Event::Start(stop) => (stop.cgroup_id, None),
+            Event::End(end) => (end.stop.cgroup_id, Some(end.duration_ns())),
+            Event::UnseenStartEnd { .. } => return,
+        };
+        let ended = ended.filter(|&ns| ns >= self.min_ns);
+        let closed = closed.filter(|&ns| ns >= self.min_ns);
+        if ended.is_none() && closed.is_none() {
+            return;
+        }
+        let (stops, group_stops) = self.cgroups.entry(cgroup_id).or_default();
+        if let Some(ns) = ended {
+            stops.record(ns);
+        }
+        if let Some(ns) = closed {
+            group_stops.record(ns);
+        }
+    }
+}
+
 /// All cgroups' state for one trace.
 #[derive(Debug, Default)]
 pub struct Aggregate {
     cgroups: HashMap<u64, CgroupState>,
+    /// The current interval, kept only for live views ([`Aggregate::with_intervals`]).
+    window: Option<Window>,
 }
 
 impl Aggregate {
@@ -392,7 +439,35 @@ impl Aggregate {
                 .iter()
                 .map(|&id| (id, CgroupState::default()))
                 .collect(),
+            window: None,
         }
+    }
+
+    /// Also keeps the stops of the current interval for [`Aggregate::take_interval`], leaving
+    /// out stops and group stops shorter than `min_stop_ns` (the whole-run figures keep them).
+    pub fn with_intervals(mut self, min_stop_ns: u64) -> Self {
+        self.window = Some(Window {
+            min_ns: min_stop_ns,
+            cgroups: HashMap::new(),
+        });
+        self
+    }
+
+    /// The stops of each cgroup since the last call (or the start); a new interval begins.
+    /// Only cgroups with a stop or a group stop in the interval; always empty without
+    /// [`Aggregate::with_intervals`].
+    pub fn take_interval(&mut self) -> Vec<IntervalSummary> {
+        let Some(window) = &mut self.window else {
+            return Vec::new();
+        };
+        std::mem::take(&mut window.cgroups)
+            .into_iter()
+            .map(|(cgroup_id, (stops, group_stops))| IntervalSummary {
+                cgroup_id,
+                stops: stops.summary(),
+                group_stops: group_stops.summary(),
+            })
+            .collect()
     }
 
     /// Takes one record. Returns the length (ns) of the group stop of the record's cgroup that it
@@ -400,7 +475,7 @@ impl Aggregate {
     /// (see the module doc), so a live reader sees each one once, one episode late. The last
     /// one is only recorded by [`Aggregate::finish`].
     pub fn ingest(&mut self, event: &Event) -> Option<u64> {
-        match event {
+        let closed = match event {
             Event::Start(stop) => self.state(stop.cgroup_id).start(stop),
             Event::End(end) => self.state(end.stop.cgroup_id).end(end),
             Event::UnseenStartEnd {
@@ -411,7 +486,11 @@ impl Aggregate {
                 self.state(*cgroup_id).unseen_start_end(*kernel_ns);
                 None
             }
+        };
+        if let Some(window) = &mut self.window {
+            window.record(event, closed);
         }
+        closed
     }
 
     /// Drops what is known about a cgroup (a long `serve` run forgets cgroups that are gone).
@@ -581,6 +660,35 @@ mod tests {
         agg.ingest(&start(2, 0, 0));
         agg.forget(2);
         assert!(agg.finish(MS).is_empty());
+    }
+
+    #[test]
+    fn intervals_hold_what_ended_in_them_above_the_minimum() {
+        let mut agg = Aggregate::watching(&[]).with_intervals(5 * MS);
+        for e in [
+            start(1, 0, 0),
+            end(1, 0, 0, 80 * MS),
+            start(1, 0, 100 * MS), // the episode [0, 80] is final here
+            start(2, 0, 0),
+            end(2, 0, 0, 2 * MS), // shorter than 5 ms: whole-run figures only
+        ] {
+            agg.ingest(&e);
+        }
+        let first = agg.take_interval();
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0].cgroup_id, 1);
+        assert_eq!((first[0].stops.count, first[0].stops.sum_ns), (1, 80 * MS));
+        assert_eq!(first[0].group_stops.sum_ns, 80 * MS);
+        // The stop open across the tick counts whole in the interval it ends in.
+        agg.ingest(&end(1, 0, 100 * MS, 190 * MS));
+        let second = agg.take_interval();
+        assert_eq!(second[0].stops.sum_ns, 90 * MS);
+        assert_eq!(second[0].stops.percentiles.unwrap().max_ns, 90 * MS);
+        assert_eq!(second[0].group_stops.count, 0, "still held back");
+        assert!(agg.take_interval().is_empty());
+        let all = agg.finish(1_000 * MS);
+        assert_eq!(all.iter().map(|s| s.stops.count).sum::<u64>(), 3);
+        assert!(Aggregate::default().take_interval().is_empty());
     }
 
     #[test]

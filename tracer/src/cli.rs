@@ -1,4 +1,5 @@
-//! Command-line options: tracing (no subcommand), `doctor`, `demo` and `serve`.
+//! Command-line options: tracing (no subcommand; `--interval` or `top` for the live view),
+//! `doctor`, `demo` and `serve`.
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
@@ -22,9 +23,32 @@ pub struct Options {
     pub json: bool,
 
     /// Trace only this cgroup, as seen under the cgroup mount that holds the cpu controller
-    /// (e.g. /system.slice/docker-abc.scope, or /demo). Repeatable.
-    #[arg(long = "cgroup", value_name = "PATH")]
+    /// (e.g. /system.slice/docker-abc.scope, or /demo), or the cgroups a glob matches (`*` and
+    /// `?` within one path component: '/system.slice/docker-*.scope'; new cgroups are matched
+    /// when first seen). Repeatable, with --container and --pid: any of them selects.
+    #[arg(long = "cgroup", value_name = "PATH|GLOB")]
     pub cgroups: Vec<String>,
+
+    /// Trace only the container whose id starts with this (hex) prefix, in any runtime's layout
+    /// (docker-<id>.scope, /docker/<id>, cri-containerd-<id>, crio-<id>, libpod-<id>).
+    /// Repeatable.
+    #[arg(long = "container", value_name = "ID")]
+    pub containers: Vec<String>,
+
+    /// Trace only the cgroup (in the cpu hierarchy) that process PID is in now. Repeatable.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// Live view: refresh a table of the cgroups stopped in each interval (e.g. 1s) until
+    /// Ctrl-C or --duration, then print the full summary. Redraws in place on a terminal,
+    /// prints timestamped blocks when piped. `top` is the same with 1s.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, conflicts_with = "json")]
+    pub interval: Option<Duration>,
+
+    /// Hide stops shorter than this (e.g. 10ms) from the live view and the NDJSON stop lines;
+    /// the summary at the end still counts every stop.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub min_stop: Option<Duration>,
 
     /// Stop after this long (e.g. 10s, 1m30s); default: until Ctrl-C or SIGTERM.
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -57,6 +81,8 @@ pub enum Command {
     /// Traces like the default command and serves the per-cgroup stop histograms and counters,
     /// with each cgroup's own cpu.stat counters beside them, for Prometheus at /metrics.
     Serve(ServeArgs),
+    /// The live view: the tracing options with `--interval 1s` unless another is given.
+    Top(TopArgs),
     /// The demo's workload, run by `demo` itself inside the demo cgroup.
     #[command(hide = true)]
     DemoWorkload(DemoWorkloadArgs),
@@ -105,6 +131,39 @@ pub struct ServeArgs {
     /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux.
     #[arg(long, value_name = "FILE", default_value = "/sys/kernel/btf/vmlinux")]
     pub btf: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TopArgs {
+    /// Any of the tracing options (--cgroup, --container, --pid, --interval, ...).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "OPTIONS"
+    )]
+    pub args: Vec<String>,
+}
+
+impl TopArgs {
+    /// The tracing options `top` stands for; exits with clap's usage error if they are wrong.
+    pub fn options(&self) -> Options {
+        let interval = |a: &String| a == "--interval" || a.starts_with("--interval=");
+        let mut argv = vec!["throttle-tracer top".to_owned()];
+        if !self.args.iter().any(interval) {
+            argv.extend(["--interval".to_owned(), "1s".to_owned()]);
+        }
+        argv.extend(self.args.iter().cloned());
+        Options::parse_from(argv)
+    }
+}
+
+/// A duration longer than zero.
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("must be longer than 0 (e.g. 1s, 500ms)".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("{e} (e.g. 1s, 500ms)")),
+    }
 }
 
 #[derive(Debug, clap::Args)]

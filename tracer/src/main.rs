@@ -11,6 +11,7 @@ mod cpustat;
 mod demo;
 mod doctor;
 mod error;
+mod filter;
 mod names;
 mod probes;
 mod records;
@@ -22,6 +23,9 @@ use clap::Parser as _;
 
 fn main() {
     let mut options = cli::Options::parse();
+    if let Some(cli::Command::Top(top)) = &options.command {
+        options = top.options();
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();

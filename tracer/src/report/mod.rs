@@ -16,6 +16,7 @@
 //!   figure exceeds the time the group was really (at least partly) stopped.
 
 mod histogram;
+pub mod live;
 mod ndjson;
 pub mod prometheus;
 mod text;
@@ -130,6 +131,8 @@ pub fn collect(
 pub struct Report<W: Write = io::Stdout> {
     json: bool,
     out: W,
+    /// `--min-stop`, ns: shorter ended stops get no NDJSON line.
+    min_stop_ns: u64,
     info: StartInfo,
     /// The first write error (e.g. stdout closed by `| head`): later writes are skipped and
     /// `finish` returns it.
@@ -148,6 +151,7 @@ impl<W: Write> Report<W> {
         Self {
             json,
             out,
+            min_stop_ns: 0,
             info: StartInfo::default(),
             failed: None,
         }
@@ -169,9 +173,14 @@ impl<W: Write> Report<W> {
         self.info = info;
     }
 
+    /// `--min-stop`: ended stops shorter than `ns` get no NDJSON line.
+    pub fn hide_stops_shorter_than(&mut self, ns: u64) {
+        self.min_stop_ns = ns;
+    }
+
     /// One ended stop; `cgroup` is its path if it resolved.
     pub fn stop(&mut self, stop: &EndedStop, cgroup: Option<&str>) {
-        if self.json {
+        if self.json && stop.duration_ns() >= self.min_stop_ns {
             self.write_line(&ndjson::stop(stop, cgroup));
         }
     }

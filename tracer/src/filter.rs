@@ -1,0 +1,356 @@
+//! Which cgroups a run traces: `--cgroup` (a path or a glob), `--container` (a prefix of a
+//! container id) and `--pid` (that process's cgroup), resolved against the cpu hierarchy.
+//!
+//! Exact paths (and `--pid`, which names one path) go to the kernel-side filter: records of
+//! other cgroups are never written. A glob or a container id can match cgroups that do not exist
+//! yet, so when one is given every selector is applied here in userspace instead ([`Filter`]):
+//! each cgroup id is decided once, when its path first resolves, at the start for the cgroups
+//! that exist then and for new ones when their first record arrives. Several selectors select
+//! the union of what each matches.
+
+use std::collections::HashMap;
+use std::fs;
+
+use crate::cgroups::{Hierarchy, Version};
+use crate::error::Failure;
+
+/// One way of naming cgroups on the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Selector {
+    /// A cgroup path matched exactly.
+    Path(String),
+    /// A path pattern: `*` matches any run of characters but `/`, `?` one character but `/`.
+    Glob(String),
+    /// A lowercase hex prefix of a container id.
+    Container(String),
+}
+
+impl Selector {
+    fn matches(&self, path: &str) -> bool {
+        match self {
+            Self::Path(p) => p == path,
+            Self::Glob(g) => glob_match(g, path),
+            Self::Container(prefix) => path
+                .split('/')
+                .scan(None, |parent, component| {
+                    let id = container_id(component, *parent);
+                    *parent = Some(component);
+                    Some(id)
+                })
+                .flatten()
+                .any(|id| id.starts_with(prefix.as_str())),
+        }
+    }
+}
+
+/// What the command line selected.
+#[derive(Debug, Default)]
+pub struct Selection {
+    selectors: Vec<Selector>,
+}
+
+impl Selection {
+    /// Checks and resolves `--cgroup`, `--container` and `--pid` values (usage errors, exit 2).
+    pub fn parse(
+        hierarchy: &Hierarchy,
+        cgroups: &[String],
+        containers: &[String],
+        pids: &[u32],
+    ) -> Result<Self, Failure> {
+        let mut selectors = Vec::new();
+        for c in cgroups {
+            if !c.starts_with('/') {
+                return Err(Failure::usage(
+                    format!("--cgroup {c:?} is not a cgroup path"),
+                    "give a path under the cpu hierarchy starting with `/`, such as \
+                     /system.slice/docker-*.scope",
+                ));
+            }
+            selectors.push(if is_glob(c) {
+                Selector::Glob(c.clone())
+            } else {
+                Selector::Path(c.clone())
+            });
+        }
+        for id in containers {
+            let prefix = id.to_ascii_lowercase();
+            if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(Failure::usage(
+                    format!("--container {id:?} is not a container id"),
+                    "give the first hex digits of the id, as `docker ps` or `crictl ps` shows it",
+                ));
+            }
+            selectors.push(Selector::Container(prefix));
+        }
+        for &pid in pids {
+            let file = format!("/proc/{pid}/cgroup");
+            let text = fs::read_to_string(&file).map_err(|e| {
+                Failure::usage(
+                    format!("--pid {pid}: cannot read {file}: {e}"),
+                    "give the id of a running process (see `ps -e`)",
+                )
+            })?;
+            let path = cgroup_of_process(&text, hierarchy.version()).ok_or_else(|| {
+                Failure::usage(
+                    format!("--pid {pid}: {file} names no cgroup of the cpu controller"),
+                    "the process may be in another cgroup namespace; use --cgroup with its path",
+                )
+            })?;
+            selectors.push(Selector::Path(path));
+        }
+        Ok(Self { selectors })
+    }
+
+    /// True when nothing was selected: every cgroup is traced.
+    pub fn is_all(&self) -> bool {
+        self.selectors.is_empty()
+    }
+
+    /// The paths for the kernel-side filter, if every selector is an exact path; `None` when
+    /// the selection must be applied in userspace ([`Selection::into_filter`]).
+    pub fn exact_paths(&self) -> Option<Vec<String>> {
+        self.selectors
+            .iter()
+            .map(|s| match s {
+                Selector::Path(p) => Some(p.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The userspace filter, with the cgroups that exist now already decided; returns it and
+    /// the ids selected so far.
+    pub fn into_filter(self, hierarchy: &mut Hierarchy) -> (Filter, Vec<u64>) {
+        let mut filter = Filter {
+            selectors: self.selectors,
+            decided: HashMap::new(),
+        };
+        let existing: Vec<(u64, String)> = hierarchy
+            .all()
+            .map(|(id, path)| (id, path.to_owned()))
+            .collect();
+        let mut selected: Vec<u64> = existing
+            .into_iter()
+            .filter(|(id, path)| filter.decide(*id, path))
+            .map(|(id, _)| id)
+            .collect();
+        selected.sort_unstable();
+        (filter, selected)
+    }
+}
+
+/// The userspace side of a selection: decides each cgroup id once, by its path.
+#[derive(Debug)]
+pub struct Filter {
+    selectors: Vec<Selector>,
+    decided: HashMap<u64, bool>,
+}
+
+impl Filter {
+    fn decide(&mut self, id: u64, path: &str) -> bool {
+        let keep = self.selectors.iter().any(|s| s.matches(path));
+        self.decided.insert(id, keep);
+        keep
+    }
+
+    /// Whether records of cgroup `id` are kept. An id whose path does not resolve (yet) is
+    /// left out and decided again at its next record.
+    pub fn admits(&mut self, id: u64, hierarchy: &mut Hierarchy) -> bool {
+        if let Some(&keep) = self.decided.get(&id) {
+            return keep;
+        }
+        match hierarchy.path_of(id) {
+            Some(path) => {
+                let path = path.to_owned();
+                self.decide(id, &path)
+            }
+            None => false,
+        }
+    }
+}
+
+fn is_glob(s: &str) -> bool {
+    s.contains(['*', '?'])
+}
+
+/// Shell-style path matching: `*` is any run of characters without `/`, `?` one character
+/// other than `/`; everything else matches itself.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // Classic backtracking over the last `*`: linear apart from the retries of one star.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ti));
+                pi += 1;
+            }
+            Some('?') if t[ti] != '/' => {
+                pi += 1;
+                ti += 1;
+            }
+            Some(&c) if c != '*' && c != '?' && c == t[ti] => {
+                pi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                // The star takes one more character, never a `/`.
+                Some((sp, st)) if t[st] != '/' => {
+                    star = Some((sp, st + 1));
+                    pi = sp + 1;
+                    ti = st + 1;
+                }
+                _ => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// The container id a path component names, if it is one of the runtimes' forms:
+/// `docker-<id>.scope`, `<id>` under `docker`, `cri-containerd-<id>.scope`,
+/// `…:cri-containerd:<id>`, `crio-<id>[.scope]`, `libpod-<id>[.scope]`.
+fn container_id<'a>(component: &'a str, parent: Option<&str>) -> Option<&'a str> {
+    let id = if parent == Some("docker") && !component.contains('-') {
+        Some(component)
+    } else if let Some((_, id)) = component.rsplit_once(":cri-containerd:") {
+        Some(id)
+    } else {
+        let bare = component.strip_suffix(".scope").unwrap_or(component);
+        ["docker-", "cri-containerd-", "crio-", "libpod-"]
+            .iter()
+            .find_map(|prefix| bare.strip_prefix(prefix))
+    };
+    id.filter(|id| id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The cgroup of a process in the hierarchy of the cpu controller, from its /proc/PID/cgroup:
+/// on v1 the line whose controller list holds `cpu` (`4:cpu,cpuacct:/path`), on v2 the `0::`
+/// line.
+pub fn cgroup_of_process(text: &str, version: Version) -> Option<String> {
+    text.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (hid, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        let wanted = match version {
+            Version::V1 => controllers.split(',').any(|c| c == "cpu"),
+            Version::V2 => hid == "0" && controllers.is_empty(),
+        };
+        wanted.then(|| path.to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn globs_match_within_path_components() {
+        let g = "/system.slice/docker-*.scope";
+        assert!(glob_match(g, &format!("/system.slice/docker-{ID}.scope")));
+        assert!(!glob_match(g, "/system.slice/containerd.service"));
+        assert!(
+            !glob_match(g, "/system.slice/docker-x/y.scope"),
+            "* stops at /"
+        );
+        assert!(glob_match(
+            "/kubepods/*/pod*",
+            "/kubepods/burstable/pod1234"
+        ));
+        assert!(!glob_match("/kubepods/*", "/kubepods/burstable/pod1234"));
+        assert!(glob_match("/demo?", "/demo1"));
+        assert!(!glob_match("/demo?", "/demo"));
+        assert!(glob_match("/*", "/"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("/a*b*c", "/aXbYbZc"));
+        assert!(!glob_match("/a*b*c", "/aXbYbZ"));
+        assert!(is_glob(g) && !is_glob("/system.slice"));
+    }
+
+    #[test]
+    fn container_ids_in_every_runtime_layout() {
+        let c = |prefix: &str| Selector::Container(prefix.into());
+        for path in [
+            format!("/system.slice/docker-{ID}.scope"),
+            format!("/docker/{ID}"),
+            format!("/kubepods.slice/kubepods-pod1.slice/cri-containerd-{ID}.scope"),
+            format!("/kubepods-pod1.slice:cri-containerd:{ID}"),
+            format!("/machine.slice/libpod-{ID}.scope/container"),
+            format!("/kubepods/burstable/pod1/crio-{ID}"),
+            format!("/system.slice/crio-{ID}.scope"),
+        ] {
+            assert!(c("0123456789ab").matches(&path), "{path}");
+            assert!(c(ID).matches(&path), "{path}");
+            assert!(!c("0123456789ac").matches(&path), "{path}");
+        }
+        assert!(!c("01").matches("/system.slice/docker.service"));
+        assert!(!c("0").matches("/docker/notanid"));
+    }
+
+    #[test]
+    fn proc_pid_cgroup_v1_and_v2_lines() {
+        let v1 = "12:pids:/user.slice\n4:cpu,cpuacct:/tt-live-1\n3:cpuset:/\n0::/user.slice/x\n";
+        assert_eq!(
+            cgroup_of_process(v1, Version::V1).as_deref(),
+            Some("/tt-live-1")
+        );
+        assert_eq!(
+            cgroup_of_process(v1, Version::V2).as_deref(),
+            Some("/user.slice/x")
+        );
+        // cpuacct alone is not cpu; a path with `:` stays whole.
+        let odd = "5:cpuacct:/a\n6:cpu:/k8s:cri-containerd:1\n";
+        assert_eq!(
+            cgroup_of_process(odd, Version::V1).as_deref(),
+            Some("/k8s:cri-containerd:1")
+        );
+        assert_eq!(cgroup_of_process("", Version::V2), None);
+        assert_eq!(cgroup_of_process("1:name=systemd:/a\n", Version::V1), None);
+    }
+
+    #[test]
+    fn selection_goes_to_the_kernel_only_when_every_selector_is_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in [
+            "system.slice/docker-abc.scope",
+            "system.slice/cron.service",
+            "demo",
+        ] {
+            fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let exact = Selection::parse(&h, &["/demo".into()], &[], &[]).unwrap();
+        assert_eq!(exact.exact_paths(), Some(vec!["/demo".to_owned()]));
+
+        let globbed = Selection::parse(
+            &h,
+            &["/demo".into(), "/system.slice/docker-*.scope".into()],
+            &[],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(globbed.exact_paths(), None);
+        let id = |p: &str| h.id_of(p).unwrap();
+        let mut want = vec![id("/demo"), id("/system.slice/docker-abc.scope")];
+        want.sort_unstable();
+        let cron = id("/system.slice/cron.service");
+        let (mut filter, selected) = globbed.into_filter(&mut h);
+        assert_eq!(selected, want);
+        assert!(!filter.admits(cron, &mut h));
+        assert!(
+            !filter.admits(u64::MAX, &mut h),
+            "unresolved ids are left out"
+        );
+
+        assert!(Selection::parse(&h, &[], &[], &[]).unwrap().is_all());
+        for bad in [
+            Selection::parse(&h, &["demo".into()], &[], &[]),
+            Selection::parse(&h, &[], &["xyz".into()], &[]),
+            Selection::parse(&h, &[], &[], &[999_999_999]),
+        ] {
+            assert_eq!(bad.unwrap_err().exit_code(), 2);
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! The live view (`--interval`, `top`): every interval, one row per cgroup stopped in it, the
+//! most wall-clock-stopped first. On a terminal each table replaces the last (ANSI clear and
+//! home); piped, each is a plain block under a UTC timestamp line, so logs keep them all.
+//!
+//! Rows read the aggregate's interval window ([`crate::aggregate::IntervalSummary`]: what ended
+//! in the interval) and the cgroup's files: cpu.stat and the CPU usage (v2 `usage_usec`; v1
+//! `cpuacct.usage`, found in the cpu hierarchy when it is co-mounted `cpu,cpuacct`) are diffed
+//! against this view's previous reading of the same cgroup, so a cgroup's first row has `-`
+//! there unless the run selected it at the start.
+//!
+//! Columns: STOPS/s and GROUP/s, per-CPU stops and group stops per second; P50/P99/MAX of the
+//! interval's per-CPU stops; PER-CPU and WALL, per-CPU and wall-clock stopped time in the
+//! interval (as in the summary); THROTTLED, cpu.stat nr_throttled / nr_periods over the
+//! interval; QUOTA, quota/period(+burst) now; CPU, the group's CPU usage in CPUs.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::aggregate::{DurationSummary, IntervalSummary};
+use crate::cgroups::{Hierarchy, Version};
+use crate::cpustat::{self, CpuStat};
+use crate::names::Name;
+use crate::records::Bandwidth;
+
+/// Widest cgroup path column; longer paths push their row right.
+const MAX_PATH_COLUMN: usize = 48;
+
+/// One cgroup in one interval.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub cgroup_id: u64,
+    pub path: Option<String>,
+    /// What users call it (container, pod, unit), when the path says more than its last part.
+    pub name: Option<String>,
+    pub interval: IntervalSummary,
+    /// cpu.stat (nr_throttled, nr_periods) deltas since the previous reading.
+    pub periods: Option<(u64, u64)>,
+    /// CPUs used on average since the previous reading.
+    pub cpus: Option<f64>,
+    pub settings: Option<Bandwidth>,
+}
+
+impl Row {
+    fn wall_ns(&self) -> u64 {
+        self.interval.group_stops.sum_ns
+    }
+
+    /// nr_throttled / nr_periods over the interval.
+    pub fn throttled_ratio(&self) -> Option<f64> {
+        let (throttled, periods) = self.periods?;
+        (periods > 0).then(|| throttled as f64 / periods as f64)
+    }
+}
+
+/// One refresh: the interval's rows, most wall-clock-stopped first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Table {
+    pub at: SystemTime,
+    pub interval: Duration,
+    pub rows: Vec<Row>,
+}
+
+/// A cgroup's counters at one moment, for the next interval's deltas.
+#[derive(Clone, Debug)]
+struct Reading {
+    at: Instant,
+    stat: CpuStat,
+    usage_ns: Option<u64>,
+}
+
+/// The live view's state between refreshes.
+pub struct Live<W: Write = io::Stdout> {
+    out: W,
+    /// Redraw in place (a terminal) rather than append blocks.
+    redraw: bool,
+    last_tick: Instant,
+    readings: HashMap<u64, Reading>,
+}
+
+impl Live<io::Stdout> {
+    /// Draws on stdout; in place if it is a terminal.
+    pub fn stdout() -> Self {
+        use std::io::IsTerminal as _;
+        Self::to(io::stdout(), io::stdout().is_terminal())
+    }
+}
+
+impl<W: Write> Live<W> {
+    fn to(out: W, redraw: bool) -> Self {
+        Self {
+            out,
+            redraw,
+            last_tick: Instant::now(),
+            readings: HashMap::new(),
+        }
+    }
+
+    /// Takes the counters of `ids` now, so that their first row already has deltas.
+    pub fn watch(&mut self, ids: &[u64], hierarchy: &mut Hierarchy) {
+        let now = Instant::now();
+        for &id in ids {
+            if let Some(r) = read(id, hierarchy, now) {
+                self.readings.insert(id, r);
+            }
+        }
+    }
+
+    /// Builds the interval's table from the aggregate's interval window and the cgroup files.
+    pub fn table(&mut self, intervals: Vec<IntervalSummary>, hierarchy: &mut Hierarchy) -> Table {
+        let now = Instant::now();
+        let interval = now.duration_since(self.last_tick);
+        self.last_tick = now;
+        let mut rows: Vec<Row> = intervals
+            .into_iter()
+            .map(|interval| {
+                let id = interval.cgroup_id;
+                let path = hierarchy.path_of(id).map(str::to_owned);
+                let reading = read(id, hierarchy, now);
+                let (periods, cpus) = match (self.readings.get(&id), &reading) {
+                    (Some(before), Some(after)) => deltas(before, after),
+                    _ => (None, None),
+                };
+                match reading {
+                    Some(r) => self.readings.insert(id, r),
+                    None => self.readings.remove(&id),
+                };
+                let settings = path
+                    .as_deref()
+                    .and_then(|p| hierarchy.dir_of(p).ok())
+                    .and_then(|dir| cpustat::read_bandwidth(&dir, hierarchy.version()).ok());
+                Row {
+                    cgroup_id: id,
+                    name: path.as_deref().and_then(friendly_name),
+                    path,
+                    interval,
+                    periods,
+                    cpus,
+                    settings,
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.wall_ns()
+                .cmp(&a.wall_ns())
+                .then(b.interval.stops.sum_ns.cmp(&a.interval.stops.sum_ns))
+                .then(a.cgroup_id.cmp(&b.cgroup_id))
+        });
+        Table {
+            at: SystemTime::now(),
+            interval,
+            rows,
+        }
+    }
+
+    /// Prints the table: replacing the last one on a terminal, appended otherwise.
+    pub fn show(&mut self, table: &Table) -> io::Result<()> {
+        let text = render(table);
+        if self.redraw {
+            // Home, clear the screen.
+            write!(self.out, "\x1b[H\x1b[2J")?;
+        }
+        self.out.write_all(text.as_bytes())?;
+        self.out.flush()
+    }
+}
+
+/// The cgroup's cpu.stat and CPU usage now; `None` if it cannot be read (gone, or the root of
+/// a v2 tree, which has no cpu.stat throttling fields).
+fn read(id: u64, hierarchy: &mut Hierarchy, at: Instant) -> Option<Reading> {
+    let version = hierarchy.version();
+    let path = hierarchy.path_of(id)?.to_owned();
+    let dir = hierarchy.dir_of(&path).ok()?;
+    let stat = CpuStat::read(&dir, version).ok()?;
+    let usage_ns = match version {
+        Version::V2 => stat.usage_ns,
+        Version::V1 => cpuacct_usage(&dir),
+    };
+    Some(Reading { at, stat, usage_ns })
+}
+
+/// v1 `cpuacct.usage` (ns), present in the cgroup's directory when cpu and cpuacct share a
+/// hierarchy.
+fn cpuacct_usage(dir: &Path) -> Option<u64> {
+    fs::read_to_string(dir.join("cpuacct.usage"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn deltas(before: &Reading, after: &Reading) -> (Option<(u64, u64)>, Option<f64>) {
+    let periods = after
+        .stat
+        .since(&before.stat)
+        .ok()
+        .map(|d| (d.nr_throttled, d.nr_periods));
+    let secs = after.at.duration_since(before.at).as_secs_f64();
+    let cpus = after
+        .usage_ns
+        .zip(before.usage_ns)
+        .and_then(|(a, b)| a.checked_sub(b))
+        .filter(|_| secs > 0.0)
+        .map(|used| used as f64 / 1e9 / secs);
+    (periods, cpus)
+}
+
+/// What users call the cgroup (`docker 0123456789ab`), unless its path's last component says
+/// it already.
+fn friendly_name(path: &str) -> Option<String> {
+    let label = Name::of(path)?.to_string();
+    (path.rsplit('/').next() != Some(label.as_str())).then_some(label)
+}
+
+/// One table as text: a timestamp line, the header, the rows.
+pub fn render(table: &Table) -> String {
+    let mut out = String::new();
+    let secs = table.interval.as_secs_f64();
+    let _ = writeln!(
+        out,
+        "--- {}  interval {secs:.2}s  {} stopped cgroup(s) ---",
+        humantime::format_rfc3339_millis(table.at),
+        table.rows.len(),
+    );
+    if table.rows.is_empty() {
+        out.push_str("no cgroup was stopped by its CPU quota in this interval\n\n");
+        return out;
+    }
+    let paths: Vec<String> = table
+        .rows
+        .iter()
+        .map(|r| {
+            r.path
+                .clone()
+                .unwrap_or_else(|| format!("cgroup id {}", r.cgroup_id))
+        })
+        .collect();
+    let w = paths
+        .iter()
+        .map(String::len)
+        .max()
+        .unwrap_or(0)
+        .clamp(6, MAX_PATH_COLUMN);
+    let _ = writeln!(
+        out,
+        "{:<w$}  {:>7} {:>7}  {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>9}  {:>18}  {:>5}  NAME",
+        "CGROUP",
+        "STOPS/s",
+        "GROUP/s",
+        "P50",
+        "P99",
+        "MAX",
+        "PER-CPU",
+        "WALL",
+        "THROTTLED",
+        "QUOTA/PERIOD",
+        "CPU",
+    );
+    let per_sec = |n: u64| {
+        if secs > 0.0 {
+            format!("{:.1}", n as f64 / secs)
+        } else {
+            "-".into()
+        }
+    };
+    for (r, path) in table.rows.iter().zip(&paths) {
+        let (stops, groups) = (&r.interval.stops, &r.interval.group_stops);
+        let pct = |f: fn(&DurationSummary) -> Option<u64>| f(stops).map_or("-".into(), ns);
+        let _ = writeln!(
+            out,
+            "{path:<w$}  {:>7} {:>7}  {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>9}  {:>18}  {:>5}  {}",
+            per_sec(stops.count),
+            per_sec(groups.count),
+            pct(|d| d.percentiles.map(|p| p.p50_ns)),
+            pct(|d| d.percentiles.map(|p| p.p99_ns)),
+            pct(|d| d.percentiles.map(|p| p.max_ns)),
+            ns(stops.sum_ns),
+            ns(groups.sum_ns),
+            match (r.throttled_ratio(), r.periods) {
+                (Some(ratio), Some((t, p))) => format!("{ratio:.2} {t}/{p}"),
+                _ => "-".into(),
+            },
+            r.settings.as_ref().map_or("-".into(), quota),
+            r.cpus.map_or("-".into(), |c| format!("{c:.2}")),
+            r.name.as_deref().unwrap_or("-"),
+        );
+    }
+    out.push('\n');
+    out
+}
+
+/// A duration without spaces, so each column stays one word: `812ns`, `35µs`, `80.1ms`, `1.25s`.
+fn ns(v: u64) -> String {
+    let f = v as f64;
+    match v {
+        0..1_000 => format!("{v}ns"),
+        1_000..1_000_000 => format!("{:.0}µs", f / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1}ms", f / 1e6),
+        _ => format!("{:.2}s", f / 1e9),
+    }
+}
+
+/// `20.0ms/100.0ms`, `+5.0ms` when a burst is set, `max/100.0ms` without a limit.
+fn quota(b: &Bandwidth) -> String {
+    let mut s = format!(
+        "{}/{}",
+        b.quota_ns.map_or("max".into(), ns),
+        b.period_ns.map_or("?".into(), ns)
+    );
+    if let Some(burst) = b.burst_ns.filter(|&b| b > 0) {
+        let _ = write!(s, "+{}", ns(burst));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Aggregate;
+    use crate::records::Event;
+    use crate::report::tests::{MS, ended};
+
+    /// Two cgroups through the real aggregate: 4242 stopped 80 ms per 100 ms on one CPU, 7
+    /// stopped less but more often.
+    fn synthetic() -> Vec<IntervalSummary> {
+        let mut agg = Aggregate::watching(&[]).with_intervals(0);
+        for i in 0..10 {
+            let e = ended(0, i * 100, i * 100 + 80);
+            agg.ingest(&Event::Start(e.stop.clone()));
+            agg.ingest(&Event::End(e));
+        }
+        for i in 0..20 {
+            let mut e = ended(1, i * 50, i * 50 + 10);
+            e.stop.cgroup_id = 7;
+            agg.ingest(&Event::Start(e.stop.clone()));
+            agg.ingest(&Event::End(e));
+        }
+        agg.take_interval()
+    }
+
+    fn table(rows: Vec<Row>) -> Table {
+        Table {
+            at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+            interval: Duration::from_secs(1),
+            rows,
+        }
+    }
+
+    #[test]
+    fn rows_from_a_synthetic_aggregate_most_wall_stopped_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let mut live = Live::to(Vec::new(), false);
+        live.last_tick = Instant::now() - Duration::from_secs(1);
+        let t = live.table(synthetic(), &mut h);
+        let ids: Vec<u64> = t.rows.iter().map(|r| r.cgroup_id).collect();
+        assert_eq!(ids, [4242, 7]);
+        let top = &t.rows[0];
+        // 10 stops; the last group stop is still held back by the aggregate.
+        assert_eq!(top.interval.stops.count, 10);
+        assert_eq!(top.interval.stops.sum_ns, 800 * MS);
+        assert_eq!(top.interval.group_stops.count, 9);
+        assert_eq!(top.interval.group_stops.sum_ns, 720 * MS);
+        let p = top.interval.stops.percentiles.unwrap();
+        assert_eq!(p.max_ns, 80 * MS);
+        assert!(p.p50_ns >= 80 * MS && p.p50_ns <= 81 * MS, "{p:?}");
+        // No files for these ids: no path, no cpu.stat columns.
+        assert_eq!(
+            (top.path.as_ref(), top.periods, top.cpus),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn cpu_stat_columns_are_deltas_between_readings() {
+        let dir = tempfile::tempdir().unwrap();
+        let cg = dir
+            .path()
+            .join("docker")
+            .join("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+        fs::create_dir_all(&cg).unwrap();
+        let write = |periods: u32, throttled: u32, usage: u64| {
+            fs::write(
+                cg.join("cpu.stat"),
+                format!("nr_periods {periods}\nnr_throttled {throttled}\nthrottled_time 0\n"),
+            )
+            .unwrap();
+            fs::write(cg.join("cpuacct.usage"), format!("{usage}\n")).unwrap();
+        };
+        fs::write(cg.join("cpu.cfs_quota_us"), "20000\n").unwrap();
+        fs::write(cg.join("cpu.cfs_period_us"), "100000\n").unwrap();
+        write(5, 4, 1_000_000_000);
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let id = h
+            .id_of(&format!(
+                "/docker/{}",
+                cg.file_name().unwrap().to_str().unwrap()
+            ))
+            .unwrap();
+        let mut live = Live::to(Vec::new(), false);
+        live.watch(&[id], &mut h);
+        live.readings.get_mut(&id).unwrap().at -= Duration::from_secs(1);
+        write(15, 14, 1_200_000_000);
+        let mut interval = synthetic().remove(0);
+        interval.cgroup_id = id;
+        let t = live.table(vec![interval], &mut h);
+        let r = &t.rows[0];
+        assert_eq!(r.periods, Some((10, 10)));
+        assert_eq!(r.throttled_ratio(), Some(1.0));
+        let cpus = r.cpus.unwrap();
+        assert!((0.19..=0.21).contains(&cpus), "{cpus}");
+        assert_eq!(r.settings.unwrap().quota_ns, Some(20 * MS));
+        assert_eq!(r.name.as_deref(), Some("docker 0123456789ab"));
+    }
+
+    #[test]
+    fn plain_blocks_have_a_timestamp_header_and_one_line_per_row() {
+        let mut rows: Vec<Row> = synthetic()
+            .into_iter()
+            .map(|interval| Row {
+                cgroup_id: interval.cgroup_id,
+                path: Some(format!("/cg{}", interval.cgroup_id)),
+                name: None,
+                interval,
+                periods: Some((10, 10)),
+                cpus: Some(0.2),
+                settings: Some(Bandwidth {
+                    quota_ns: Some(20 * MS),
+                    period_ns: Some(100 * MS),
+                    burst_ns: Some(5 * MS),
+                }),
+            })
+            .collect();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.interval.group_stops.sum_ns));
+        let text = render(&table(rows));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "--- 2027-01-15T08:00:00.000Z  interval 1.00s  2 stopped cgroup(s) ---"
+        );
+        assert!(
+            lines[1].starts_with("CGROUP") && lines[1].ends_with("NAME"),
+            "{}",
+            lines[1]
+        );
+        let row: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(row[..3], ["/cg4242", "10.0", "9.0"]);
+        assert!(lines[2].contains("1.00 10/10"), "{}", lines[2]);
+        assert!(lines[2].contains("20.0ms/100.0ms+5.0ms"), "{}", lines[2]);
+        assert!(lines[2].contains(" 0.20  -"), "{}", lines[2]);
+        assert!(lines[3].starts_with("/cg7 "), "{}", lines[3]);
+        assert_eq!(lines.len(), 5, "{text}");
+        assert_eq!(lines[4], "");
+
+        let empty = render(&table(Vec::new()));
+        assert!(empty.contains("0 stopped cgroup(s)") && empty.contains("no cgroup was stopped"));
+
+        let mut live = Live::to(Vec::new(), true);
+        live.show(&table(Vec::new())).unwrap();
+        assert!(live.out.starts_with(b"\x1b[H\x1b[2J---"));
+    }
+}

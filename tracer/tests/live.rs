@@ -1,0 +1,287 @@
+//! The live view (`--interval`) on this host, piped: timestamped plain blocks, checked against a
+//! real throttled cgroup v1 and its cpu.stat read here; and the usage errors of the filters.
+//! The host test needs root, kernel BTF and the cgroup v1 cpu controller at /sys/fs/cgroup/cpu;
+//! otherwise it prints "skipped: reason".
+use std::{
+    fs,
+    io::Read as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
+const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
+const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
+
+fn skip_reason() -> Option<String> {
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("no kernel BTF at /sys/kernel/btf/vmlinux".into());
+    }
+    if !Path::new(CPU_ROOT).join("cpu.cfs_quota_us").exists() {
+        return Some(format!("no cgroup v1 cpu controller at {CPU_ROOT}"));
+    }
+    None
+}
+
+/// A throttled cgroup with one pinned busy thread in it; Drop kills the workload and removes
+/// the cgroup, also when an assertion failed.
+struct Throttled {
+    cgroup: PathBuf,
+    name: String,
+    workload: Child,
+}
+
+impl Throttled {
+    /// 20 ms quota per 100 ms period, one busy thread pinned to the last CPU (as `taskset -c`
+    /// would), `cpu.shares` at its maximum so other work on that CPU does not stretch its quota.
+    fn start(seconds: u32) -> Self {
+        let name = format!("tt-live-{}", std::process::id());
+        let cgroup = Path::new(CPU_ROOT).join(&name);
+        fs::create_dir(&cgroup).expect("create cgroup");
+        for (file, value) in [
+            ("cpu.cfs_period_us", "100000"),
+            ("cpu.cfs_quota_us", "20000"),
+            ("cpu.shares", "262144"),
+        ] {
+            fs::write(cgroup.join(file), value).unwrap_or_else(|e| panic!("{file}: {e}"));
+        }
+        let cpu = thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", &cpu.to_string(), WORKLOAD, "busy", "--threads", "1"])
+            .args(["--seconds", &seconds.to_string()]);
+        let procs_c = std::ffi::CString::new(cgroup.join("cgroup.procs").to_str().unwrap())
+            .expect("path without NUL");
+        // SAFETY: between fork and exec only open/write/close, on memory prepared before.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs_c.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
+                libc::close(fd);
+                if written != 2 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let workload = cmd.spawn().expect("spawn taskset throttle-workload");
+        Self {
+            cgroup,
+            name,
+            workload,
+        }
+    }
+
+    /// (nr_periods, nr_throttled) now.
+    fn periods(&self) -> (u64, u64) {
+        let text = fs::read_to_string(self.cgroup.join("cpu.stat")).expect("read cpu.stat");
+        let field = |name: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("cpu.stat has no {name}: {text}"))
+        };
+        (field("nr_periods"), field("nr_throttled"))
+    }
+}
+
+impl Drop for Throttled {
+    fn drop(&mut self) {
+        let _ = self.workload.kill();
+        let _ = self.workload.wait();
+        for _ in 0..50 {
+            if fs::remove_dir(&self.cgroup).is_ok() || !self.cgroup.exists() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("could not remove {}", self.cgroup.display());
+    }
+}
+
+/// Runs the tracer to its end (a guard of 60 s against hanging, not a timing assertion);
+/// returns its exit code, stdout and stderr.
+fn run_tracer(args: &[&str]) -> (i32, String, String) {
+    let mut child = Command::new(TRACER)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn throttle-tracer");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = thread::spawn(move || {
+        let mut s = String::new();
+        stdout.read_to_string(&mut s).unwrap();
+        s
+    });
+    let err = thread::spawn(move || {
+        let mut s = String::new();
+        stderr.read_to_string(&mut s).unwrap();
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("throttle-tracer {args:?} still running after 60 s");
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    (
+        status.code().unwrap_or(-1),
+        out.join().unwrap(),
+        err.join().unwrap(),
+    )
+}
+
+/// One plain block: its timestamp line and the row of `cgroup`, split in columns.
+struct Block<'a> {
+    header: &'a str,
+    row: Option<Vec<&'a str>>,
+}
+
+fn blocks<'a>(stdout: &'a str, cgroup: &str) -> Vec<Block<'a>> {
+    let mut out: Vec<Block> = Vec::new();
+    // Whether the lines are inside a block (which ends at its blank line).
+    let mut inside = false;
+    for line in stdout.lines() {
+        if line.starts_with("--- ") {
+            out.push(Block {
+                header: line,
+                row: None,
+            });
+            inside = true;
+        } else if line.is_empty() {
+            inside = false;
+        } else if let Some(b) = out.last_mut()
+            && inside
+            && line.split_whitespace().next() == Some(cgroup)
+        {
+            b.row = Some(line.split_whitespace().collect());
+        }
+    }
+    out
+}
+
+/// Columns of a row, as the header names them: CGROUP STOPS/s GROUP/s P50 P99 MAX PER-CPU WALL
+/// THROTTLED(ratio n/m) QUOTA/PERIOD CPU NAME.
+const STOPS_PER_S: usize = 1;
+const RATIO: usize = 8;
+
+#[test]
+fn piped_live_view_prints_timestamped_blocks_of_the_throttled_cgroup() {
+    if let Some(reason) = skip_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    // Longer than the tracer's start (a debug build reads BTF slowly) and its 4 s: Drop ends it.
+    let scene = Throttled::start(120);
+    // Let the workload reach its steady state (throttled every period) before tracing.
+    thread::sleep(Duration::from_millis(500));
+    let before = scene.periods();
+    let pid = scene.workload.id().to_string();
+    let (code, stdout, stderr) = run_tracer(&[
+        "--backend",
+        "tracepoint",
+        "--interval",
+        "1s",
+        "--pid",
+        &pid,
+        "--duration",
+        "4s",
+    ]);
+    let after = scene.periods();
+    println!("{stdout}");
+    assert_eq!(code, 0, "stderr: {stderr}");
+
+    let cgroup = format!("/{}", scene.name);
+    let blocks = blocks(&stdout, &cgroup);
+    assert!(blocks.len() >= 3, "{} blocks:\n{stdout}", blocks.len());
+    let (periods, throttled) = (after.0 - before.0, after.1 - before.1);
+    let truth = throttled as f64 / periods as f64;
+    println!("cpu.stat over the run: nr_throttled {throttled} / nr_periods {periods} = {truth:.3}");
+    assert!(
+        truth >= 0.9,
+        "the workload was not throttled every period: {truth}"
+    );
+    for b in &blocks {
+        // `--- 2026-11-29T22:50:01.123Z  interval 1.00s  1 stopped cgroup(s) ---`
+        let stamp = b.header.split_whitespace().nth(1).unwrap();
+        assert!(
+            humantime::parse_rfc3339(stamp).is_ok(),
+            "not a timestamp: {}",
+            b.header
+        );
+        let row = b
+            .row
+            .as_ref()
+            .unwrap_or_else(|| panic!("no row for {cgroup} in the block {}:\n{stdout}", b.header));
+        // One pinned thread: one stop per 100 ms period.
+        let per_s: f64 = row[STOPS_PER_S].parse().unwrap();
+        assert!((8.0..=12.0).contains(&per_s), "stops/s {per_s}: {row:?}");
+        let ratio: f64 = row[RATIO].parse().unwrap();
+        assert!(
+            (ratio - truth).abs() <= 0.1 && ratio >= 0.9,
+            "throttled-period ratio {ratio} vs cpu.stat {truth:.3}: {row:?}"
+        );
+        let (t, p) = row[RATIO + 1].split_once('/').unwrap();
+        let (t, p): (u64, u64) = (t.parse().unwrap(), p.parse().unwrap());
+        assert!(t <= throttled && p <= periods, "{row:?}");
+    }
+    assert!(
+        stdout.contains("throttle-tracer: CFS bandwidth (CPU quota) stops, traced for"),
+        "no summary at the end:\n{stdout}"
+    );
+    let summary = stdout
+        .split("throttle-tracer: CFS bandwidth")
+        .nth(1)
+        .unwrap();
+    assert!(summary.contains(&cgroup), "{summary}");
+}
+
+#[test]
+fn bad_filter_values_are_usage_errors() {
+    if !fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(" - cgroup")) {
+        println!("skipped: no cgroup filesystem is mounted here");
+        return;
+    }
+    let (code, stdout, stderr) = run_tracer(&["--pid", "999999999", "--duration", "1s"]);
+    assert_eq!(code, 2, "stdout: {stdout}\nstderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines[0].starts_with("error: --pid 999999999: cannot read /proc/999999999/cgroup"),
+        "{stderr}"
+    );
+    assert!(lines[1].starts_with("hint: "), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+
+    let (code, _, stderr) = run_tracer(&["--container", "not-hex"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.starts_with("error: --container \"not-hex\""),
+        "{stderr}"
+    );
+
+    for bad in [
+        ["--interval", "0s"],
+        ["--interval", "soon"],
+        ["--min-stop", "x"],
+    ] {
+        let (code, _, stderr) = run_tracer(&bad);
+        assert_eq!(code, 2, "{bad:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{bad:?}: {stderr}");
+    }
+}
