@@ -124,6 +124,18 @@ fn choose(mounts: &[Mount]) -> Option<(PathBuf, Version)> {
     })
 }
 
+/// The mount point of the cgroup v1 hierarchy that has `controller` (e.g. `cpuacct`, which is
+/// either co-mounted with cpu or a hierarchy of its own), whole-hierarchy mounts first.
+pub fn v1_mount_of(controller: &str) -> Option<PathBuf> {
+    let text = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut mounts: Vec<Mount> = parse_mountinfo(&text)
+        .into_iter()
+        .filter(|m| m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == controller))
+        .collect();
+    mounts.sort_by_key(|m| m.root != "/");
+    mounts.into_iter().next().map(|m| m.mount_point)
+}
+
 /// How the machine mounts cgroups, whichever hierarchy holds the cpu controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

@@ -14,6 +14,9 @@ use std::{
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
 const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
+/// Where this host's separate cgroup v1 cpuacct hierarchy is (if it is one): the live view's
+/// CPU column reads cpuacct.usage of the same path there.
+const CPUACCT_ROOT: &str = "/sys/fs/cgroup/cpuacct";
 
 fn skip_reason() -> Option<String> {
     // SAFETY: no preconditions.
@@ -33,6 +36,8 @@ fn skip_reason() -> Option<String> {
 /// the cgroup, also when an assertion failed.
 struct Throttled {
     cgroup: PathBuf,
+    /// The same path in a separate cpuacct hierarchy, when the host has one.
+    cpuacct: Option<PathBuf>,
     name: String,
     workload: Child,
 }
@@ -51,24 +56,37 @@ impl Throttled {
         ] {
             fs::write(cgroup.join(file), value).unwrap_or_else(|e| panic!("{file}: {e}"));
         }
+        let cpuacct = Path::new(CPUACCT_ROOT)
+            .join("cpuacct.usage")
+            .exists()
+            .then(|| Path::new(CPUACCT_ROOT).join(&name))
+            .filter(|dir| dir != &cgroup && fs::create_dir(dir).is_ok());
         let cpu = thread::available_parallelism().map_or(1, |n| n.get()) - 1;
         let mut cmd = Command::new("taskset");
         cmd.args(["-c", &cpu.to_string(), WORKLOAD, "busy", "--threads", "1"])
             .args(["--seconds", &seconds.to_string()]);
-        let procs_c = std::ffi::CString::new(cgroup.join("cgroup.procs").to_str().unwrap())
-            .expect("path without NUL");
+        let procs: Vec<std::ffi::CString> = [Some(&cgroup), cpuacct.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|dir| {
+                std::ffi::CString::new(dir.join("cgroup.procs").to_str().unwrap())
+                    .expect("path without NUL")
+            })
+            .collect();
         // SAFETY: between fork and exec only open/write/close, on memory prepared before.
         unsafe {
             use std::os::unix::process::CommandExt;
             cmd.pre_exec(move || {
-                let fd = libc::open(procs_c.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-                libc::close(fd);
-                if written != 2 {
-                    return Err(std::io::Error::last_os_error());
+                for procs_c in &procs {
+                    let fd = libc::open(procs_c.as_ptr(), libc::O_WRONLY);
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
+                    libc::close(fd);
+                    if written != 2 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -76,6 +94,7 @@ impl Throttled {
         let workload = cmd.spawn().expect("spawn taskset throttle-workload");
         Self {
             cgroup,
+            cpuacct,
             name,
             workload,
         }
@@ -97,13 +116,22 @@ impl Drop for Throttled {
     fn drop(&mut self) {
         let _ = self.workload.kill();
         let _ = self.workload.wait();
-        for _ in 0..50 {
-            if fs::remove_dir(&self.cgroup).is_ok() || !self.cgroup.exists() {
-                return;
+        for dir in [Some(&self.cgroup), self.cpuacct.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            // The cgroup is empty once the workload is reaped; rmdir may still race the exit.
+            let removed = (0..50).any(|_| {
+                let gone = fs::remove_dir(dir).is_ok() || !dir.exists();
+                if !gone {
+                    thread::sleep(Duration::from_millis(20));
+                }
+                gone
+            });
+            if !removed {
+                eprintln!("could not remove {}", dir.display());
             }
-            thread::sleep(Duration::from_millis(20));
         }
-        eprintln!("could not remove {}", self.cgroup.display());
     }
 }
 
@@ -179,6 +207,7 @@ fn blocks<'a>(stdout: &'a str, cgroup: &str) -> Vec<Block<'a>> {
 /// THROTTLED(ratio n/m) QUOTA/PERIOD CPU NAME.
 const STOPS_PER_S: usize = 1;
 const RATIO: usize = 8;
+const CPU: usize = 11;
 
 #[test]
 fn piped_live_view_prints_timestamped_blocks_of_the_throttled_cgroup() {
@@ -239,6 +268,11 @@ fn piped_live_view_prints_timestamped_blocks_of_the_throttled_cgroup() {
         let (t, p) = row[RATIO + 1].split_once('/').unwrap();
         let (t, p): (u64, u64) = (t.parse().unwrap(), p.parse().unwrap());
         assert!(t <= throttled && p <= periods, "{row:?}");
+        // A quota of 20 ms per 100 ms: 0.20 CPU, read from cpuacct.usage of the same path.
+        let cpus: f64 = row[CPU]
+            .parse()
+            .unwrap_or_else(|_| panic!("no CPU usage: {row:?}"));
+        assert!((0.15..=0.25).contains(&cpus), "CPU {cpus}: {row:?}");
     }
     assert!(
         stdout.contains("throttle-tracer: CFS bandwidth (CPU quota) stops, traced for"),

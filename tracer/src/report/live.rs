@@ -4,7 +4,8 @@
 //!
 //! Rows read the aggregate's interval window ([`crate::aggregate::IntervalSummary`]: what ended
 //! in the interval) and the cgroup's files: cpu.stat and the CPU usage (v2 `usage_usec`; v1
-//! `cpuacct.usage`, found in the cpu hierarchy when it is co-mounted `cpu,cpuacct`) are diffed
+//! `cpuacct.usage` of the same path in the cpuacct hierarchy, which is the cpu hierarchy when
+//! they are co-mounted `cpu,cpuacct`; `-` when that cgroup does not exist there) are diffed
 //! against this view's previous reading of the same cgroup, so a cgroup's first row has `-`
 //! there unless the run selected it at the start.
 //!
@@ -17,11 +18,11 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::aggregate::{DurationSummary, IntervalSummary};
-use crate::cgroups::{Hierarchy, Version};
+use crate::cgroups::{self, Hierarchy, Version};
 use crate::cpustat::{self, CpuStat};
 use crate::names::Name;
 use crate::records::Bandwidth;
@@ -79,13 +80,18 @@ pub struct Live<W: Write = io::Stdout> {
     redraw: bool,
     last_tick: Instant,
     readings: HashMap<u64, Reading>,
+    /// cgroup v1: the cpuacct hierarchy's mount (the cpu hierarchy's when co-mounted); `None`:
+    /// look in the cgroup's own directory.
+    cpuacct: Option<PathBuf>,
 }
 
 impl Live<io::Stdout> {
     /// Draws on stdout; in place if it is a terminal.
     pub fn stdout() -> Self {
         use std::io::IsTerminal as _;
-        Self::to(io::stdout(), io::stdout().is_terminal())
+        let mut live = Self::to(io::stdout(), io::stdout().is_terminal());
+        live.cpuacct = cgroups::v1_mount_of("cpuacct");
+        live
     }
 }
 
@@ -96,6 +102,7 @@ impl<W: Write> Live<W> {
             redraw,
             last_tick: Instant::now(),
             readings: HashMap::new(),
+            cpuacct: None,
         }
     }
 
@@ -103,7 +110,7 @@ impl<W: Write> Live<W> {
     pub fn watch(&mut self, ids: &[u64], hierarchy: &mut Hierarchy) {
         let now = Instant::now();
         for &id in ids {
-            if let Some(r) = read(id, hierarchy, now) {
+            if let Some(r) = read(id, hierarchy, self.cpuacct.as_deref(), now) {
                 self.readings.insert(id, r);
             }
         }
@@ -119,7 +126,7 @@ impl<W: Write> Live<W> {
             .map(|interval| {
                 let id = interval.cgroup_id;
                 let path = hierarchy.path_of(id).map(str::to_owned);
-                let reading = read(id, hierarchy, now);
+                let reading = read(id, hierarchy, self.cpuacct.as_deref(), now);
                 let (periods, cpus) = match (self.readings.get(&id), &reading) {
                     (Some(before), Some(after)) => deltas(before, after),
                     _ => (None, None),
@@ -170,20 +177,27 @@ impl<W: Write> Live<W> {
 
 /// The cgroup's cpu.stat and CPU usage now; `None` if it cannot be read (gone, or the root of
 /// a v2 tree, which has no cpu.stat throttling fields).
-fn read(id: u64, hierarchy: &mut Hierarchy, at: Instant) -> Option<Reading> {
+fn read(
+    id: u64,
+    hierarchy: &mut Hierarchy,
+    cpuacct: Option<&Path>,
+    at: Instant,
+) -> Option<Reading> {
     let version = hierarchy.version();
     let path = hierarchy.path_of(id)?.to_owned();
     let dir = hierarchy.dir_of(&path).ok()?;
     let stat = CpuStat::read(&dir, version).ok()?;
     let usage_ns = match version {
         Version::V2 => stat.usage_ns,
-        Version::V1 => cpuacct_usage(&dir),
+        Version::V1 => match cpuacct {
+            Some(root) => cpuacct_usage(&root.join(path.trim_start_matches('/'))),
+            None => cpuacct_usage(&dir),
+        },
     };
     Some(Reading { at, stat, usage_ns })
 }
 
-/// v1 `cpuacct.usage` (ns), present in the cgroup's directory when cpu and cpuacct share a
-/// hierarchy.
+/// v1 `cpuacct.usage` (ns) in the cgroup directory `dir` of the cpuacct hierarchy.
 fn cpuacct_usage(dir: &Path) -> Option<u64> {
     fs::read_to_string(dir.join("cpuacct.usage"))
         .ok()?
