@@ -31,6 +31,7 @@ use crate::{
         self, CgroupReport, RefusedBackend, Report, StartInfo, Totals, live::Live,
         prometheus::Exporter,
     },
+    terminal::{self, Keys},
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
@@ -79,9 +80,17 @@ pub async fn run(options: Options) -> Result<(), Failure> {
     session.finish().map(|_| ())
 }
 
+fn write_failed(e: std::io::Error) -> Failure {
+    Failure::environment(
+        format!("cannot write the live view: {e}"),
+        "check that standard output is writable",
+    )
+}
+
 /// The live view: a table every `every` until `deadline` or a signal. A table is printed at
 /// every tick, and at the deadline if at least half an interval passed since the last tick;
-/// the rest of the run, and an interrupted interval, are in the summary only.
+/// the rest of the run, and an interrupted interval, are in the summary only. On a terminal, `s`
+/// re-sorts the table at once and `q` ends the run like Ctrl-C.
 async fn live(
     session: &mut Session,
     every: Duration,
@@ -91,27 +100,37 @@ async fn live(
     interrupts: &mut Interrupts,
 ) -> Result<(), Failure> {
     let mut view = Live::stdout();
+    let mut keys = Keys::open();
     session.aggregate = std::mem::take(&mut session.aggregate).with_intervals(min_stop_ns);
     view.watch(selected, &mut session.hierarchy);
     let mut next = tokio::time::Instant::now() + every;
     loop {
         let until = deadline.map_or(next, |d| d.min(next));
-        let ended = session
-            .trace_until(tokio::time::sleep_until(until), interrupts)
-            .await?;
+        let mut key = None;
+        let wait = async {
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                k = terminal::next_key(keys.as_mut()) => key = Some(k),
+            }
+        };
+        let ended = session.trace_until(wait, interrupts).await?;
         if ended == Ended::Interrupted {
             return Ok(());
+        }
+        match key {
+            Some(b'q') => return Ok(()),
+            Some(b's') => {
+                view.next_sort().map_err(write_failed)?;
+                continue;
+            }
+            Some(_) => continue,
+            None => {}
         }
         let last = deadline == Some(until);
         if until == next || (last && next - until <= every / 2) {
             session.drain();
             let table = view.table(session.aggregate.take_interval(), &mut session.hierarchy);
-            view.show(&table).map_err(|e| {
-                Failure::environment(
-                    format!("cannot write the live view: {e}"),
-                    "check that standard output is writable",
-                )
-            })?;
+            view.show(table).map_err(write_failed)?;
             next += every;
         }
         if last {

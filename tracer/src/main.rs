@@ -17,6 +17,7 @@ mod probes;
 mod records;
 mod report;
 mod serve;
+mod terminal;
 mod workload;
 
 use clap::Parser as _;

@@ -7,6 +7,7 @@ use std::{
     io::Read as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::Mutex,
     thread,
     time::{Duration, Instant},
 };
@@ -14,6 +15,9 @@ use std::{
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
 const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
+
+/// The host tests pin their workloads to the same CPU: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
 /// Where this host's separate cgroup v1 cpuacct hierarchy is (if it is one): the live view's
 /// CPU column reads cpuacct.usage of the same path there.
 const CPUACCT_ROOT: &str = "/sys/fs/cgroup/cpuacct";
@@ -45,8 +49,8 @@ struct Throttled {
 impl Throttled {
     /// 20 ms quota per 100 ms period, one busy thread pinned to the last CPU (as `taskset -c`
     /// would), `cpu.shares` at its maximum so other work on that CPU does not stretch its quota.
-    fn start(seconds: u32) -> Self {
-        let name = format!("tt-live-{}", std::process::id());
+    fn start(tag: &str, seconds: u32) -> Self {
+        let name = format!("tt-live-{tag}-{}", std::process::id());
         let cgroup = Path::new(CPU_ROOT).join(&name);
         fs::create_dir(&cgroup).expect("create cgroup");
         for (file, value) in [
@@ -216,7 +220,8 @@ fn piped_live_view_prints_timestamped_blocks_of_the_throttled_cgroup() {
         return;
     }
     // Longer than the tracer's start (a debug build reads BTF slowly) and its 4 s: Drop ends it.
-    let scene = Throttled::start(120);
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let scene = Throttled::start("piped", 120);
     // Let the workload reach its steady state (throttled every period) before tracing.
     thread::sleep(Duration::from_millis(500));
     let before = scene.periods();
@@ -318,4 +323,121 @@ fn bad_filter_values_are_usage_errors() {
         assert_eq!(code, 2, "{bad:?}: {stderr}");
         assert!(stderr.starts_with("error: "), "{bad:?}: {stderr}");
     }
+}
+
+/// A tmux session, killed on drop.
+struct Tmux(String);
+
+impl Tmux {
+    fn run(args: &[&str]) -> String {
+        let out = Command::new("tmux").args(args).output().expect("run tmux");
+        assert!(out.status.success(), "tmux {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pane's text, with its scrollback.
+    fn capture(&self) -> String {
+        Self::run(&["capture-pane", "-p", "-J", "-S", "-500", "-t", &self.0])
+    }
+
+    /// Waits (up to 60 s, a guard against hanging) until the pane shows `text`.
+    fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let pane = self.capture();
+            if pane.contains(text) {
+                return pane;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {text:?} in the pane:\n{pane}"
+            );
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
+/// tmux, installed from apt if missing; `None` if that fails.
+fn tmux() -> Option<()> {
+    let have = || {
+        Command::new("tmux")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have() {
+        let _ = Command::new("apt-get")
+            .args(["install", "-y", "-q", "tmux"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status();
+    }
+    have().then_some(())
+}
+
+#[test]
+fn terminal_live_view_redraws_sorts_and_quits_on_keys() {
+    if let Some(reason) = skip_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    if tmux().is_none() {
+        println!("skipped: no tmux, and apt-get install tmux failed");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let scene = Throttled::start("tty", 120);
+    let tmux = Tmux(scene.name.clone());
+    let command = format!(
+        "{TRACER} top --backend tracepoint --pid {}; echo tracer-exit-$?; sleep 120",
+        scene.workload.id()
+    );
+    Tmux::run(&[
+        "new-session",
+        "-d",
+        "-s",
+        &tmux.0,
+        "-x",
+        "230",
+        "-y",
+        "50",
+        &command,
+    ]);
+    let pane = tmux.wait_for("sort: wall (s: next sort key");
+    // Redrawn in place: one table on the screen at a time.
+    assert_eq!(pane.matches("CGROUP").count(), 1, "{pane}");
+    Tmux::run(&["send-keys", "-t", &tmux.0, "s"]);
+    let pane = tmux.wait_for("sort: stops");
+    println!("{pane}");
+    let cgroup = format!("/{}", scene.name);
+    assert!(
+        pane.lines()
+            .any(|l| l.starts_with("CGROUP ") && l.ends_with("NAME")),
+        "{pane}"
+    );
+    let row = pane
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(cgroup.as_str()))
+        .unwrap_or_else(|| panic!("no row for {cgroup}:\n{pane}"));
+    let per_s: f64 = row
+        .split_whitespace()
+        .nth(STOPS_PER_S)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((8.0..=12.0).contains(&per_s), "{row}");
+    Tmux::run(&["send-keys", "-t", &tmux.0, "q"]);
+    let pane = tmux.wait_for("tracer-exit-");
+    assert!(pane.contains("tracer-exit-0"), "{pane}");
+    assert!(
+        pane.contains("lost records: 0"),
+        "no summary after q:\n{pane}"
+    );
 }

@@ -12,7 +12,10 @@
 //! Columns: STOPS/s and GROUP/s, per-CPU stops and group stops per second; P50/P99/MAX of the
 //! interval's per-CPU stops; PER-CPU and WALL, per-CPU and wall-clock stopped time in the
 //! interval (as in the summary); THROTTLED, cpu.stat nr_throttled / nr_periods over the
-//! interval; QUOTA, quota/period(+burst) now; CPU, the group's CPU usage in CPUs.
+//! interval; QUOTA, quota/period(+burst) now; CPU, the group's CPU usage in CPUs. WALL can
+//! exceed PER-CPU by a stop at the edges: a group stop is final one episode late.
+//!
+//! On a terminal, `s` cycles the sort key (wall, stops, p99, name) and redraws at once.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -57,6 +60,54 @@ impl Row {
     }
 }
 
+/// What the rows are sorted by, largest first (names alphabetically).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortKey {
+    /// Wall-clock stopped time in the interval.
+    #[default]
+    Wall,
+    /// Per-CPU stops in the interval.
+    Stops,
+    /// p99 of the interval's per-CPU stops.
+    P99,
+    /// The cgroup path.
+    Name,
+}
+
+impl SortKey {
+    fn next(self) -> Self {
+        match self {
+            Self::Wall => Self::Stops,
+            Self::Stops => Self::P99,
+            Self::P99 => Self::Name,
+            Self::Name => Self::Wall,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Wall => "wall",
+            Self::Stops => "stops",
+            Self::P99 => "p99",
+            Self::Name => "name",
+        }
+    }
+
+    fn sort(self, rows: &mut [Row]) {
+        let p99 = |r: &Row| r.interval.stops.percentiles.map_or(0, |p| p.p99_ns);
+        rows.sort_by(|a, b| {
+            match self {
+                Self::Wall => b.wall_ns().cmp(&a.wall_ns()),
+                Self::Stops => b.interval.stops.count.cmp(&a.interval.stops.count),
+                Self::P99 => p99(b).cmp(&p99(a)),
+                Self::Name => a.path.cmp(&b.path),
+            }
+            .then(b.interval.stops.sum_ns.cmp(&a.interval.stops.sum_ns))
+            .then(a.cgroup_id.cmp(&b.cgroup_id))
+        });
+    }
+}
+
 /// One refresh: the interval's rows, most wall-clock-stopped first.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Table {
@@ -80,6 +131,9 @@ pub struct Live<W: Write = io::Stdout> {
     redraw: bool,
     last_tick: Instant,
     readings: HashMap<u64, Reading>,
+    sort: SortKey,
+    /// The last table shown, for a redraw in another order.
+    last: Option<Table>,
     /// cgroup v1: the cpuacct hierarchy's mount (the cpu hierarchy's when co-mounted); `None`:
     /// look in the cgroup's own directory.
     cpuacct: Option<PathBuf>,
@@ -103,6 +157,8 @@ impl<W: Write> Live<W> {
             last_tick: Instant::now(),
             readings: HashMap::new(),
             cpuacct: None,
+            sort: SortKey::default(),
+            last: None,
         }
     }
 
@@ -150,12 +206,7 @@ impl<W: Write> Live<W> {
                 }
             })
             .collect();
-        rows.sort_by(|a, b| {
-            b.wall_ns()
-                .cmp(&a.wall_ns())
-                .then(b.interval.stops.sum_ns.cmp(&a.interval.stops.sum_ns))
-                .then(a.cgroup_id.cmp(&b.cgroup_id))
-        });
+        self.sort.sort(&mut rows);
         Table {
             at: SystemTime::now(),
             interval,
@@ -164,14 +215,34 @@ impl<W: Write> Live<W> {
     }
 
     /// Prints the table: replacing the last one on a terminal, appended otherwise.
-    pub fn show(&mut self, table: &Table) -> io::Result<()> {
-        let text = render(table);
+    pub fn show(&mut self, table: Table) -> io::Result<()> {
+        let text = render(&table);
+        self.last = Some(table);
         if self.redraw {
-            // Home, clear the screen.
+            // Home, clear the screen; the keys under the table.
             write!(self.out, "\x1b[H\x1b[2J")?;
+            self.out.write_all(text.as_bytes())?;
+            writeln!(
+                self.out,
+                "sort: {} (s: next sort key; q or Ctrl-C: quit with the summary)",
+                self.sort.as_str()
+            )?;
+        } else {
+            self.out.write_all(text.as_bytes())?;
         }
-        self.out.write_all(text.as_bytes())?;
         self.out.flush()
+    }
+
+    /// Sorts by the next key and redraws the last table in that order.
+    pub fn next_sort(&mut self) -> io::Result<()> {
+        self.sort = self.sort.next();
+        match self.last.take() {
+            Some(mut table) => {
+                self.sort.sort(&mut table.rows);
+                self.show(table)
+            }
+            None => Ok(()),
+        }
     }
 }
 
@@ -473,7 +544,33 @@ mod tests {
         assert!(empty.contains("0 stopped cgroup(s)") && empty.contains("no cgroup was stopped"));
 
         let mut live = Live::to(Vec::new(), true);
-        live.show(&table(Vec::new())).unwrap();
+        live.show(table(Vec::new())).unwrap();
         assert!(live.out.starts_with(b"\x1b[H\x1b[2J---"));
+        assert!(String::from_utf8_lossy(&live.out).contains("sort: wall (s: next sort key"));
+    }
+
+    #[test]
+    fn sort_keys_reorder_the_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let mut live = Live::to(Vec::new(), false);
+        let t = live.table(synthetic(), &mut h);
+        let order = |t: &Table| t.rows.iter().map(|r| r.cgroup_id).collect::<Vec<_>>();
+        assert_eq!(order(&t), [4242, 7], "wall");
+        live.show(t).unwrap();
+        let mut orders = Vec::new();
+        for _ in 0..4 {
+            live.next_sort().unwrap();
+            orders.push((live.sort, order(live.last.as_ref().unwrap())));
+        }
+        assert_eq!(
+            orders,
+            [
+                (SortKey::Stops, vec![7, 4242]),
+                (SortKey::P99, vec![4242, 7]),
+                (SortKey::Name, vec![4242, 7]), // no paths: by stopped time
+                (SortKey::Wall, vec![4242, 7]),
+            ]
+        );
     }
 }
