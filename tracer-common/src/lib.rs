@@ -70,6 +70,12 @@ pub struct StopEvent {
     /// Tasks seen parked by this stop (6.18 task-based throttle); 0 on older kernels.
     pub parked: u32,
     pub _reserved: u32,
+    // Appended for ancestor attribution (all backends).
+    /// The cgroup id of the stopped task's own group (`task->se.cfs_rq->tg`'s cgroup): the task
+    /// running on the stopped CPU, or (tracepoint backend) the task seen parked or switching
+    /// there. A descendant of `cgroup_id` when the quota lives on an ancestor; 0 = no task of
+    /// the group was seen.
+    pub leaf_cgroup_id: u64,
 }
 
 /// Where a bit field sits: byte offset of a 32-bit window, shift and width inside it.

@@ -122,13 +122,35 @@ pub fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
     task_ids(o, task, ev);
 }
 
-/// pid, tid and comm of `task`, which the caller knows is inside the stopped group.
+/// pid, tid, comm and own (leaf) cgroup of `task`, which the caller knows is inside the
+/// stopped group.
 #[inline(always)]
 pub fn task_ids(o: &Offsets, task: u64, ev: &mut StopEvent) {
     ev.tid = read::<u32>(task, o.task_pid).unwrap_or(0);
     ev.pid = read::<u32>(task, o.task_tgid).unwrap_or(0);
     if let Some(comm) = read::<[u8; 16]>(task, o.task_comm) {
         ev.comm = comm;
+    }
+    ev.leaf_cgroup_id = leaf_cgroup(o, task);
+}
+
+/// The cgroup id of `task`'s own group, `task->se.cfs_rq->tg->css.cgroup->kn->id`; 0 if
+/// unreadable (or an autogroup, which has no cgroup).
+#[inline(always)]
+pub fn leaf_cgroup(o: &Offsets, task: u64) -> u64 {
+    if o.task_se == ABSENT {
+        return 0;
+    }
+    let id = read::<u64>(task + o.task_se as u64, o.se_cfs_rq)
+        .and_then(|cfs_rq| read::<u64>(cfs_rq, o.cfs_rq_tg))
+        .and_then(|tg| read::<u64>(tg, o.tg_cgroup))
+        .and_then(|cgroup| read::<u64>(cgroup, o.cgroup_kn))
+        .and_then(|kn| read::<u64>(kn, o.kn_id))
+        .unwrap_or(0);
+    if o.kn_id_is_union != 0 {
+        id & 0xffff_ffff
+    } else {
+        id
     }
 }
 

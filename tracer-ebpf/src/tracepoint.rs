@@ -283,6 +283,9 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
             if throttled {
                 if parked {
                     note_park(o, cfs_rq, st, now());
+                    if st.ev.leaf_cgroup_id == 0 {
+                        st.ev.leaf_cgroup_id = stops::leaf_cgroup(o, task);
+                    }
                 }
             } else {
                 let reason = if st.flags & F_REFILL_PENDING != 0 {

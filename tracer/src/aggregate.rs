@@ -29,6 +29,12 @@
 //! the same stop logic feeds both, and an interval holds what *ended* in it (a stop spanning a
 //! tick counts whole in the interval it ends in; a group stop in the one where it became final).
 //!
+//! Ancestor attribution: when the task seen stopped (`Stop::descendant`) sits in a
+//! descendant D of the quota owner Q, the ended stop also counts for the pair (Q, D): Q's
+//! summary lists it under `descendants`, D's under `stopped_by_ancestor` (D gets a summary
+//! even if its own quota never stopped it). One descendant per per-CPU stop: the one whose
+//! task was seen; other descendants with tasks queued on that CPU are not credited.
+//!
 //! Records from different CPUs reach the ring buffer slightly out of timestamp order. A closed
 //! group stop is therefore held back until a later episode begins after its end, so a late START
 //! (or END) that overlaps it still joins it; [`Aggregate::finish`] releases the last one.
@@ -192,6 +198,36 @@ pub struct CgroupSummary {
     pub unmatched_ends: u64,
     /// STARTs for a CPU that was already open: the earlier stop's END was lost and it is dropped.
     pub restarted: u64,
+    /// For a quota owner: its ended stops attributed to each descendant whose task was stopped,
+    /// most stopped first.
+    pub descendants: Vec<Attributed>,
+    /// For a descendant: the ended stops of each ancestor's quota that stopped its tasks, most
+    /// stopped first. Not in any figure above (those are the group's own quota's stops).
+    pub stopped_by_ancestor: Vec<Attributed>,
+}
+
+/// Ended stops of a quota owner that stopped a descendant's task, seen from either side.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attributed {
+    /// The other side: the descendant (in `descendants`) or the quota owner (in
+    /// `stopped_by_ancestor`).
+    pub cgroup_id: u64,
+    /// Its path under the cpu hierarchy, filled in by the report; `None` if it did not resolve.
+    pub path: Option<String>,
+    pub stops: u64,
+    /// Σ per-CPU stop durations, CLOCK_MONOTONIC ns.
+    pub stopped_ns: u64,
+    /// Σ kernel time (`kernel_ns`) of those of the stops whose kernel time is known: on 6.6+
+    /// what the stop added to the descendant's cpu.stat.local throttled time on that CPU.
+    pub kernel_ns: u64,
+}
+
+impl Attributed {
+    fn add(&mut self, end: &EndedStop) {
+        self.stops += 1;
+        self.stopped_ns = self.stopped_ns.saturating_add(end.duration_ns());
+        self.kernel_ns = self.kernel_ns.saturating_add(end.kernel_ns.unwrap_or(0));
+    }
 }
 
 impl CgroupSummary {
@@ -378,6 +414,8 @@ impl CgroupState {
             unseen_start_kernel_unknown: self.unseen_start_kernel_unknown,
             unmatched_ends: self.unmatched_ends,
             restarted: self.restarted,
+            descendants: Vec::new(),
+            stopped_by_ancestor: Vec::new(),
         }
     }
 }
@@ -428,6 +466,8 @@ pub struct Aggregate {
     cgroups: HashMap<u64, CgroupState>,
     /// The current interval, kept only for live views ([`Aggregate::with_intervals`]).
     window: Option<Window>,
+    /// (quota owner, descendant) → the owner's ended stops that stopped the descendant's task.
+    attributed: HashMap<(u64, u64), Attributed>,
 }
 
 impl Aggregate {
@@ -440,6 +480,7 @@ impl Aggregate {
                 .map(|&id| (id, CgroupState::default()))
                 .collect(),
             window: None,
+            attributed: HashMap::new(),
         }
     }
 
@@ -477,7 +518,15 @@ impl Aggregate {
     pub fn ingest(&mut self, event: &Event) -> Option<u64> {
         let closed = match event {
             Event::Start(stop) => self.state(stop.cgroup_id).start(stop),
-            Event::End(end) => self.state(end.stop.cgroup_id).end(end),
+            Event::End(end) => {
+                if let Some(d) = end.stop.descendant {
+                    self.attributed
+                        .entry((end.stop.cgroup_id, d))
+                        .or_default()
+                        .add(end);
+                }
+                self.state(end.stop.cgroup_id).end(end)
+            }
             Event::UnseenStartEnd {
                 cgroup_id,
                 kernel_ns,
@@ -496,6 +545,8 @@ impl Aggregate {
     /// Drops what is known about a cgroup (a long `serve` run forgets cgroups that are gone).
     pub fn forget(&mut self, cgroup_id: u64) {
         self.cgroups.remove(&cgroup_id);
+        self.attributed
+            .retain(|&(owner, d), _| owner != cgroup_id && d != cgroup_id);
     }
 
     fn state(&mut self, cgroup_id: u64) -> &mut CgroupState {
@@ -505,12 +556,39 @@ impl Aggregate {
     /// Ends the trace at `now_ns` (CLOCK_MONOTONIC, e.g. `records::monotonic_now_ns()`): records
     /// the held-back last group stops and measures the open stops. One summary per cgroup that
     /// sent any record, the most stopped (largest cpu_stop_ns) first.
-    pub fn finish(self, now_ns: u64) -> Vec<CgroupSummary> {
+    pub fn finish(mut self, now_ns: u64) -> Vec<CgroupSummary> {
+        for &(_, d) in self.attributed.keys() {
+            self.cgroups.entry(d).or_default();
+        }
         let mut out: Vec<CgroupSummary> = self
             .cgroups
             .into_iter()
             .map(|(id, state)| state.finish(id, now_ns))
             .collect();
+        let by_id: HashMap<u64, usize> = out
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.cgroup_id, i))
+            .collect();
+        for ((owner, d), a) in self.attributed {
+            out[by_id[&owner]].descendants.push(Attributed {
+                cgroup_id: d,
+                ..a.clone()
+            });
+            out[by_id[&d]].stopped_by_ancestor.push(Attributed {
+                cgroup_id: owner,
+                ..a
+            });
+        }
+        for s in &mut out {
+            for list in [&mut s.descendants, &mut s.stopped_by_ancestor] {
+                list.sort_by(|a, b| {
+                    b.stopped_ns
+                        .cmp(&a.stopped_ns)
+                        .then(a.cgroup_id.cmp(&b.cgroup_id))
+                });
+            }
+        }
         out.sort_by(|a, b| {
             b.stops
                 .sum_ns
@@ -553,6 +631,7 @@ mod tests {
             task: None,
             parked: 0,
             park_ns: None,
+            descendant: None,
             kernel_start_clock: None,
         }
     }
@@ -568,6 +647,60 @@ mod tests {
             kernel_ns: Some(e - s),
             reason: EndReason::Refill,
         })
+    }
+
+    /// An END of `owner`'s stop on `cpu` that stopped a task of `descendant`.
+    fn end_of(owner: u64, descendant: Option<u64>, cpu: u32, s: u64, e: u64) -> Event {
+        let Event::End(mut end) = end(owner, cpu, s, e) else {
+            unreachable!()
+        };
+        end.stop.descendant = descendant;
+        Event::End(end)
+    }
+
+    #[test]
+    fn ancestor_stops_are_attributed_to_the_descendants_whose_tasks_stopped() {
+        // Quota on 10; its children 11 (cpu 0) and 12 (cpu 1) run the work.
+        let s = run(
+            &[
+                start(10, 0, 0),
+                start(10, 1, 0),
+                end_of(10, Some(11), 0, 0, 50 * MS),
+                end_of(10, Some(12), 1, 0, 40 * MS),
+                end_of(10, Some(11), 0, 100 * MS, 150 * MS),
+                // No task of the group seen: the owner's only.
+                end_of(10, None, 1, 100 * MS, 130 * MS),
+            ],
+            200 * MS,
+        );
+        let by = |id| s.iter().find(|x| x.cgroup_id == id).unwrap();
+        let (owner, c1, c2) = (by(10), by(11), by(12));
+        assert_eq!(owner.stops.count, 4);
+        assert!(owner.stopped_by_ancestor.is_empty());
+        let d: Vec<(u64, u64, u64)> = owner
+            .descendants
+            .iter()
+            .map(|a| (a.cgroup_id, a.stops, a.kernel_ns))
+            .collect();
+        assert_eq!(d, [(11, 2, 100 * MS), (12, 1, 40 * MS)]);
+        // The children's own quota never stopped them: no own stops, only the ancestor's.
+        assert_eq!((c1.stops.count, c2.stops.count), (0, 0));
+        assert!(c1.descendants.is_empty());
+        let a = &c1.stopped_by_ancestor;
+        assert_eq!(a.len(), 1);
+        assert_eq!((a[0].cgroup_id, a[0].stops), (10, 2));
+        assert_eq!((a[0].stopped_ns, a[0].kernel_ns), (100 * MS, 100 * MS));
+        assert_eq!(c2.stopped_by_ancestor[0].stopped_ns, 40 * MS);
+    }
+
+    #[test]
+    fn forgetting_a_cgroup_forgets_its_attributions() {
+        let mut agg = Aggregate::watching(&[]);
+        agg.ingest(&end_of(10, Some(11), 0, 0, MS));
+        agg.forget(11);
+        let s = agg.finish(2 * MS);
+        assert_eq!(s.len(), 1);
+        assert!(s[0].descendants.is_empty());
     }
 
     fn run(events: &[Event], now_ns: u64) -> Vec<CgroupSummary> {

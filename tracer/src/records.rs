@@ -120,6 +120,11 @@ pub struct Stop {
     /// `rq->clock` (sched_clock), not CLOCK_MONOTONIC: comparable only with other kernel
     /// clock readings. `None` if the backend did not read it or the kernel had not set it.
     pub kernel_start_clock: Option<u64>,
+    /// The own cgroup of the task seen stopped (running on the CPU, or parked: 6.18
+    /// tracepoint backend), when it is a *descendant* of `cgroup_id`: the quota that stopped
+    /// it lives on an ancestor. `None` if no task was seen or it sat in `cgroup_id` itself.
+    /// In a START it may still be unknown; the END carries the last word.
+    pub descendant: Option<u64>,
 }
 
 /// A per-CPU stop that ended.
@@ -237,6 +242,8 @@ fn stop_of(raw: &StopEvent) -> Stop {
         parked: raw.parked,
         park_ns: (raw.park_ns != 0).then_some(raw.park_ns),
         kernel_start_clock: (raw.kernel_start_clock != 0).then_some(raw.kernel_start_clock),
+        descendant: (raw.leaf_cgroup_id != 0 && raw.leaf_cgroup_id != raw.cgroup_id)
+            .then_some(raw.leaf_cgroup_id),
     }
 }
 

@@ -86,7 +86,18 @@ pub struct CgroupReport {
 impl CgroupReport {
     /// Reads the cgroup's end-of-trace state. Failures (the cgroup was removed, the v2 root has
     /// no cpu.max, ...) leave the field `None`: the report still has the trace's own figures.
-    pub fn collect(summary: CgroupSummary, hierarchy: &mut Hierarchy, baseline: &Baseline) -> Self {
+    pub fn collect(
+        mut summary: CgroupSummary,
+        hierarchy: &mut Hierarchy,
+        baseline: &Baseline,
+    ) -> Self {
+        for a in summary
+            .descendants
+            .iter_mut()
+            .chain(summary.stopped_by_ancestor.iter_mut())
+        {
+            a.path = hierarchy.path_of(a.cgroup_id).map(str::to_owned);
+        }
         let path = hierarchy.path_of(summary.cgroup_id).map(str::to_owned);
         let dir = path.as_deref().and_then(|p| hierarchy.dir_of(p).ok());
         let (cpu_stat, settings) = match &dir {
@@ -102,6 +113,17 @@ impl CgroupReport {
             cpu_stat,
             settings,
         }
+    }
+
+    /// The trace's account of the cpu.stat.local throttled-time delta (6.6+): the group's own
+    /// stops' kernel time plus that of the ancestors' stops that stopped its tasks.
+    pub fn local_accounted_ns(&self) -> u64 {
+        let s = &self.summary;
+        s.stopped_by_ancestor
+            .iter()
+            .fold(s.kernel_accounted_ns(), |t, a| {
+                t.saturating_add(a.kernel_ns)
+            })
     }
 
     /// cpu.stat throttled-time delta ÷ wall-clock stopped time; `None` if either is missing or 0.
@@ -236,6 +258,7 @@ pub(crate) mod tests {
                 parked: 1,
                 park_ns: Some(start_ms * MS + 2_000),
                 kernel_start_clock: Some(5_000 * MS),
+                descendant: None,
             },
             end_ns: end_ms * MS,
             kernel_ns: Some((end_ms - start_ms) * MS + 1_000),

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{CgroupReport, RefusedBackend, StartInfo, Totals};
-use crate::aggregate::DurationSummary;
+use crate::aggregate::{Attributed, DurationSummary};
 use crate::cgroups::Version;
 use crate::cpustat::CpuStatDelta;
 use crate::names::Name;
@@ -102,6 +102,9 @@ struct Stop<'a> {
     parked: u32,
     park_ns: Option<u64>,
     kernel_start_clock_ns: Option<u64>,
+    /// The stopped task's own cgroup when it is a descendant of `cgroup_id` (whose quota
+    /// stopped it); `null` if no task was seen or it sat in `cgroup_id` itself.
+    descendant_cgroup_id: Option<u64>,
 }
 
 /// One ended per-CPU stop; `cgroup` is its path if it resolved.
@@ -128,6 +131,7 @@ pub(super) fn stop(end: &EndedStop, cgroup: Option<&str>) -> String {
         parked: s.parked,
         park_ns: s.park_ns,
         kernel_start_clock_ns: s.kernel_start_clock,
+        descendant_cgroup_id: s.descendant,
     })
 }
 
@@ -211,6 +215,35 @@ struct Summary<'a> {
     quota_ns: Option<u64>,
     period_ns: Option<u64>,
     burst_ns: Option<u64>,
+    /// For a quota owner: its stops that stopped each descendant's tasks.
+    descendants: Vec<AttributedJson<'a>>,
+    /// For a descendant: the stops of each ancestor's quota that stopped its tasks (not in the
+    /// figures above, which are the group's own quota's).
+    stopped_by_ancestor: Vec<AttributedJson<'a>>,
+    /// kernel_accounted_ns + Σ stopped_by_ancestor kernel_ns: the trace's account of the
+    /// cpu.stat.local throttled delta (6.6+).
+    local_accounted_ns: u64,
+}
+
+#[derive(Serialize)]
+struct AttributedJson<'a> {
+    cgroup_id: u64,
+    cgroup: Option<&'a str>,
+    stops: u64,
+    stopped_ns: u64,
+    kernel_ns: u64,
+}
+
+fn attributed(list: &[Attributed]) -> Vec<AttributedJson<'_>> {
+    list.iter()
+        .map(|a| AttributedJson {
+            cgroup_id: a.cgroup_id,
+            cgroup: a.path.as_deref(),
+            stops: a.stops,
+            stopped_ns: a.stopped_ns,
+            kernel_ns: a.kernel_ns,
+        })
+        .collect()
 }
 
 /// One cgroup's figures at the end.
@@ -277,6 +310,9 @@ pub(super) fn summary(r: &CgroupReport) -> String {
         quota_ns: r.settings.and_then(|b| b.quota_ns),
         period_ns: r.settings.and_then(|b| b.period_ns),
         burst_ns: r.settings.and_then(|b| b.burst_ns),
+        descendants: attributed(&s.descendants),
+        stopped_by_ancestor: attributed(&s.stopped_by_ancestor),
+        local_accounted_ns: r.local_accounted_ns(),
     })
 }
 

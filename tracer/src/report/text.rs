@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::histogram::log2_rows;
 use super::{CgroupReport, StartInfo, Totals};
-use crate::aggregate::DurationSummary;
+use crate::aggregate::{Attributed, DurationSummary};
 use crate::cgroups::Version;
 use crate::names::Name;
 use crate::records::Bandwidth;
@@ -138,7 +138,23 @@ fn overview(out: &mut String, reports: &[CgroupReport]) {
                 .as_deref()
                 .map_or(String::new(), |f| format!("  {f}")),
         );
+        for a in &s.stopped_by_ancestor {
+            let _ = writeln!(
+                out,
+                "{:<w$}  ^ {} stops, {} per-CPU: stopped by ancestor {}'s quota",
+                "",
+                a.stops,
+                ns(a.stopped_ns),
+                attributed_name(a)
+            );
+        }
     }
+}
+
+fn attributed_name(a: &Attributed) -> String {
+    a.path
+        .clone()
+        .unwrap_or_else(|| format!("(id {})", a.cgroup_id))
 }
 
 fn detail(out: &mut String, r: &CgroupReport) {
@@ -179,6 +195,20 @@ fn detail(out: &mut String, r: &CgroupReport) {
                     "  cpu.stat.local    throttled {} (own or ancestors' quota)",
                     ns(local)
                 );
+                if !s.stopped_by_ancestor.is_empty() {
+                    let ours = r.local_accounted_ns();
+                    let _ = writeln!(
+                        out,
+                        "  cross-check local own kernel time {} + ancestors' {} = {} vs \
+                         cpu.stat.local {} (trace {}{})",
+                        ns(s.kernel_accounted_ns()),
+                        ns(ours - s.kernel_accounted_ns()),
+                        ns(ours),
+                        ns(local),
+                        if ours >= local { "+" } else { "-" },
+                        ns(ours.abs_diff(local))
+                    );
+                }
             }
             // The trace's own account of the same delta: ended stops plus the stops that began
             // before tracing. Stops still open are in neither.
@@ -202,6 +232,26 @@ fn detail(out: &mut String, r: &CgroupReport) {
             out.push('\n');
         }
         None => out.push_str("  cpu.stat delta    unavailable (cgroup gone or unreadable)\n"),
+    }
+    for a in &s.stopped_by_ancestor {
+        let _ = writeln!(
+            out,
+            "  stopped by ancestor {}'s quota: {} stops, per-CPU {}, kernel {}",
+            attributed_name(a),
+            a.stops,
+            ns(a.stopped_ns),
+            ns(a.kernel_ns)
+        );
+    }
+    for a in &s.descendants {
+        let _ = writeln!(
+            out,
+            "  stopped descendant {}: {} of these stops, per-CPU {}, kernel {}",
+            attributed_name(a),
+            a.stops,
+            ns(a.stopped_ns),
+            ns(a.kernel_ns)
+        );
     }
     if !s.end_reasons.is_empty() {
         let reasons: Vec<String> = s
