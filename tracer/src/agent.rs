@@ -89,8 +89,8 @@ fn write_failed(e: std::io::Error) -> Failure {
 
 /// The live view: a table every `every` until `deadline` or a signal. A table is printed at
 /// every tick, and at the deadline if at least half an interval passed since the last tick;
-/// the rest of the run, and an interrupted interval, are in the summary only. On a terminal, `s`
-/// re-sorts the table at once and `q` ends the run like Ctrl-C.
+/// the rest of the run, and an interrupted interval, are in the summary only. On a terminal, keys
+/// act at once (`report::live`); `q` ends the run like Ctrl-C.
 async fn live(
     session: &mut Session,
     every: Duration,
@@ -117,14 +117,11 @@ async fn live(
         if ended == Ended::Interrupted {
             return Ok(());
         }
-        match key {
-            Some(b'q') => return Ok(()),
-            Some(b's') => {
-                view.next_sort().map_err(write_failed)?;
-                continue;
+        if let Some(key) = key {
+            if view.key(key).map_err(write_failed)? {
+                return Ok(());
             }
-            Some(_) => continue,
-            None => {}
+            continue;
         }
         let last = deadline == Some(until);
         if until == next || (last && next - until <= every / 2) {

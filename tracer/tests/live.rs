@@ -410,7 +410,7 @@ fn terminal_live_view_redraws_sorts_and_quits_on_keys() {
         "50",
         &command,
     ]);
-    let pane = tmux.wait_for("sort: wall (s: next sort key");
+    let pane = tmux.wait_for("sort: wall  filter:   (s: sort;");
     // Redrawn in place: one table on the screen at a time.
     assert_eq!(pane.matches("CGROUP").count(), 1, "{pane}");
     Tmux::run(&["send-keys", "-t", &tmux.0, "s"]);
@@ -433,6 +433,14 @@ fn terminal_live_view_redraws_sorts_and_quits_on_keys() {
         .parse()
         .unwrap();
     assert!((8.0..=12.0).contains(&per_s), "{row}");
+    // Filter on the cgroup's name, then its histograms (Enter), then back (Esc).
+    Tmux::run(&["send-keys", "-t", &tmux.0, "/", "tty", "Enter"]);
+    tmux.wait_for("filter: tty  ");
+    Tmux::run(&["send-keys", "-t", &tmux.0, "Enter"]);
+    let pane = tmux.wait_for("per-CPU stop lengths in the interval:");
+    println!("{pane}");
+    assert!(pane.contains("64 -> 127"), "80 ms stops: {pane}");
+    Tmux::run(&["send-keys", "-t", &tmux.0, "Escape"]);
     Tmux::run(&["send-keys", "-t", &tmux.0, "q"]);
     let pane = tmux.wait_for("tracer-exit-");
     assert!(pane.contains("tracer-exit-0"), "{pane}");

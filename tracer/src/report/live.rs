@@ -15,7 +15,9 @@
 //! interval; QUOTA, quota/period(+burst) now; CPU, the group's CPU usage in CPUs. WALL can
 //! exceed PER-CPU by a stop at the edges: a group stop is final one episode late.
 //!
-//! On a terminal, `s` cycles the sort key (wall, stops, p99, name) and redraws at once.
+//! On a terminal the keys act at once: `s` cycles the sort key (wall, stops, p99, name), `/`
+//! starts a filter (rows whose path or name contain the text; Enter ends it, Esc clears it),
+//! Enter shows the log2 histograms of the first row's interval (Enter or Esc: back), `q` quits.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -29,6 +31,8 @@ use crate::cgroups::{self, Hierarchy, Version};
 use crate::cpustat::{self, CpuStat};
 use crate::names::Name;
 use crate::records::Bandwidth;
+
+use super::histogram::log2_rows;
 
 /// Widest cgroup path column; longer paths push their row right.
 const MAX_PATH_COLUMN: usize = 48;
@@ -134,6 +138,12 @@ pub struct Live<W: Write = io::Stdout> {
     sort: SortKey,
     /// The last table shown, for a redraw in another order.
     last: Option<Table>,
+    /// `/` filter text: only rows whose path or name contain it.
+    filter: String,
+    /// The filter is being typed.
+    typing: bool,
+    /// The histogram view of the first row instead of the table.
+    detail: bool,
     /// cgroup v1: the cpuacct hierarchy's mount (the cpu hierarchy's when co-mounted); `None`:
     /// look in the cgroup's own directory.
     cpuacct: Option<PathBuf>,
@@ -159,6 +169,9 @@ impl<W: Write> Live<W> {
             cpuacct: None,
             sort: SortKey::default(),
             last: None,
+            filter: String::new(),
+            typing: false,
+            detail: false,
         }
     }
 
@@ -216,33 +229,71 @@ impl<W: Write> Live<W> {
 
     /// Prints the table: replacing the last one on a terminal, appended otherwise.
     pub fn show(&mut self, table: Table) -> io::Result<()> {
-        let text = render(&table);
-        self.last = Some(table);
-        if self.redraw {
-            // Home, clear the screen; the keys under the table.
-            write!(self.out, "\x1b[H\x1b[2J")?;
-            self.out.write_all(text.as_bytes())?;
-            writeln!(
-                self.out,
-                "sort: {} (s: next sort key; q or Ctrl-C: quit with the summary)",
-                self.sort.as_str()
-            )?;
-        } else {
-            self.out.write_all(text.as_bytes())?;
+        if !self.redraw {
+            self.out.write_all(render(&table).as_bytes())?;
+            self.last = Some(table);
+            return self.out.flush();
         }
+        let filter = self.filter.as_str();
+        let shown = Table {
+            rows: table
+                .rows
+                .iter()
+                .filter(|r| {
+                    r.path.as_deref().is_some_and(|p| p.contains(filter))
+                        || r.name.as_deref().is_some_and(|n| n.contains(filter))
+                })
+                .cloned()
+                .collect(),
+            ..table.clone()
+        };
+        let text = match shown.rows.first() {
+            Some(row) if self.detail => detail(&shown, row),
+            _ => render(&shown),
+        };
+        self.last = Some(table);
+        // Home, clear the screen; the keys under the table.
+        write!(self.out, "\x1b[H\x1b[2J")?;
+        self.out.write_all(text.as_bytes())?;
+        let cursor = if self.typing { "_" } else { "" };
+        writeln!(
+            self.out,
+            "sort: {}  filter: {filter}{cursor}  (s: sort; /: filter; Enter: histograms of the \
+             first row; q or Ctrl-C: quit with the summary)",
+            self.sort.as_str()
+        )?;
         self.out.flush()
     }
 
-    /// Sorts by the next key and redraws the last table in that order.
-    pub fn next_sort(&mut self) -> io::Result<()> {
-        self.sort = self.sort.next();
-        match self.last.take() {
-            Some(mut table) => {
-                self.sort.sort(&mut table.rows);
-                self.show(table)
+    /// Acts on a key pressed (see the module doc) and redraws; true when it is `q`.
+    pub fn key(&mut self, key: u8) -> io::Result<bool> {
+        const ESC: u8 = 0x1b;
+        match (self.typing, key) {
+            (true, b'\n' | b'\r') => self.typing = false,
+            (true, ESC) => {
+                self.typing = false;
+                self.filter.clear();
             }
-            None => Ok(()),
+            (true, 0x7f | 0x08) => {
+                self.filter.pop();
+            }
+            (true, c) if c.is_ascii_graphic() => self.filter.push(char::from(c)),
+            (true, _) => return Ok(false),
+            (false, b'q') => return Ok(true),
+            (false, b's') => self.sort = self.sort.next(),
+            (false, b'/') => {
+                self.typing = true;
+                self.filter.clear();
+            }
+            (false, b'\n' | b'\r') => self.detail = !self.detail,
+            (false, ESC) => self.detail = false,
+            (false, _) => return Ok(false),
         }
+        if let Some(mut table) = self.last.take() {
+            self.sort.sort(&mut table.rows);
+            self.show(table)?;
+        }
+        Ok(false)
     }
 }
 
@@ -386,6 +437,26 @@ fn ns(v: u64) -> String {
         1_000_000..1_000_000_000 => format!("{:.1}ms", f / 1e6),
         _ => format!("{:.2}s", f / 1e9),
     }
+}
+
+/// The histogram view: one row's line of the table, then its interval's log2 histograms.
+fn detail(table: &Table, row: &Row) -> String {
+    let one = Table {
+        rows: vec![row.clone()],
+        ..table.clone()
+    };
+    let mut out = render(&one);
+    for (title, d) in [
+        ("per-CPU stop lengths", &row.interval.stops),
+        ("group stop lengths", &row.interval.group_stops),
+    ] {
+        let _ = writeln!(out, "{title} in the interval:");
+        for line in log2_rows(&d.log2_ms, "ms") {
+            let _ = writeln!(out, "{line}");
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// `20.0ms/100.0ms`, `+5.0ms` when a burst is set, `max/100.0ms` without a limit.
@@ -546,7 +617,7 @@ mod tests {
         let mut live = Live::to(Vec::new(), true);
         live.show(table(Vec::new())).unwrap();
         assert!(live.out.starts_with(b"\x1b[H\x1b[2J---"));
-        assert!(String::from_utf8_lossy(&live.out).contains("sort: wall (s: next sort key"));
+        assert!(String::from_utf8_lossy(&live.out).contains("sort: wall  filter:   (s: sort;"));
     }
 
     #[test]
@@ -560,7 +631,7 @@ mod tests {
         live.show(t).unwrap();
         let mut orders = Vec::new();
         for _ in 0..4 {
-            live.next_sort().unwrap();
+            assert!(!live.key(b's').unwrap());
             orders.push((live.sort, order(live.last.as_ref().unwrap())));
         }
         assert_eq!(
@@ -572,5 +643,47 @@ mod tests {
                 (SortKey::Wall, vec![4242, 7]),
             ]
         );
+    }
+
+    #[test]
+    fn filter_and_histogram_keys_on_a_terminal() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let mut live = Live::to(Vec::new(), true);
+        let mut t = live.table(synthetic(), &mut h);
+        t.rows[0].path = Some("/web".into());
+        t.rows[1].path = Some("/batch".into());
+        live.show(t).unwrap();
+        let screen = |live: &mut Live<Vec<u8>>| {
+            let out = String::from_utf8(std::mem::take(&mut live.out)).unwrap();
+            out.rsplit("\x1b[2J").next().unwrap().to_owned()
+        };
+        for k in *b"/bat" {
+            assert!(!live.key(k).unwrap());
+        }
+        let s = screen(&mut live);
+        assert!(
+            s.contains("filter: bat_") && s.contains("/batch") && !s.contains("/web"),
+            "{s}"
+        );
+        live.key(b'\r').unwrap();
+        let s = screen(&mut live);
+        assert!(
+            s.contains("filter: bat ") && !s.contains("stop lengths"),
+            "{s}"
+        );
+        live.key(b'\r').unwrap();
+        let s = screen(&mut live);
+        assert!(s.contains("per-CPU stop lengths in the interval:"), "{s}");
+        assert!(s.contains("8 -> 15"), "the 10 ms stops of /batch: {s}");
+        live.key(0x1b).unwrap();
+        live.key(b'/').unwrap();
+        live.key(0x1b).unwrap();
+        let s = screen(&mut live);
+        assert!(
+            s.contains("/web") && s.contains("/batch") && !s.contains("lengths"),
+            "{s}"
+        );
+        assert!(live.key(b'q').unwrap());
     }
 }
