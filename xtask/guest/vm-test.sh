@@ -7,6 +7,8 @@ section doctor /tmp/doctor
 
 # scenario NAME BACKEND "QUOTA PERIOD" BURST WORKLOAD-COMMAND...
 # BURST "-" leaves cpu.max.burst alone; "0" is written where the kernel has the file.
+# WORKLOAD-COMMAND "children SECONDS": two child cgroups c1, c2 of the quota's group, each
+# running one busy thread pinned to CPU 0 / CPU 1 (the quota lives on their parent).
 scenario() {
     name=$1 backend=$2 max=$3 burst=$4
     shift 4
@@ -22,6 +24,10 @@ scenario() {
         fi
     fi
     mark "SCENARIO $name cpu.max=$(cat "$cg/cpu.max") workload=$*"
+    if [ "$1" = children ]; then
+        echo +cpu > "$cg/cgroup.subtree_control"
+        mkdir "$cg/c1" "$cg/c2"
+    fi
 
     out=/tmp/$name
     throttle-tracer --json --backend "$backend" --cgroup "/$name" > "$out.ndjson" 2> "$out.stderr" &
@@ -41,11 +47,26 @@ scenario() {
     done
 
     section "$name/cpu.stat.before" "$cg/cpu.stat"
-    in_cgroup "$cg" "$@" > "$out.workload" 2>&1
-    mark "WORKLOAD $name exit status $?"
+    if [ "$1" = children ]; then
+        children_stat "$name" "$cg" before
+        (in_cgroup "$cg/c1" taskset -c 0 throttle-workload busy --threads 1 --seconds "$2") \
+            > "$out.workload" 2>&1 &
+        first=$!
+        (in_cgroup "$cg/c2" taskset -c 1 throttle-workload busy --threads 1 --seconds "$2") \
+            >> "$out.workload" 2>&1
+        second=$?
+        wait "$first"
+        mark "WORKLOAD $name exit status $(($? | second))"
+    else
+        in_cgroup "$cg" "$@" > "$out.workload" 2>&1
+        mark "WORKLOAD $name exit status $?"
+    fi
     # Longer than one period: the last stop's unthrottle happens and is accounted.
     sleep 0.3
     section "$name/cpu.stat.after" "$cg/cpu.stat"
+    if [ "$1" = children ]; then
+        children_stat "$name" "$cg" after
+    fi
 
     kill -INT "$tracer"
     (sleep 30 && kill -KILL "$tracer") 2> /dev/null &
@@ -56,4 +77,15 @@ scenario() {
     section "$name/workload" "$out.workload"
     section "$name/ndjson" "$out.ndjson"
     section "$name/stderr" "$out.stderr"
+}
+
+# children_stat NAME CGROUP-DIR before|after: c1's and c2's cpu.stat, and cpu.stat.local where
+# the kernel has it (6.6+).
+children_stat() {
+    for child in c1 c2; do
+        section "$1/$child/cpu.stat.$3" "$2/$child/cpu.stat"
+        if [ -e "$2/$child/cpu.stat.local" ]; then
+            section "$1/$child/cpu.stat.local.$3" "$2/$child/cpu.stat.local"
+        fi
+    done
 }

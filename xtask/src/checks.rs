@@ -66,6 +66,18 @@ struct Run {
     delta: HashMap<String, i64>,
     /// The spiky workload's rounds.
     rounds: Vec<Round>,
+    /// Every cgroup's summary record (the children's too).
+    summaries: Vec<Value>,
+    /// The children's cpu.stat deltas (the `children` workload).
+    children: Vec<ChildStat>,
+}
+
+/// A child cgroup of the quota's group: its path and cpu.stat (and cpu.stat.local, 6.6+)
+/// after minus before.
+struct ChildStat {
+    path: String,
+    stat: HashMap<String, i64>,
+    local: Option<HashMap<String, i64>>,
 }
 
 impl Run {
@@ -116,22 +128,41 @@ impl Run {
             .cloned()
             .collect();
 
-        let before = cpu_stat(section("cpu.stat.before")?);
-        let after = cpu_stat(section("cpu.stat.after")?);
-        let delta = after
-            .iter()
-            .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
-            .collect();
+        let delta_of = |file: &str| -> Result<HashMap<String, i64>, String> {
+            let before = cpu_stat(section(&format!("{file}.before"))?);
+            let after = cpu_stat(section(&format!("{file}.after"))?);
+            Ok(after
+                .iter()
+                .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+                .collect())
+        };
+        let delta = delta_of("cpu.stat")?;
+        let mut children = Vec::new();
+        for child in ["c1", "c2"] {
+            if console
+                .section(&format!("{name}/{child}/cpu.stat.before"))
+                .is_some()
+            {
+                children.push(ChildStat {
+                    path: format!("{cgroup}/{child}"),
+                    stat: delta_of(&format!("{child}/cpu.stat"))?,
+                    local: delta_of(&format!("{child}/cpu.stat.local")).ok(),
+                });
+            }
+        }
         let rounds = section("workload")?
             .iter()
             .filter_map(|l| round(l))
             .collect();
+        let summaries = of_type("summary").cloned().collect();
         Ok(Self {
             stops,
             summary,
             end,
             delta,
             rounds,
+            summaries,
+            children,
         })
     }
 
@@ -193,7 +224,79 @@ impl Judge {
             Expect::TwoCpuStops => self.two_cpus(run),
             Expect::RoundsStopped => self.rounds(run, scenario, true),
             Expect::RoundsNotStopped => self.rounds(run, scenario, false),
+            Expect::AncestorStops => self.ancestor(run),
         }
+    }
+
+    /// The quota's group owns the stops; each child was stopped by it: `stopped_by_ancestor`
+    /// names the group, its own cpu.stat stayed at 0 throttling, and where the kernel has
+    /// cpu.stat.local (6.6+) the attributed kernel time matches its delta within 1%.
+    fn ancestor(&mut self, run: &Run) -> String {
+        let parent = run.summary["cgroup"].as_str().unwrap_or("?").to_owned();
+        let stops = run.summary_u64("stops");
+        self.check(stops > 0, || format!("{parent} has no stops"));
+        self.check(run.children.len() == 2, || {
+            format!(
+                "{} children's cpu.stat printed, expected 2",
+                run.children.len()
+            )
+        });
+        let mut figures = vec![format!("{parent}: {stops} stops")];
+        for child in &run.children {
+            let path = child.path.as_str();
+            let Some(summary) = run.summaries.iter().find(|s| s["cgroup"] == path) else {
+                self.problems.push(format!("no summary for {path}"));
+                continue;
+            };
+            let by = summary["stopped_by_ancestor"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let from_parent = by.iter().find(|a| a["cgroup"] == parent.as_str());
+            let attributed_stops = from_parent.and_then(|a| a["stops"].as_u64()).unwrap_or(0);
+            let attributed_ns = from_parent
+                .and_then(|a| a["kernel_ns"].as_u64())
+                .unwrap_or(0);
+            self.check(attributed_stops > 0, || {
+                format!("{path}: stopped_by_ancestor {by:?}, expected {parent} with stops > 0")
+            });
+            let own_stops = summary["stops"].as_u64().unwrap_or(0);
+            self.check(own_stops == 0, || {
+                format!("{path}: {own_stops} stops of its own")
+            });
+            let own = child.stat.get("throttled_usec").copied().unwrap_or(0);
+            self.check(own == 0, || {
+                format!("{path}: own cpu.stat throttled_usec grew by {own}, expected 0")
+            });
+            let mut line = format!(
+                "{path}: {attributed_stops} stops by {parent}'s quota, kernel {:.1} ms, own \
+                 cpu.stat throttled {own} µs",
+                attributed_ns as f64 / 1e6
+            );
+            match child.local.as_ref().and_then(|l| l.get("throttled_usec")) {
+                Some(&local_us) => {
+                    let local_ns = local_us * 1000;
+                    let error = (attributed_ns as f64 - local_ns as f64) / (local_ns.max(1) as f64);
+                    self.check(error.abs() <= 0.01, || {
+                        format!(
+                            "{path}: attributed kernel time {:.1} ms vs cpu.stat.local \
+                             throttled_usec delta {:.1} ms: {:+.2}%, expected within 1%",
+                            attributed_ns as f64 / 1e6,
+                            local_ns as f64 / 1e6,
+                            error * 100.0
+                        )
+                    });
+                    line += &format!(
+                        " vs cpu.stat.local {:.1} ms ({:+.2}%)",
+                        local_ns as f64 / 1e6,
+                        error * 100.0
+                    );
+                }
+                None => line += " (cpu.stat.local check SKIPPED: this kernel has none, 6.6+)",
+            }
+            figures.push(line);
+        }
+        figures.join("; ")
     }
 
     fn one_thread(&mut self, run: &Run, scenario: &Scenario) -> String {

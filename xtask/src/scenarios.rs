@@ -29,6 +29,9 @@ pub enum Workload {
         rounds: u32,
         warmup: u32,
     },
+    /// The quota's group gets two child cgroups (v2: +cpu in its subtree_control), c1 and c2,
+    /// each running one busy thread pinned to CPU 0 and CPU 1 for `seconds`.
+    Children { seconds: u32 },
 }
 
 pub enum Expect {
@@ -40,6 +43,10 @@ pub enum Expect {
     RoundsStopped,
     /// No judged burn round is stopped: quota + burst covers the burn.
     RoundsNotStopped,
+    /// The quota's group stops, its children's tasks are the ones stopped: each child has
+    /// `stopped_by_ancestor` the group, its own cpu.stat shows no throttling, and (6.6+) its
+    /// cpu.stat.local grew by the kernel time of the stops attributed to it.
+    AncestorStops,
 }
 
 /// 400 ms of idle is four whole periods, so once a round has been stopped the next one starts
@@ -105,6 +112,15 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: SPIKY,
         expect: Expect::RoundsStopped,
     },
+    // The quota on a parent (a pod, a slice), the work in its children (the containers).
+    Scenario {
+        name: "s4-ancestor",
+        quota_us: 50_000,
+        period_us: 100_000,
+        burst_us: None,
+        workload: Workload::Children { seconds: 3 },
+        expect: Expect::AncestorStops,
+    },
 ];
 
 /// Every scenario runs once per backend; on every VM kernel each of them can attach.
@@ -138,6 +154,8 @@ impl Scenario {
                     "throttle-workload spiky --idle-ms {idle_ms} --burn-ms {burn_ms} --rounds {rounds}"
                 )
             }
+            // The guest's `scenario` knows this one: it makes the children and runs the work.
+            Workload::Children { seconds } => format!("children {seconds}"),
         };
         format!(
             "scenario {} {backend} \"{} {}\" {burst} {workload}",
