@@ -25,19 +25,26 @@ use crate::{
     cpustat::Baseline,
     error::Failure,
     filter::{Filter, Selection},
+    terminal::{self, Keys},
     probes::{BackendChoice, Probes},
+    recording::Recorder,
     records::{self, Event},
     report::{
         self, CgroupReport, RefusedBackend, Report, StartInfo, Totals, live::Live,
         prometheus::Exporter,
     },
-    terminal::{self, Keys},
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
 const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 
 pub async fn run(options: Options) -> Result<(), Failure> {
+    // Before anything is attached: a --record path that cannot be written is a usage error.
+    let recorder = options
+        .record
+        .as_deref()
+        .map(Recorder::create)
+        .transpose()?;
     // A machine without a cpu hierarchy selects nothing here; `Session::start` says why.
     let selection = match Hierarchy::discover() {
         Ok(h) => Selection::parse(&h, &options.cgroups, &options.containers, &options.pids)?,
@@ -49,6 +56,9 @@ pub async fn run(options: Options) -> Result<(), Failure> {
         cgroups: selection.exact_paths().unwrap_or_default(),
         json: options.json,
     })?;
+    if let Some(recorder) = recorder {
+        session.record_to(recorder);
+    }
     let min_stop_ns = options
         .min_stop
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
@@ -266,13 +276,13 @@ impl Session {
         let started_ns = records::monotonic_now_ns();
         let mut report = Report::new(request.json);
         report.start(StartInfo {
-            backend: probes.backend.name(),
-            backend_requested: request.backend.name(),
+            backend: probes.backend.name().to_owned(),
+            backend_requested: request.backend.name().to_owned(),
             backend_refused: probes
                 .refused
                 .iter()
                 .map(|r| RefusedBackend {
-                    backend: r.backend.name(),
+                    backend: r.backend.name().to_owned(),
                     reason: r.reason.clone(),
                 })
                 .collect(),
@@ -281,7 +291,11 @@ impl Session {
             cgroup_root: hierarchy.root().to_owned(),
             cgroups: request.cgroups.clone(),
             disabled: resolved.disabled.iter().map(ToString::to_string).collect(),
-            blind_end_reasons: probes.blind_end_reasons.clone(),
+            blind_end_reasons: probes
+                .blind_end_reasons
+                .iter()
+                .map(|r| (*r).to_owned())
+                .collect(),
         });
         let reader = Reader::new(ring)?;
         Ok(Self {
@@ -338,6 +352,12 @@ impl Session {
         Ok(())
     }
 
+    /// Copies the NDJSON stream into `recorder` (`--record`) from now on, beginning with the
+    /// `start` line.
+    pub fn record_to(&mut self, recorder: Recorder) {
+        self.report.record_to(recorder);
+    }
+
     /// Moves records into the aggregate until `until` completes or a signal arrives.
     pub async fn trace_until(
         &mut self,
@@ -388,7 +408,7 @@ impl Session {
         self.report.finish(&reports, &totals).map_err(|e| {
             Failure::environment(
                 format!("cannot write the report: {e}"),
-                "check that standard output is writable",
+                "check that standard output (and the --record file, if any) can be written",
             )
         })?;
         Ok((reports, totals))
@@ -438,9 +458,7 @@ impl Reader {
                     {
                         continue;
                     }
-                    if let Event::End(stop) = &event {
-                        report.stop(stop, hierarchy.path_of(cgroup_id));
-                    }
+                    report.event(&event, hierarchy.path_of(cgroup_id));
                     let closed = aggregate.ingest(&event);
                     if let Some(exporter) = exporter.as_deref_mut() {
                         exporter.record(&event, closed, hierarchy);

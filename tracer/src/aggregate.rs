@@ -479,9 +479,15 @@ impl Aggregate {
                 .iter()
                 .map(|&id| (id, CgroupState::default()))
                 .collect(),
-            window: None,
             attributed: HashMap::new(),
+            window: None,
         }
+    }
+
+    /// Reports `cgroup_id` even if it never stops, as [`watching`](Self::watching) does, keeping
+    /// whatever it has already taken: a replayed recording learns the watched cgroups at its end.
+    pub fn watch(&mut self, cgroup_id: u64) {
+        self.state(cgroup_id);
     }
 
     /// Also keeps the stops of the current interval for [`Aggregate::take_interval`], leaving

@@ -22,6 +22,11 @@ pub struct Options {
     #[arg(long)]
     pub json: bool,
 
+    /// Also write every record as NDJSON to FILE as it happens, whatever stdout shows, so that
+    /// `throttle-tracer report FILE` can print the end report again later.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+
     /// Trace only this cgroup, as seen under the cgroup mount that holds the cpu controller
     /// (e.g. /system.slice/docker-abc.scope, or /demo), or the cgroups a glob matches (`*` and
     /// `?` within one path component: '/system.slice/docker-*.scope'; new cgroups are matched
@@ -84,6 +89,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// The live view: the tracing options with `--interval 1s` unless another is given.
     Top(TopArgs),
+    /// Prints the end report of a run recorded with --record FILE again, from the file alone:
+    /// the summary, the histograms and the cpu.stat comparison, as the run printed them.
+    Report {
+        /// The file written by --record.
+        file: PathBuf,
+    },
     /// The demo's workload, run by `demo` itself inside the demo cgroup.
     #[command(hide = true)]
     DemoWorkload(DemoWorkloadArgs),

@@ -14,6 +14,7 @@ mod error;
 mod filter;
 mod names;
 mod probes;
+mod recording;
 mod records;
 mod report;
 mod serve;
@@ -33,6 +34,7 @@ fn main() {
     let command = match options.command.take() {
         Some(cli::Command::Doctor { json }) => std::process::exit(doctor::run(json)),
         Some(cli::Command::DemoWorkload(args)) => std::process::exit(demo::workload_main(args)),
+        Some(cli::Command::Report { file }) => std::process::exit(recording::main(&file)),
         other => other,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -68,6 +68,20 @@ impl EndReason {
             Self::Unknown => "unknown",
         }
     }
+
+    /// The reason [`as_str`](Self::as_str) names; `Unknown` for a name it does not know (from
+    /// a newer tracer).
+    pub fn from_name(name: &str) -> Self {
+        [
+            Self::Refill,
+            Self::QuotaChange,
+            Self::CpuOffline,
+            Self::CgroupGone,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == name)
+        .unwrap_or(Self::Unknown)
+    }
 }
 
 /// A group's bandwidth settings (`tg->cfs_bandwidth`), ns: in a record, as the kernel had them
@@ -164,6 +178,15 @@ pub enum Event {
 }
 
 impl Event {
+    /// The cgroup the record is about: the one whose quota stopped the CPU.
+    pub fn cgroup_id(&self) -> u64 {
+        match self {
+            Self::Start(stop) => stop.cgroup_id,
+            Self::End(end) => end.stop.cgroup_id,
+            Self::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
+        }
+    }
+
     /// Decodes one ring-buffer record, which must be exactly one `StopEvent`.
     pub fn parse(bytes: &[u8]) -> Result<Self, RecordError> {
         let want = size_of::<StopEvent>();
@@ -364,6 +387,20 @@ pub(crate) mod tests {
         assert_eq!(end.stop.kernel_start_clock, Some(123_456_789));
         assert_eq!(end.duration_ns(), 80_000);
         assert_eq!(end.kernel_ns, Some(76_500));
+    }
+
+    #[test]
+    fn end_reason_names_round_trip() {
+        for reason in [
+            EndReason::Refill,
+            EndReason::QuotaChange,
+            EndReason::CpuOffline,
+            EndReason::CgroupGone,
+            EndReason::Unknown,
+        ] {
+            assert_eq!(EndReason::from_name(reason.as_str()), reason);
+        }
+        assert_eq!(EndReason::from_name("eviction"), EndReason::Unknown);
     }
 
     #[test]

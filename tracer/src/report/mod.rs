@@ -1,9 +1,12 @@
 //! Readers of the aggregate: the NDJSON stream and the text summary printed at the end, and
 //! the Prometheus exporter of `serve` ([`prometheus`]).
 //!
-//! The run loop drives one [`Report`]: [`Report::start`] once, [`Report::stop`] per ended stop,
+//! The run loop drives one [`Report`]: [`Report::start`] once, [`Report::event`] per record,
 //! [`Report::finish`] with [`collect`]'s per-cgroup reports. With `--json` every call writes NDJSON
-//! lines to stdout as it happens; otherwise only `finish` prints, the text summary.
+//! lines to stdout as it happens; otherwise only `finish` prints, the text summary. With
+//! `--record` ([`Report::record_to`]) the NDJSON lines also go to a file, whatever stdout shows;
+//! `throttle-tracer report` (`recording`) feeds them back through the same aggregate and
+//! [`Report::finish`].
 //! A [`CgroupReport`] joins what the trace measured ([`CgroupSummary`]) with what the cgroup's
 //! files say at the end (path, cpu.stat delta since the start, quota settings).
 //!
@@ -27,15 +30,16 @@ use std::path::PathBuf;
 use crate::aggregate::{Aggregate, CgroupSummary};
 use crate::cgroups::{Hierarchy, Version};
 use crate::cpustat::{self, Baseline, CpuStatDelta};
-use crate::records::{Bandwidth, EndedStop};
+use crate::recording::Recorder;
+use crate::records::{Bandwidth, Event};
 
 /// What the run is: printed first (NDJSON `start`, the text header).
 #[derive(Clone, Debug, Default)]
 pub struct StartInfo {
     /// The probe backend, e.g. "kprobe".
-    pub backend: &'static str,
+    pub backend: String,
     /// What `--backend` asked for: "auto" or a backend's name.
-    pub backend_requested: &'static str,
+    pub backend_requested: String,
     /// The backends `auto` tried before `backend`, in order, each with why it was refused.
     pub backend_refused: Vec<RefusedBackend>,
     /// `uname -r`.
@@ -49,13 +53,13 @@ pub struct StartInfo {
     pub disabled: Vec<String>,
     /// End reasons the probes cannot tell apart on this kernel (`EndReason::as_str` names);
     /// such ends count as "unknown".
-    pub blind_end_reasons: Vec<&'static str>,
+    pub blind_end_reasons: Vec<String>,
 }
 
 /// A backend `--backend auto` passed over.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RefusedBackend {
-    pub backend: &'static str,
+    pub backend: String,
     /// The one-line cause.
     pub reason: String,
 }
@@ -153,7 +157,9 @@ pub fn collect(
 pub struct Report<W: Write = io::Stdout> {
     json: bool,
     out: W,
-    /// `--min-stop`, ns: shorter ended stops get no NDJSON line.
+    /// `--record`: where the NDJSON lines go as well.
+    record: Option<Recorder>,
+    /// `--min-stop`, ns: shorter ended stops get no line on stdout.
     min_stop_ns: u64,
     info: StartInfo,
     /// The first write error (e.g. stdout closed by `| head`): later writes are skipped and
@@ -169,10 +175,11 @@ impl Report<io::Stdout> {
 }
 
 impl<W: Write> Report<W> {
-    fn to(json: bool, out: W) -> Self {
+    pub(crate) fn to(json: bool, out: W) -> Self {
         Self {
             json,
             out,
+            record: None,
             min_stop_ns: 0,
             info: StartInfo::default(),
             failed: None,
@@ -187,34 +194,70 @@ impl<W: Write> Report<W> {
         }
     }
 
-    pub fn start(&mut self, info: StartInfo) {
-        if self.json {
-            let line = ndjson::start(&info);
+    /// One NDJSON line, to stdout if `stdout` and to the recording; made only if one of them
+    /// takes it.
+    fn emit(&mut self, stdout: bool, line: impl FnOnce() -> String) {
+        if !stdout && self.record.is_none() {
+            return;
+        }
+        let line = line();
+        if stdout {
             self.write_line(&line);
         }
+        if let Some(record) = &mut self.record {
+            record.line(&line);
+        }
+    }
+
+    pub fn start(&mut self, info: StartInfo) {
+        self.emit(self.json, || ndjson::start(&info));
         self.info = info;
     }
 
-    /// `--min-stop`: ended stops shorter than `ns` get no NDJSON line.
+    /// Copies the NDJSON stream into `record` from now on, beginning with the `start` line
+    /// already made; call it before the first [`event`](Self::event).
+    pub fn record_to(&mut self, mut record: Recorder) {
+        record.line(&ndjson::start(&self.info));
+        self.record = Some(record);
+    }
+
+    /// `--min-stop`: ended stops shorter than `ns` get no NDJSON line on stdout (the recording
+    /// keeps every record, so that it rebuilds the whole summary).
     pub fn hide_stops_shorter_than(&mut self, ns: u64) {
         self.min_stop_ns = ns;
     }
 
-    /// One ended stop; `cgroup` is its path if it resolved.
-    pub fn stop(&mut self, stop: &EndedStop, cgroup: Option<&str>) {
-        if self.json && stop.duration_ns() >= self.min_stop_ns {
-            self.write_line(&ndjson::stop(stop, cgroup));
-        }
+    /// One record, as the aggregate takes it; `cgroup` is its cgroup's path if it resolved.
+    /// The recording gets every record. Stdout (`--json`) gets the ended stops not under
+    /// --min-stop and the unseen-start stops; a stop's beginning (`stop_begin`), which only a
+    /// rebuild of the report needs, is left off it.
+    pub fn event(&mut self, event: &Event, cgroup: Option<&str>) {
+        let stdout = self.json
+            && match event {
+                Event::Start(_) => false,
+                Event::End(end) => end.duration_ns() >= self.min_stop_ns,
+                Event::UnseenStartEnd { .. } => true,
+            };
+        self.emit(stdout, || match event {
+            Event::Start(stop) => ndjson::stop_begin(stop, cgroup),
+            Event::End(end) => ndjson::stop(end, cgroup),
+            Event::UnseenStartEnd {
+                cgroup_id,
+                cpu,
+                end_ns,
+                kernel_ns,
+            } => ndjson::unseen_start_stop(*cgroup_id, cgroup, *cpu, *end_ns, *kernel_ns),
+        });
     }
 
-    /// The per-cgroup summaries and the totals; returns the first write error of the run.
+    /// The per-cgroup summaries and the totals; returns the first write error of the run (on
+    /// stdout, then in the recording).
     pub fn finish(mut self, reports: &[CgroupReport], totals: &Totals) -> io::Result<()> {
-        if self.json {
-            for r in reports {
-                self.write_line(&ndjson::summary(r));
-            }
-            self.write_line(&ndjson::end(totals));
-        } else {
+        for r in reports {
+            self.emit(self.json, || ndjson::summary(r));
+        }
+        self.emit(self.json, || ndjson::end(totals));
+        if !self.json {
             let text = text::render(&self.info, reports, totals);
             if self.failed.is_none()
                 && let Err(e) = self.out.write_all(text.as_bytes())
@@ -222,9 +265,10 @@ impl<W: Write> Report<W> {
                 self.failed = Some(e);
             }
         }
+        let recorded = self.record.take().map_or(Ok(()), Recorder::finish);
         match self.failed.take() {
             Some(e) => Err(e),
-            None => self.out.flush(),
+            None => self.out.flush().and(recorded),
         }
     }
 }
@@ -309,7 +353,7 @@ pub(crate) mod tests {
     #[test]
     fn report_writes_ndjson_as_it_goes_or_text_at_the_end() {
         let info = StartInfo {
-            backend: "kprobe",
+            backend: "kprobe".into(),
             ..StartInfo::default()
         };
         let totals = Totals {
@@ -320,7 +364,7 @@ pub(crate) mod tests {
         let mut buf = Vec::new();
         let mut report = Report::to(true, &mut buf);
         report.start(info.clone());
-        report.stop(&ended(0, 0, 80), Some("/demo"));
+        report.event(&Event::End(ended(0, 0, 80)), Some("/demo"));
         report.finish(&[demo_report()], &totals).unwrap();
         let text = String::from_utf8(buf).unwrap();
         let types: Vec<String> = text
@@ -335,7 +379,7 @@ pub(crate) mod tests {
         let mut buf = Vec::new();
         let mut report = Report::to(false, &mut buf);
         report.start(info);
-        report.stop(&ended(0, 0, 80), Some("/demo"));
+        report.event(&Event::End(ended(0, 0, 80)), Some("/demo"));
         report.finish(&[demo_report()], &totals).unwrap();
         let text = String::from_utf8(buf).unwrap();
         assert!(text.starts_with("throttle-tracer: "), "{text}");
@@ -355,7 +399,7 @@ pub(crate) mod tests {
         }
         let mut report = Report::to(true, Closed);
         report.start(StartInfo::default());
-        report.stop(&ended(0, 0, 80), None);
+        report.event(&Event::End(ended(0, 0, 80)), None);
         let totals = Totals {
             lost: 0,
             malformed: 0,

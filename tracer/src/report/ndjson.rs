@@ -1,8 +1,10 @@
 //! The NDJSON stream: one JSON object per line, `"type"` first. A stable interface: fields may
 //! be added, never renamed or retyped. Missing values are `null`, never a sentinel number.
 //!
-//! Lines: `start` (once), `stop` (per ended per-CPU stop), `summary` (per cgroup, at the end),
-//! `end` (last). All `*_ns` fields are ns; timestamps (`start_ns`, `end_ns`) are CLOCK_MONOTONIC
+//! Lines: `start` (once), `stop_begin` (per per-CPU stop, when it begins), `stop` (per ended
+//! per-CPU stop), `unseen_start_stop` (per stop that began before tracing and ended during it),
+//! `summary` (per cgroup, at the end), `end` (last). Every record the aggregate takes is a line,
+//! in the order it took them, so `throttle-tracer report` can rebuild the end report from them. All `*_ns` fields are ns; timestamps (`start_ns`, `end_ns`) are CLOCK_MONOTONIC
 //! (`"clock":"monotonic"` in `start`); `kernel_ns` is the kernel's `rq->clock` length of the stop.
 //! `*_log2_ms` arrays count durations in [2^i, 2^(i+1)) ms at index i (index 0 also holds < 1 ms).
 //! `stop` and `summary` carry `name`, what users call the cgroup (`names::Name`): `{"kind",
@@ -26,7 +28,7 @@ use crate::aggregate::{Attributed, DurationSummary};
 use crate::cgroups::Version;
 use crate::cpustat::CpuStatDelta;
 use crate::names::Name;
-use crate::records::EndedStop;
+use crate::records::{EndedStop, Stop as StopRecord};
 
 #[derive(Serialize)]
 struct Start<'a> {
@@ -40,7 +42,7 @@ struct Start<'a> {
     /// Empty = every cgroup.
     cgroup_filter: &'a [String],
     disabled_features: &'a [String],
-    blind_end_reasons: &'a [&'static str],
+    blind_end_reasons: &'a [String],
     /// `"auto"` or the backend named on the command line.
     backend_requested: &'a str,
     /// What `auto` tried before `backend`, in order: `[{"backend":..,"reason":..}]`.
@@ -58,7 +60,7 @@ pub(super) fn start(info: &StartInfo) -> String {
     line(&Start {
         r#type: "start",
         tracer_version: env!("CARGO_PKG_VERSION"),
-        backend: info.backend,
+        backend: &info.backend,
         kernel: &info.kernel,
         clock: "monotonic",
         cgroup_version: info.cgroup_version.map(|v| match v {
@@ -69,7 +71,7 @@ pub(super) fn start(info: &StartInfo) -> String {
         cgroup_filter: &info.cgroups,
         disabled_features: &info.disabled,
         blind_end_reasons: &info.blind_end_reasons,
-        backend_requested: info.backend_requested,
+        backend_requested: &info.backend_requested,
         backend_refused: info
             .backend_refused
             .iter()
@@ -132,6 +134,81 @@ pub(super) fn stop(end: &EndedStop, cgroup: Option<&str>) -> String {
         park_ns: s.park_ns,
         kernel_start_clock_ns: s.kernel_start_clock,
         descendant_cgroup_id: s.descendant,
+    })
+}
+
+#[derive(Serialize)]
+struct Begin<'a> {
+    r#type: &'static str,
+    cgroup_id: u64,
+    cgroup: Option<&'a str>,
+    name: Option<Name>,
+    cpu: u32,
+    start_ns: u64,
+    quota_ns: Option<u64>,
+    period_ns: Option<u64>,
+    burst_ns: Option<u64>,
+    tasks: u32,
+    pid: Option<u32>,
+    tid: Option<u32>,
+    comm: Option<&'a str>,
+    parked: u32,
+    park_ns: Option<u64>,
+    kernel_start_clock_ns: Option<u64>,
+    descendant_cgroup_id: Option<u64>,
+}
+
+/// A per-CPU stop that began (its `stop` line follows when it ends); `cgroup` is its path if it
+/// resolved. The fields are the `stop` line's, as known at the start.
+pub(super) fn stop_begin(s: &StopRecord, cgroup: Option<&str>) -> String {
+    line(&Begin {
+        r#type: "stop_begin",
+        cgroup_id: s.cgroup_id,
+        cgroup,
+        name: cgroup.and_then(Name::of),
+        cpu: s.cpu,
+        start_ns: s.start_ns,
+        quota_ns: s.bandwidth.quota_ns,
+        period_ns: s.bandwidth.period_ns,
+        burst_ns: s.bandwidth.burst_ns,
+        tasks: s.tasks,
+        pid: s.task.as_ref().map(|t| t.pid),
+        tid: s.task.as_ref().map(|t| t.tid),
+        comm: s.task.as_ref().map(|t| t.comm.as_str()),
+        parked: s.parked,
+        park_ns: s.park_ns,
+        kernel_start_clock_ns: s.kernel_start_clock,
+        descendant_cgroup_id: s.descendant,
+    })
+}
+
+#[derive(Serialize)]
+struct UnseenStartStop<'a> {
+    r#type: &'static str,
+    cgroup_id: u64,
+    cgroup: Option<&'a str>,
+    name: Option<Name>,
+    cpu: u32,
+    end_ns: u64,
+    kernel_ns: Option<u64>,
+}
+
+/// A stop that began before tracing: only its end and its kernel-accounted length are known.
+pub(super) fn unseen_start_stop(
+    cgroup_id: u64,
+    cgroup: Option<&str>,
+    cpu: u32,
+    end_ns: u64,
+    kernel_ns: Option<u64>,
+) -> String {
+    line(&UnseenStartStop {
+        r#type: "unseen_start_stop",
+        cgroup_id,
+        cgroup,
+        name: cgroup.and_then(Name::of),
+        cpu,
+        end_ns,
+        kernel_ns,
     })
 }
 
@@ -357,16 +434,16 @@ mod tests {
     #[test]
     fn start_line() {
         let v = parse(&start(&StartInfo {
-            backend: "kprobe",
+            backend: "kprobe".into(),
             kernel: "6.1.0-47-cloud-amd64".into(),
             cgroup_version: Some(Version::V1),
             cgroup_root: "/sys/fs/cgroup/cpu".into(),
             cgroups: vec![],
             disabled: vec!["tasks".into(), "pid".into()],
-            blind_end_reasons: vec!["cpu_offline"],
-            backend_requested: "auto",
+            blind_end_reasons: vec!["cpu_offline".into()],
+            backend_requested: "auto".into(),
             backend_refused: vec![RefusedBackend {
-                backend: "fentry",
+                backend: "fentry".into(),
                 reason: "EPERM".into(),
             }],
         }));

@@ -371,16 +371,16 @@ mod tests {
 
     fn info() -> StartInfo {
         StartInfo {
-            backend: "kprobe",
+            backend: "kprobe".into(),
             kernel: "6.1.0-47-cloud-amd64".into(),
             cgroup_version: Some(Version::V1),
             cgroup_root: "/sys/fs/cgroup/cpu".into(),
             cgroups: vec![],
             disabled: vec![],
             blind_end_reasons: vec![],
-            backend_requested: "auto",
+            backend_requested: "auto".into(),
             backend_refused: vec![crate::report::RefusedBackend {
-                backend: "fentry",
+                backend: "fentry".into(),
                 reason: "EPERM".into(),
             }],
         }
