@@ -7,6 +7,11 @@
 //! END (refill): `throttled` found 0 at hrtimer_expire_exit for the cfs_rqs that were on the
 //! group's throttled list at entry (the local one since 6.2, all of them before), and at
 //! csd_function_exit of `__cfsb_csd_unthrottle` for the cfs_rqs on `rq->cfsb_csd_list` at entry.
+//! An unthrottle seen elsewhere (a context switch on the stopped CPU) while such an exit is
+//! pending is left to that exit, which has the kernel's clock; its time is the END's time.
+//! One unthrottle is seen from several CPUs at once: each stop is claimed (`TP_ENDED`) by the
+//! first that ends it, so it is emitted once. A throttle seen again after an unthrottle nobody
+//! ended (6.6+: `throttled_clock_self_time` moved) closes the old stop before opening the new.
 //! END (other): `throttled` found 0 at any other observation point (quota write, CPU offline):
 //! `quota_change` when the group's quota/period/burst differ from the start's, else `unknown`.
 //! END (cgroup gone): at cgroup_rmdir (and again at cgroup_release) every open stop of the
@@ -18,7 +23,8 @@
 //! kernel accounted, from its own clocks only: Δ`cfs_rq->throttled_clock_self_time` (6.6+, exact
 //! at any later observation), else `rq->clock - throttled_clock` read at the exit tracepoints.
 use aya_ebpf::{
-    helpers::bpf_ktime_get_ns,
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
     programs::BtfTracePointContext,
@@ -55,6 +61,14 @@ const F_UNSEEN: u32 = 2;
 const F_IGNORED: u32 = 4;
 /// `key` is in `TP_BY_GROUP`.
 const F_INDEXED: u32 = 8;
+/// A refill callback whose exit looks at this cfs_rq is running or queued (the CSD of an async
+/// unthrottle): an unthrottle seen elsewhere is left to that exit, which reads the kernel's
+/// clock right after the unthrottle (the only exact `kernel_ns` before 6.6).
+const F_EXIT_PENDING: u32 = 16;
+
+/// How long an unthrottle seen outside a refill callback waits for the callback's exit before
+/// it ends the stop itself (the exit never comes, e.g. a teardown flush without tracepoints).
+const EXIT_WAIT_NS: u64 = 100_000_000;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -64,6 +78,9 @@ pub struct TpStop {
     self_time0: u64,
     flags: u32,
     _pad: u32,
+    /// The first observation of `throttled == 0` that was left to a callback's exit; 0 = none.
+    /// The earliest sign of the end, so it is the END's time.
+    unthrottled_ns: u64,
     /// The group's `struct cgroup *` and this stop's `TP_BY_GROUP` key (with `F_INDEXED`).
     cgroup: u64,
     key: GroupCpu,
@@ -72,6 +89,24 @@ pub struct TpStop {
 /// Stops in progress for this backend, by `struct cfs_rq *`.
 #[map]
 static TP_OPEN: HashMap<u64, TpStop> = HashMap::with_max_entries(16384, 0);
+
+/// One stop: its cfs_rq and its `start_ns` (two stops of one cfs_rq never share a start).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StopId {
+    cfs_rq: u64,
+    start_ns: u64,
+}
+
+/// Stops already ended. An unthrottle is seen from several CPUs at once (the refill callback's
+/// exit on the timer's CPU, the CSD's exit and the next context switch on the stopped CPU); the
+/// first to insert the stop here (BPF_NOEXIST, atomic under the bucket lock) ends it, the
+/// others do nothing. LRU: a loser looks within microseconds, old entries can go.
+#[map]
+static TP_ENDED: LruHashMap<StopId, u8> = LruHashMap::with_max_entries(4096, 0);
+
+/// `-EEXIST`: the key is already there (an insert with BPF_NOEXIST).
+const EEXIST: i32 = -17;
 
 /// A cgroup's stop on one CPU: the key of `TP_BY_GROUP`.
 #[repr(C)]
@@ -275,26 +310,39 @@ fn walk(o: &Offsets, task: u64, parked: bool) {
 #[inline(always)]
 fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
     // SAFETY: the entry is only touched by programs holding this cfs_rq's rq lock or running
-    // its refill callback; a racing update loses at most one parked count.
+    // its refill callback; a racing update loses at most one parked count. Ends are claimed
+    // in `end`, so two observers never both end it.
     match TP_OPEN.get_ptr_mut(&cfs_rq) {
         Some(ptr) => {
             // SAFETY: valid map value pointer from the lookup above.
             let st = unsafe { &mut *ptr };
+            let t = now();
             if throttled {
-                if parked {
-                    note_park(o, cfs_rq, st, now());
+                if episode_changed(o, cfs_rq, st) {
+                    // The unthrottle (and a new throttle) happened unseen: close the old stop,
+                    // open the new one.
+                    let reason = ended_reason(o, cfs_rq, st);
+                    end(o, cfs_rq, st.ev.start_ns, reason, false);
+                    start(o, cfs_rq, t, task, parked);
+                } else if parked {
+                    note_park(o, cfs_rq, st, t);
                     if st.ev.leaf_cgroup_id == 0 {
                         st.ev.leaf_cgroup_id = stops::leaf_cgroup(o, task);
                     }
                 }
-            } else {
-                let reason = if st.flags & F_REFILL_PENDING != 0 {
-                    END_REFILL
-                } else {
-                    non_refill_reason(o, cfs_rq, &st.ev)
-                };
-                end(o, cfs_rq, ptr, reason, false);
+                return;
             }
+            if st.flags & F_EXIT_PENDING != 0 {
+                // A refill callback's exit will end it with the kernel's own clock.
+                if st.unthrottled_ns == 0 {
+                    st.unthrottled_ns = t;
+                }
+                if t.saturating_sub(st.unthrottled_ns) < EXIT_WAIT_NS {
+                    return;
+                }
+            }
+            let reason = ended_reason(o, cfs_rq, st);
+            end(o, cfs_rq, st.ev.start_ns, reason, false);
         }
         None => {
             if throttled {
@@ -302,6 +350,30 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
             }
         }
     }
+}
+
+/// Why the stop `st` of `cfs_rq` ended, seen outside a refill callback's exit.
+#[inline(always)]
+fn ended_reason(o: &Offsets, cfs_rq: u64, st: &TpStop) -> u32 {
+    if st.flags & F_REFILL_PENDING != 0 {
+        END_REFILL
+    } else {
+        non_refill_reason(o, cfs_rq, &st.ev)
+    }
+}
+
+/// Whether `cfs_rq`, throttled now, was unthrottled (and throttled again) since `st` began.
+/// 6.6+: `throttled_clock_self_time` grows only when a throttle ends (it is written under the
+/// rq lock, at the unthrottle). Before 6.6 nothing of the kernel's says so reliably
+/// (`throttled_clock` is stored after `throttled`, and a timer's walk reads both without the rq
+/// lock), so only an unthrottle we saw ourselves and left to a callback's exit counts.
+#[inline(always)]
+fn episode_changed(o: &Offsets, cfs_rq: u64, st: &TpStop) -> bool {
+    if st.self_time0 != u64::MAX {
+        return read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
+            .is_some_and(|t| t != st.self_time0);
+    }
+    st.unthrottled_ns != 0
 }
 
 /// An end nobody refilled: a write to the group's bandwidth files unthrottles every CPU; if
@@ -338,6 +410,7 @@ fn note_park(o: &Offsets, cfs_rq: u64, st: &mut TpStop, now: u64) {
 
 /// `cfs_rq` is throttled and not yet open: open it (emit START unless it predates the trace).
 /// `task` is a task of the group seen at the observation (0 = use the CPU's current task).
+/// Two CPUs may see the same throttle at once: the first to insert it opens it.
 #[inline(never)]
 fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
     // Built in a per-CPU scratch slot: a StopEvent is too big for the BPF stack here.
@@ -350,8 +423,10 @@ fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
     st.ev.kind = EVENT_START;
     st.ev.start_ns = now;
     st.ev.kernel_ns = KERNEL_NS_UNKNOWN;
+    st.ev.cfs_rq = cfs_rq;
     st.self_time0 = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time).unwrap_or(u64::MAX);
     st.flags = 0;
+    st.unthrottled_ns = 0;
     st.cgroup = 0;
     st.key = GroupCpu {
         cgroup_id: 0,
@@ -368,38 +443,45 @@ fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
             cgroup_id,
             cpu: cpu_of(o, cfs_rq),
         };
-        if TP_BY_GROUP.insert(&st.key, &cfs_rq, 0).is_ok() {
-            st.flags |= F_INDEXED;
-        }
     }
-    if !stops::describe(o, cfs_rq, &mut st.ev) {
-        st.flags |= F_IGNORED;
-        if TP_OPEN.insert(&cfs_rq, &*st, 0).is_err() {
-            unindex(st);
-            stops::bump(&OPEN_FULL);
+    if stops::describe(o, cfs_rq, &mut st.ev) {
+        st.ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
+        if task != 0 {
+            stops::task_ids(o, task, &mut st.ev);
+        } else {
+            stops::running_task(o, cfs_rq, &mut st.ev);
         }
-        return;
-    }
-    st.ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
-    if task != 0 {
-        stops::task_ids(o, task, &mut st.ev);
+        st.ev.kernel_start_clock = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
+        if parked {
+            st.ev.parked = 1;
+            st.ev.park_ns = now;
+        }
+        if started_before_trace(o, cfs_rq, now) {
+            st.flags |= F_UNSEEN;
+        }
     } else {
-        stops::running_task(o, cfs_rq, &mut st.ev);
+        st.flags |= F_IGNORED;
     }
-    st.ev.kernel_start_clock = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
-    if parked {
-        st.ev.parked = 1;
-        st.ev.park_ns = now;
+    match TP_OPEN.insert(&cfs_rq, &*st, BPF_NOEXIST.into()) {
+        Ok(()) => {}
+        // Another CPU opened it first.
+        Err(EEXIST) => return,
+        Err(_) => {
+            stops::bump(&OPEN_FULL);
+            return;
+        }
     }
-    if started_before_trace(o, cfs_rq, now) {
-        st.flags |= F_UNSEEN;
+    if st.cgroup != 0
+        && TP_BY_GROUP.insert(&st.key, &cfs_rq, 0).is_ok()
+        && let Some(open) = TP_OPEN.get_ptr_mut(&cfs_rq)
+    {
+        // SAFETY: valid map value pointer; only this stop's own entry is marked.
+        let open = unsafe { &mut *open };
+        if open.ev.start_ns == now {
+            open.flags |= F_INDEXED;
+        }
     }
-    if TP_OPEN.insert(&cfs_rq, &*st, 0).is_err() {
-        unindex(st);
-        stops::bump(&OPEN_FULL);
-        return;
-    }
-    if st.flags & F_UNSEEN == 0 {
+    if st.flags & (F_UNSEEN | F_IGNORED) == 0 {
         stops::emit(&st.ev);
     }
 }
@@ -433,14 +515,29 @@ fn started_before_trace(o: &Offsets, cfs_rq: u64, now: u64) -> bool {
     now.saturating_sub(clock - since) < armed
 }
 
-/// Closes the stop `st` of `cfs_rq` (now unthrottled) and emits END or an unseen-start END.
-/// `at_exit`: called right after the refill callback, so `rq->clock` is the unthrottle's clock.
-/// `st` is the map value of `cfs_rq` in `TP_OPEN`; it is finished in place, emitted, removed.
+/// Closes the stop of `cfs_rq` that started at `start_ns` (now unthrottled) and emits END or an
+/// unseen-start END, unless another CPU is ending it or has ended it: the stop is claimed in
+/// `TP_ENDED` first, then looked up again (the caller's map value may have been freed and
+/// reused since its lookup). `at_exit`: called right after a refill callback, so `rq->clock`
+/// is the unthrottle's clock.
 #[inline(never)]
-fn end(o: &Offsets, cfs_rq: u64, st: *mut TpStop, reason: u32, at_exit: bool) {
+fn end(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool) {
     let now = now();
-    // SAFETY: a valid TP_OPEN value pointer, used before the entry is removed.
+    match TP_ENDED.insert(&StopId { cfs_rq, start_ns }, &1, BPF_NOEXIST.into()) {
+        Err(EEXIST) => return,
+        // Nothing to claim with (the LRU map could not take it): end it anyway.
+        Ok(()) | Err(_) => {}
+    }
+    let Some(st) = TP_OPEN.get_ptr_mut(&cfs_rq) else {
+        return;
+    };
+    // SAFETY: a valid TP_OPEN value pointer, used before the entry is removed. The claim makes
+    // this program the only one to finish or remove this stop.
     let st = unsafe { &mut *st };
+    if st.ev.start_ns != start_ns {
+        // That stop is gone and a new one of the same cfs_rq has begun.
+        return;
+    }
     unindex(st);
     if st.flags & F_IGNORED != 0 {
         let _ = TP_OPEN.remove(&cfs_rq);
@@ -450,6 +547,7 @@ fn end(o: &Offsets, cfs_rq: u64, st: *mut TpStop, reason: u32, at_exit: bool) {
         // The kernel has not accounted it (and may never); the cfs_rq may be freed already.
         KERNEL_NS_UNKNOWN
     } else if st.self_time0 != u64::MAX {
+        // Exact at any observation after the unthrottle, until the next unthrottle.
         match read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time) {
             Some(t) if t >= st.self_time0 => t - st.self_time0,
             _ => KERNEL_NS_UNKNOWN,
@@ -467,7 +565,12 @@ fn end(o: &Offsets, cfs_rq: u64, st: *mut TpStop, reason: u32, at_exit: bool) {
     } else {
         EVENT_END
     };
-    st.ev.end_ns = now;
+    // The earliest sight of the unthrottle, if one was left to this exit.
+    st.ev.end_ns = if st.unthrottled_ns != 0 {
+        st.unthrottled_ns
+    } else {
+        now
+    };
     st.ev.kernel_ns = kernel_ns;
     st.ev.end_reason = reason;
     stops::emit(&st.ev);
@@ -536,8 +639,9 @@ fn cgroup_gone(o: &Offsets, cgroup: u64) {
         };
         // SAFETY: valid map value pointer. Ids can repeat across cgroup v1 hierarchies: only
         // a stop of this very cgroup ends.
-        if unsafe { (*ptr).cgroup } == cgroup {
-            end(o, cfs_rq, ptr, END_CGROUP_GONE, false);
+        let (owner, start_ns) = unsafe { ((*ptr).cgroup, (*ptr).ev.start_ns) };
+        if owner == cgroup {
+            end(o, cfs_rq, start_ns, END_CGROUP_GONE, false);
         }
     }
 }
@@ -576,7 +680,7 @@ fn collect(slot: u32, key: u64, head: u64, link: u32) {
 }
 
 /// At a refill callback's entry: every listed cfs_rq that is throttled is open (started now if
-/// we had not seen it) and marked as being refilled.
+/// we had not seen it) and marked as being refilled, its end left to this callback's exit.
 #[inline(always)]
 fn refill_entry(o: &Offsets, slot: u32) {
     let Some(p) = TP_PENDING.get_ptr(slot) else {
@@ -600,7 +704,7 @@ fn refill_entry(o: &Offsets, slot: u32) {
         if let Some(st) = TP_OPEN.get_ptr_mut(&cfs_rq) {
             // SAFETY: valid map value pointer.
             let st = unsafe { &mut *st };
-            st.flags |= F_REFILL_PENDING;
+            st.flags |= F_REFILL_PENDING | F_EXIT_PENDING;
             if st.ev.kernel_start_clock == 0 {
                 st.ev.kernel_start_clock =
                     read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
@@ -609,8 +713,16 @@ fn refill_entry(o: &Offsets, slot: u32) {
     }
 }
 
-/// At a refill callback's exit: the listed cfs_rqs now unthrottled end as refills; those
-/// still throttled and not queued for an async unthrottle are no longer being refilled.
+/// At a refill callback's exit: the listed cfs_rqs now unthrottled end as refills. Those still
+/// throttled stay "being refilled" only if an async unthrottle is queued for them, and wait for
+/// its CSD's exit only if that is traced. One throttled again after an unthrottle seen during
+/// the callback ends that stop (its kernel time is known only from 6.6) and starts a new one.
+///
+/// From 6.2 the period timer unthrottles only its own CPU's cfs_rq; the others are unthrottled
+/// by a CSD on their CPU, possibly while this exit runs, and `unthrottle_cfs_rq` clears
+/// `throttled` before it accounts the time (`throttled_clock_self_time`, in tg_unthrottle_up).
+/// Such a cfs_rq, read here without its rq lock, may look unthrottled and unaccounted: its end
+/// is left to the CSD's exit or to the next observation under its rq lock.
 #[inline(always)]
 fn refill_exit(o: &Offsets, slot: u32, key: u64) {
     let Some(p) = TP_PENDING.get_ptr_mut(slot) else {
@@ -621,6 +733,11 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
     if p.key == 0 || p.key != key {
         return;
     }
+    let t = now();
+    let async_kernel = slot == SLOT_TIMER && o.rq_cfsb_csd != ABSENT;
+    // SAFETY: helper without preconditions.
+    let this_cpu = u64::from(unsafe { bpf_get_smp_processor_id() });
+    let csd_traced = cfg(CFG_CSD_UNTHROTTLE_FN) != 0;
     for i in 0..MAX_LIST {
         if i as u64 >= p.n {
             break;
@@ -629,11 +746,27 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
         let Some(ptr) = TP_OPEN.get_ptr_mut(&cfs_rq) else {
             continue;
         };
-        if read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(1) == 0 {
-            end(o, cfs_rq, ptr, END_REFILL, true);
+        // SAFETY: valid map value pointer.
+        let st = unsafe { &mut *ptr };
+        let throttled = read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(1) != 0;
+        if async_kernel && cpu_of(o, cfs_rq) != this_cpu {
+            if throttled && !queued_for_async(o, cfs_rq) {
+                // No runtime for it this time (or its CSD is taking it off the list now; that
+                // CSD's exit ends it all the same).
+                st.flags &= !(F_REFILL_PENDING | F_EXIT_PENDING);
+            } else if !csd_traced {
+                st.flags &= !F_EXIT_PENDING;
+            }
+        } else if !throttled {
+            end(o, cfs_rq, st.ev.start_ns, END_REFILL, true);
+        } else if episode_changed(o, cfs_rq, st) {
+            end(o, cfs_rq, st.ev.start_ns, END_REFILL, false);
+            start(o, cfs_rq, t, 0, false);
         } else if !queued_for_async(o, cfs_rq) {
-            // SAFETY: valid map value pointer.
-            unsafe { (*ptr).flags &= !F_REFILL_PENDING };
+            st.flags &= !(F_REFILL_PENDING | F_EXIT_PENDING);
+        } else if !csd_traced {
+            // Its CSD is not traced: the next observation after it ends the stop.
+            st.flags &= !F_EXIT_PENDING;
         }
     }
     p.key = 0;

@@ -201,6 +201,16 @@ fn of_type<'a>(lines: &'a [Value], t: &str) -> Vec<&'a Value> {
     lines.iter().filter(|v| v["type"] == t).collect()
 }
 
+/// Every stop is reported once: one throttle of one cfs_rq (CPU) is one stop line, however many
+/// CPUs saw its end (the timer's exit, the CSD's exit, the next context switch).
+fn assert_each_stop_once(stops: &[&Value]) {
+    let mut seen = std::collections::HashSet::new();
+    for s in stops {
+        let key = (s["cpu"].as_u64(), s["start_ns"].as_u64());
+        assert!(seen.insert(key), "stop reported twice: {s}");
+    }
+}
+
 fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v[v.len() / 2]
@@ -250,6 +260,7 @@ fn one_thread_stops_last_the_rest_of_the_period() {
 
     let stops = of_type(&lines, "stop");
     assert!(stops.len() >= 10, "{} stops: {lines:#?}", stops.len());
+    assert_each_stop_once(&stops);
     for s in &stops {
         assert_eq!(s["cgroup"], format!("/{}", scene.name));
         assert_eq!(s["quota_ns"], 20_000_000);
@@ -325,6 +336,7 @@ fn kernel_accounted_time_matches_cpu_stat() {
     let summary = of_type(&lines, "summary");
     assert_eq!(summary.len(), 1, "{lines:#?}");
     let summary = summary[0];
+    assert_each_stop_once(&stops);
     let kernel: u64 = stops
         .iter()
         .map(|s| {

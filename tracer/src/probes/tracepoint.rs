@@ -81,10 +81,11 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
             Array::try_from(map).map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
         // The sweep at a cgroup's removal looks at every possible CPU's stop of the group.
         let nr_cpus = aya::util::nr_cpus().map_or(1024, |n| n as u64);
+        // CFG_CSD_UNTHROTTLE_FN only once both csd programs are attached: the eBPF side
+        // leaves an async unthrottle's end to the CSD's exit when it is set.
         for (slot, value) in [
             (CFG_PERIOD_TIMER_FN, period),
             (CFG_SLACK_TIMER_FN, slack),
-            (CFG_CSD_UNTHROTTLE_FN, csd.filter(|_| async_unthrottle)),
             (CFG_NR_CPUS, Some(nr_cpus)),
         ] {
             config
@@ -94,6 +95,7 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
     }
 
     let mut cgroup_removal_seen = false;
+    let mut csd_attached = 0;
     for (program, tracepoint, needed) in PROGRAMS {
         let is_csd = tracepoint.starts_with("csd_");
         if is_csd && !async_unthrottle {
@@ -102,6 +104,7 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
         }
         match load_attach(ebpf, program, tracepoint, &btf) {
             Ok(()) if tracepoint.starts_with("cgroup_") => cgroup_removal_seen = true,
+            Ok(()) if is_csd => csd_attached += 1,
             Ok(()) => {}
             Err(e) if tracepoint.starts_with("cgroup_") => {
                 debug!("cannot attach {tracepoint}: {e}");
@@ -128,6 +131,11 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
         .ok_or_else(|| super::internal("map TP_CONFIG missing"))?;
     let mut config: Array<_, u64> =
         Array::try_from(map).map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
+    if csd_attached == 2 {
+        config
+            .set(CFG_CSD_UNTHROTTLE_FN, csd.unwrap_or(0), 0)
+            .map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
+    }
     config
         .set(CFG_ARMED_NS, records::monotonic_now_ns(), 0)
         .map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
