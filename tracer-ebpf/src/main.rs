@@ -65,7 +65,7 @@ static OPEN_FULL: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static CGROUP_FILTER: HashMap<u64, u8> = HashMap::with_max_entries(1024, 0);
 
-#[cfg(not(test))]
+#[cfg(target_arch = "bpf")]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}

@@ -75,7 +75,7 @@ pub fn describe(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> bool {
         id &= 0xffff_ffff;
     }
     // SAFETY: lookup by value; the value is not dereferenced.
-    if FILTER_CGROUPS.load() != 0 && unsafe { CGROUP_FILTER.get(&id) }.is_none() {
+    if FILTER_CGROUPS.load() != 0 && unsafe { CGROUP_FILTER.get(id) }.is_none() {
         return false;
     }
     ev.cgroup_id = id;
@@ -159,7 +159,7 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
     // Newer kernels (7.x) call throttle_cfs_rq again for a cfs_rq that is already throttled;
     // the stop that is open keeps its start.
     // SAFETY: lookup only; the value is not used.
-    if unsafe { OPEN.get(&cfs_rq) }.is_some() {
+    if unsafe { OPEN.get(cfs_rq) }.is_some() {
         return;
     }
     let mut ev = StopEvent {
@@ -174,7 +174,7 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
     }
     ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
     running_task(o, cfs_rq, &mut ev);
-    if OPEN.insert(&cfs_rq, &ev, 0).is_err() {
+    if OPEN.insert(cfs_rq, ev, 0).is_err() {
         bump(&OPEN_FULL);
         return;
     }
@@ -197,10 +197,10 @@ pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
         };
     let reason = end_reason::current();
     // SAFETY: the value is copied out before the entry is removed.
-    let started = unsafe { OPEN.get(&cfs_rq) }.copied();
+    let started = unsafe { OPEN.get(cfs_rq) }.copied();
     let ev = match started {
         Some(mut ev) => {
-            let _ = OPEN.remove(&cfs_rq);
+            let _ = OPEN.remove(cfs_rq);
             ev.kind = EVENT_END;
             ev.end_ns = end_ns;
             ev.kernel_ns = kernel_ns;

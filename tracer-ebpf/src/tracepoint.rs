@@ -312,7 +312,7 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
     // SAFETY: the entry is only touched by programs holding this cfs_rq's rq lock or running
     // its refill callback; a racing update loses at most one parked count. Ends are claimed
     // in `end`, so two observers never both end it.
-    match TP_OPEN.get_ptr_mut(&cfs_rq) {
+    match TP_OPEN.get_ptr_mut(cfs_rq) {
         Some(ptr) => {
             // SAFETY: valid map value pointer from the lookup above.
             let st = unsafe { &mut *ptr };
@@ -434,7 +434,7 @@ fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
     };
     if let Some((cgroup, cgroup_id)) = group_of(o, cfs_rq) {
         // SAFETY: lookup only.
-        if unsafe { TP_GONE.get(&Gone { cgroup, cgroup_id }) }.is_some() {
+        if unsafe { TP_GONE.get(Gone { cgroup, cgroup_id }) }.is_some() {
             // A removed cgroup's cfs_rq still on the throttled list: its stop already ended.
             return;
         }
@@ -462,7 +462,7 @@ fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
     } else {
         st.flags |= F_IGNORED;
     }
-    match TP_OPEN.insert(&cfs_rq, &*st, BPF_NOEXIST.into()) {
+    match TP_OPEN.insert(cfs_rq, *st, BPF_NOEXIST.into()) {
         Ok(()) => {}
         // Another CPU opened it first.
         Err(EEXIST) => return,
@@ -472,8 +472,8 @@ fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
         }
     }
     if st.cgroup != 0
-        && TP_BY_GROUP.insert(&st.key, &cfs_rq, 0).is_ok()
-        && let Some(open) = TP_OPEN.get_ptr_mut(&cfs_rq)
+        && TP_BY_GROUP.insert(st.key, cfs_rq, 0).is_ok()
+        && let Some(open) = TP_OPEN.get_ptr_mut(cfs_rq)
     {
         // SAFETY: valid map value pointer; only this stop's own entry is marked.
         let open = unsafe { &mut *open };
@@ -523,12 +523,12 @@ fn started_before_trace(o: &Offsets, cfs_rq: u64, now: u64) -> bool {
 #[inline(never)]
 fn end(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool) {
     let now = now();
-    match TP_ENDED.insert(&StopId { cfs_rq, start_ns }, &1, BPF_NOEXIST.into()) {
-        Err(EEXIST) => return,
-        // Nothing to claim with (the LRU map could not take it): end it anyway.
-        Ok(()) | Err(_) => {}
+    // Another program claimed it first. Any other failure (the LRU map could not take the
+    // claim) ends it anyway.
+    if let Err(EEXIST) = TP_ENDED.insert(StopId { cfs_rq, start_ns }, 1, BPF_NOEXIST.into()) {
+        return;
     }
-    let Some(st) = TP_OPEN.get_ptr_mut(&cfs_rq) else {
+    let Some(st) = TP_OPEN.get_ptr_mut(cfs_rq) else {
         return;
     };
     // SAFETY: a valid TP_OPEN value pointer, used before the entry is removed. The claim makes
@@ -540,7 +540,7 @@ fn end(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool) {
     }
     unindex(st);
     if st.flags & F_IGNORED != 0 {
-        let _ = TP_OPEN.remove(&cfs_rq);
+        let _ = TP_OPEN.remove(cfs_rq);
         return;
     }
     let kernel_ns = if reason == END_CGROUP_GONE {
@@ -574,14 +574,14 @@ fn end(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool) {
     st.ev.kernel_ns = kernel_ns;
     st.ev.end_reason = reason;
     stops::emit(&st.ev);
-    let _ = TP_OPEN.remove(&cfs_rq);
+    let _ = TP_OPEN.remove(cfs_rq);
 }
 
 /// Drops `st`'s `TP_BY_GROUP` entry, if it has one.
 #[inline(always)]
 fn unindex(st: &mut TpStop) {
     if st.flags & F_INDEXED != 0 {
-        let _ = TP_BY_GROUP.remove(&st.key);
+        let _ = TP_BY_GROUP.remove(st.key);
         st.flags &= !F_INDEXED;
     }
 }
@@ -622,7 +622,7 @@ fn cgroup_gone(o: &Offsets, cgroup: u64) {
     let Some(cgroup_id) = cgroup_id(o, cgroup) else {
         return;
     };
-    let _ = TP_GONE.insert(&Gone { cgroup, cgroup_id }, &1, 0);
+    let _ = TP_GONE.insert(Gone { cgroup, cgroup_id }, 1, 0);
     let cpus = cfg(CFG_NR_CPUS);
     for cpu in 0..MAX_CPUS {
         if cpu >= cpus {
@@ -630,11 +630,11 @@ fn cgroup_gone(o: &Offsets, cgroup: u64) {
         }
         let key = GroupCpu { cgroup_id, cpu };
         // SAFETY: the value is copied out.
-        let Some(cfs_rq) = (unsafe { TP_BY_GROUP.get(&key) }).copied() else {
+        let Some(cfs_rq) = (unsafe { TP_BY_GROUP.get(key) }).copied() else {
             continue;
         };
-        let Some(ptr) = TP_OPEN.get_ptr_mut(&cfs_rq) else {
-            let _ = TP_BY_GROUP.remove(&key);
+        let Some(ptr) = TP_OPEN.get_ptr_mut(cfs_rq) else {
+            let _ = TP_BY_GROUP.remove(key);
             continue;
         };
         // SAFETY: valid map value pointer. Ids can repeat across cgroup v1 hierarchies: only
@@ -698,10 +698,10 @@ fn refill_entry(o: &Offsets, slot: u32) {
             continue;
         }
         // SAFETY: lookup only.
-        if unsafe { TP_OPEN.get(&cfs_rq) }.is_none() {
+        if unsafe { TP_OPEN.get(cfs_rq) }.is_none() {
             start(o, cfs_rq, t, 0, false);
         }
-        if let Some(st) = TP_OPEN.get_ptr_mut(&cfs_rq) {
+        if let Some(st) = TP_OPEN.get_ptr_mut(cfs_rq) {
             // SAFETY: valid map value pointer.
             let st = unsafe { &mut *st };
             st.flags |= F_REFILL_PENDING | F_EXIT_PENDING;
@@ -743,7 +743,7 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
             break;
         }
         let cfs_rq = p.cfs_rqs[i];
-        let Some(ptr) = TP_OPEN.get_ptr_mut(&cfs_rq) else {
+        let Some(ptr) = TP_OPEN.get_ptr_mut(cfs_rq) else {
             continue;
         };
         // SAFETY: valid map value pointer.

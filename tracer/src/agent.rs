@@ -25,7 +25,6 @@ use crate::{
     cpustat::Baseline,
     error::Failure,
     filter::{Filter, Selection},
-    terminal::{self, Keys},
     probes::{BackendChoice, Probes},
     recording::Recorder,
     records::{self, Event},
@@ -33,6 +32,7 @@ use crate::{
         self, CgroupReport, RefusedBackend, Report, StartInfo, Totals, live::Live,
         prometheus::Exporter,
     },
+    terminal::{self, Keys},
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
