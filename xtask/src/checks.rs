@@ -302,9 +302,25 @@ impl Judge {
     fn one_thread(&mut self, run: &Run, scenario: &Scenario) -> String {
         let expected_ms = (scenario.period_us - scenario.quota_us) as f64 / 1e3;
         let durations = run.durations_ms();
-        let median = median(&durations);
-        let refills: Vec<f64> = run
+        // The thread joins the cgroup at some point of a period, so the first stop is cut short
+        // by that phase: `period - quota` is the truth for the periods after it.
+        let first_start = run
             .stops
+            .iter()
+            .filter_map(|s| s["start_ns"].as_u64())
+            .min();
+        let steady: Vec<&Value> = run
+            .stops
+            .iter()
+            .filter(|s| s["start_ns"].as_u64() != first_start)
+            .collect();
+        let median = median(
+            &steady
+                .iter()
+                .map(|s| ns(&s["duration_ns"]) / 1e6)
+                .collect::<Vec<_>>(),
+        );
+        let refills: Vec<f64> = steady
             .iter()
             .filter(|s| s["end"] == "refill")
             .map(|s| ns(&s["duration_ns"]) / 1e6)
@@ -317,7 +333,7 @@ impl Judge {
             format!("{} stops, expected ≥ 10", durations.len())
         });
         self.check((median - expected_ms).abs() <= 3.0, || {
-            format!("median stop {median:.1} ms, expected {expected_ms} ± 3 ms")
+            format!("median stop {median:.1} ms (after the first), expected {expected_ms} ± 3 ms")
         });
         self.check(near as f64 >= 0.95 * refills.len() as f64, || {
             format!(
@@ -327,7 +343,7 @@ impl Judge {
         });
         let group = self.group_stops(run);
         format!(
-            "{} stops, median {median:.1} ms, {near}/{} refill stops in {}–{} ms; {group}",
+            "{} stops, median {median:.1} ms, {near}/{} refill stops after the first in {}–{} ms; {group}",
             durations.len(),
             refills.len(),
             expected_ms - 10.0,
@@ -403,7 +419,7 @@ impl Judge {
     }
 
     /// Spiky rounds. Whether a round was stopped is the quota's business (burst arithmetic);
-    /// how long it was stopped must agree with the round's own wall − CPU time.
+    /// how long it was stopped must fit in the round's own wall − CPU time.
     fn rounds(&mut self, run: &Run, scenario: &Scenario, stopped: bool) -> String {
         let Workload::Spiky { rounds, warmup, .. } = scenario.workload else {
             unreachable!("round checks are for the spiky workload");
@@ -429,10 +445,12 @@ impl Judge {
             if off.abs() > worst_ms.abs() {
                 worst_ms = off;
             }
-            self.check(off.abs() <= ROUND_WAIT_TOLERANCE_MS, || {
+            // A round can wait for more than its stops (a busy vCPU, a late wakeup), never for
+            // less: the tracer's stopped time is bounded by the round's own wall − CPU time.
+            self.check(off <= ROUND_WAIT_TOLERANCE_MS, || {
                 format!(
-                    "round {}: stopped {stopped_ms:.1} ms within it, but it waited \
-                     {waited_ms:.1} ms (wall − CPU); expected ± {ROUND_WAIT_TOLERANCE_MS} ms",
+                    "round {}: stopped {stopped_ms:.1} ms within it, but it waited only \
+                     {waited_ms:.1} ms (wall − CPU); expected at most {ROUND_WAIT_TOLERANCE_MS} ms more",
                     round.index
                 )
             });
