@@ -29,6 +29,18 @@ pub fn judge(console: &Console, scenario: &Scenario, name: &str, backend: &str) 
             stops_per_period: None,
         };
     }
+    if let Some(reason) = console
+        .section(&format!("{name}/stderr"))
+        .unwrap_or_default()
+        .iter()
+        .find(|l| l.contains("is disabled on kernels before"))
+    {
+        return Outcome {
+            verdict: Verdict::Skip(format!("the tracer refuses: {reason}")),
+            figures: String::new(),
+            stops_per_period: None,
+        };
+    }
     let mut judge = Judge::default();
     let mut stops_per_period = None;
     let figures = match Run::read(console, name, backend) {
@@ -480,8 +492,9 @@ impl Judge {
 }
 
 /// Stops and the workload's own wait may differ by wake-up latency and scheduling noise: a
-/// round nothing stopped waits up to ~4.5 ms under TCG.
-const ROUND_WAIT_TOLERANCE_MS: f64 = 5.0;
+/// round nothing stopped waits up to ~4.5 ms under TCG, and the tracer's stop edges carry the
+/// guest's tick jitter (±10 ms seen, as in s1's band).
+const ROUND_WAIT_TOLERANCE_MS: f64 = 10.0;
 
 /// One `round I start_ns A end_ns B cpu_ns C ...` line of throttle-workload spiky.
 struct Round {
