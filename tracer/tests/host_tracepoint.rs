@@ -3,6 +3,8 @@
 //! cpu controller at /sys/fs/cgroup/cpu; otherwise each test prints "skipped: reason".
 //!
 //! The tests share the machine's CPUs, so they run one at a time.
+mod common;
+
 use std::{
     fs,
     io::{BufRead, BufReader},
@@ -17,23 +19,8 @@ use serde_json::Value;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
-const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn skip_reason() -> Option<String> {
-    // SAFETY: no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("no kernel BTF at /sys/kernel/btf/vmlinux".into());
-    }
-    if !Path::new(CPU_ROOT).join("cpu.cfs_quota_us").exists() {
-        return Some(format!("no cgroup v1 cpu controller at {CPU_ROOT}"));
-    }
-    None
-}
 
 /// A cgroup and the processes of one test; Drop kills them and removes the cgroup, also when
 /// an assertion failed.
@@ -47,7 +34,7 @@ struct Scene {
 impl Scene {
     fn new(tag: &str, quota_us: u64, period_us: u64) -> Self {
         let name = format!("tt-host-{tag}-{}", std::process::id());
-        let cgroup = Path::new(CPU_ROOT).join(&name);
+        let cgroup = Path::new(common::CPU_ROOT).join(&name);
         fs::create_dir(&cgroup).expect("create cgroup");
         let scene = Self {
             cgroup,
@@ -245,7 +232,7 @@ const MAX_SHARES: &str = "262144";
 #[test]
 fn one_thread_stops_last_the_rest_of_the_period() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = common::skip_reason() {
         println!("skipped: {reason}");
         return;
     }
@@ -316,7 +303,7 @@ fn one_thread_stops_last_the_rest_of_the_period() {
 #[test]
 fn kernel_accounted_time_matches_cpu_stat() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = common::skip_reason() {
         println!("skipped: {reason}");
         return;
     }

@@ -2,6 +2,8 @@
 //! real throttled cgroup v1 and its cpu.stat read here; and the usage errors of the filters.
 //! The host test needs root, kernel BTF and the cgroup v1 cpu controller at /sys/fs/cgroup/cpu;
 //! otherwise it prints "skipped: reason".
+mod common;
+
 use std::{
     fs,
     io::Read as _,
@@ -14,27 +16,12 @@ use std::{
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
-const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
 
 /// The host tests pin their workloads to the same CPU: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 /// Where this host's separate cgroup v1 cpuacct hierarchy is (if it is one): the live view's
 /// CPU column reads cpuacct.usage of the same path there.
 const CPUACCT_ROOT: &str = "/sys/fs/cgroup/cpuacct";
-
-fn skip_reason() -> Option<String> {
-    // SAFETY: no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("no kernel BTF at /sys/kernel/btf/vmlinux".into());
-    }
-    if !Path::new(CPU_ROOT).join("cpu.cfs_quota_us").exists() {
-        return Some(format!("no cgroup v1 cpu controller at {CPU_ROOT}"));
-    }
-    None
-}
 
 /// A throttled cgroup with one pinned busy thread in it; Drop kills the workload and removes
 /// the cgroup, also when an assertion failed.
@@ -51,7 +38,7 @@ impl Throttled {
     /// would), `cpu.shares` at its maximum so other work on that CPU does not stretch its quota.
     fn start(tag: &str, seconds: u32) -> Self {
         let name = format!("tt-live-{tag}-{}", std::process::id());
-        let cgroup = Path::new(CPU_ROOT).join(&name);
+        let cgroup = Path::new(common::CPU_ROOT).join(&name);
         fs::create_dir(&cgroup).expect("create cgroup");
         for (file, value) in [
             ("cpu.cfs_period_us", "100000"),
@@ -215,7 +202,7 @@ const CPU: usize = 11;
 
 #[test]
 fn piped_live_view_prints_timestamped_blocks_of_the_throttled_cgroup() {
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = common::skip_reason() {
         println!("skipped: {reason}");
         return;
     }
@@ -384,7 +371,7 @@ fn tmux() -> Option<()> {
 
 #[test]
 fn terminal_live_view_redraws_sorts_and_quits_on_keys() {
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = common::skip_reason() {
         println!("skipped: {reason}");
         return;
     }

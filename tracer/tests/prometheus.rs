@@ -6,6 +6,8 @@
 //!
 //! Needs root, kernel BTF, the cgroup v1 cpu controller at /sys/fs/cgroup/cpu and
 //! /usr/bin/prometheus; otherwise it prints "skipped: reason".
+mod common;
+
 use std::{
     fs,
     io::{Read, Write},
@@ -20,7 +22,6 @@ use serde_json::Value;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
-const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 const PROMTOOL: &str = "/usr/bin/promtool";
 /// How long the workload runs: about six scrapes at 1 s.
@@ -29,15 +30,8 @@ const WORKLOAD_SECONDS: u32 = 6;
 const MAX_SHARES: &str = "262144";
 
 fn skip_reason() -> Option<String> {
-    // SAFETY: no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("no kernel BTF at /sys/kernel/btf/vmlinux".into());
-    }
-    if !Path::new(CPU_ROOT).join("cpu.cfs_quota_us").exists() {
-        return Some(format!("no cgroup v1 cpu controller at {CPU_ROOT}"));
+    if let Some(reason) = common::skip_reason() {
+        return Some(reason);
     }
     if !Path::new(PROMETHEUS).exists() || !Path::new(PROMTOOL).exists() {
         return Some(format!(
@@ -59,7 +53,7 @@ struct Scene {
 impl Scene {
     fn new() -> Self {
         let name = format!("tt-prom-{}", std::process::id());
-        let cgroup = Path::new(CPU_ROOT).join(&name);
+        let cgroup = Path::new(common::CPU_ROOT).join(&name);
         fs::create_dir(&cgroup).expect("create cgroup");
         let scene = Self {
             cgroup,

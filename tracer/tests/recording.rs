@@ -2,6 +2,8 @@
 //! text report the live run printed at its end, byte for byte. A real throttled cgroup v1
 //! group traced with `--backend tracepoint`; needs root, kernel BTF and the cgroup v1 cpu
 //! controller at /sys/fs/cgroup/cpu, otherwise it prints "skipped: reason".
+mod common;
+
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -12,21 +14,6 @@ use std::{
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
-const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
-
-fn skip_reason() -> Option<String> {
-    // SAFETY: no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("no kernel BTF at /sys/kernel/btf/vmlinux".into());
-    }
-    if !Path::new(CPU_ROOT).join("cpu.cfs_quota_us").exists() {
-        return Some(format!("no cgroup v1 cpu controller at {CPU_ROOT}"));
-    }
-    None
-}
 
 /// The test's cgroup and processes; Drop kills them and removes the cgroup.
 struct Scene {
@@ -52,12 +39,12 @@ impl Drop for Scene {
 
 #[test]
 fn report_of_a_recording_is_what_the_run_printed() {
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = common::skip_reason() {
         println!("skipped: {reason}");
         return;
     }
     let name = format!("tt-record-{}", std::process::id());
-    let cgroup = Path::new(CPU_ROOT).join(&name);
+    let cgroup = Path::new(common::CPU_ROOT).join(&name);
     fs::create_dir(&cgroup).expect("create cgroup");
     let mut scene = Scene {
         cgroup: cgroup.clone(),
