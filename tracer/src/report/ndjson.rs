@@ -80,19 +80,16 @@ pub(super) fn start(info: &StartInfo) -> String {
     })
 }
 
+/// What a `stop` line and a `stop_begin` line both say of a per-CPU stop: all that is known
+/// when it begins.
 #[derive(Serialize)]
-struct Stop<'a> {
-    r#type: &'static str,
+struct Started<'a> {
     cgroup_id: u64,
     cgroup: Option<&'a str>,
     /// What users call the cgroup (`names::Name`); `null` if nothing on its path is known.
     name: Option<Name>,
     cpu: u32,
     start_ns: u64,
-    end_ns: u64,
-    duration_ns: u64,
-    kernel_ns: Option<u64>,
-    end: &'static str,
     /// `null` = no limit ("max").
     quota_ns: Option<u64>,
     period_ns: Option<u64>,
@@ -109,53 +106,57 @@ struct Stop<'a> {
     descendant_cgroup_id: Option<u64>,
 }
 
+impl<'a> Started<'a> {
+    fn of(s: &'a StopRecord, cgroup: Option<&'a str>) -> Self {
+        Self {
+            cgroup_id: s.cgroup_id,
+            cgroup,
+            name: cgroup.and_then(Name::of),
+            cpu: s.cpu,
+            start_ns: s.start_ns,
+            quota_ns: s.bandwidth.quota_ns,
+            period_ns: s.bandwidth.period_ns,
+            burst_ns: s.bandwidth.burst_ns,
+            tasks: s.tasks,
+            pid: s.task.as_ref().map(|t| t.pid),
+            tid: s.task.as_ref().map(|t| t.tid),
+            comm: s.task.as_ref().map(|t| t.comm.as_str()),
+            parked: s.parked,
+            park_ns: s.park_ns,
+            kernel_start_clock_ns: s.kernel_start_clock,
+            descendant_cgroup_id: s.descendant,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Stop<'a> {
+    r#type: &'static str,
+    #[serde(flatten)]
+    started: Started<'a>,
+    end_ns: u64,
+    duration_ns: u64,
+    kernel_ns: Option<u64>,
+    end: &'static str,
+}
+
 /// One ended per-CPU stop; `cgroup` is its path if it resolved.
 pub(super) fn stop(end: &EndedStop, cgroup: Option<&str>) -> String {
-    let s = &end.stop;
     line(&Stop {
         r#type: "stop",
-        cgroup_id: s.cgroup_id,
-        cgroup,
-        name: cgroup.and_then(Name::of),
-        cpu: s.cpu,
-        start_ns: s.start_ns,
+        started: Started::of(&end.stop, cgroup),
         end_ns: end.end_ns,
         duration_ns: end.duration_ns(),
         kernel_ns: end.kernel_ns,
         end: end.reason.as_str(),
-        quota_ns: s.bandwidth.quota_ns,
-        period_ns: s.bandwidth.period_ns,
-        burst_ns: s.bandwidth.burst_ns,
-        tasks: s.tasks,
-        pid: s.task.as_ref().map(|t| t.pid),
-        tid: s.task.as_ref().map(|t| t.tid),
-        comm: s.task.as_ref().map(|t| t.comm.as_str()),
-        parked: s.parked,
-        park_ns: s.park_ns,
-        kernel_start_clock_ns: s.kernel_start_clock,
-        descendant_cgroup_id: s.descendant,
     })
 }
 
 #[derive(Serialize)]
 struct Begin<'a> {
     r#type: &'static str,
-    cgroup_id: u64,
-    cgroup: Option<&'a str>,
-    name: Option<Name>,
-    cpu: u32,
-    start_ns: u64,
-    quota_ns: Option<u64>,
-    period_ns: Option<u64>,
-    burst_ns: Option<u64>,
-    tasks: u32,
-    pid: Option<u32>,
-    tid: Option<u32>,
-    comm: Option<&'a str>,
-    parked: u32,
-    park_ns: Option<u64>,
-    kernel_start_clock_ns: Option<u64>,
-    descendant_cgroup_id: Option<u64>,
+    #[serde(flatten)]
+    started: Started<'a>,
 }
 
 /// A per-CPU stop that began (its `stop` line follows when it ends); `cgroup` is its path if it
@@ -163,22 +164,7 @@ struct Begin<'a> {
 pub(super) fn stop_begin(s: &StopRecord, cgroup: Option<&str>) -> String {
     line(&Begin {
         r#type: "stop_begin",
-        cgroup_id: s.cgroup_id,
-        cgroup,
-        name: cgroup.and_then(Name::of),
-        cpu: s.cpu,
-        start_ns: s.start_ns,
-        quota_ns: s.bandwidth.quota_ns,
-        period_ns: s.bandwidth.period_ns,
-        burst_ns: s.bandwidth.burst_ns,
-        tasks: s.tasks,
-        pid: s.task.as_ref().map(|t| t.pid),
-        tid: s.task.as_ref().map(|t| t.tid),
-        comm: s.task.as_ref().map(|t| t.comm.as_str()),
-        parked: s.parked,
-        park_ns: s.park_ns,
-        kernel_start_clock_ns: s.kernel_start_clock,
-        descendant_cgroup_id: s.descendant,
+        started: Started::of(s, cgroup),
     })
 }
 
