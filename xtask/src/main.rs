@@ -36,14 +36,23 @@ enum Cli {
     Bench(bench::Args),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse() {
+/// A failed task prints its cause chain on one line, without the backtrace anyhow would add
+/// when RUST_BACKTRACE is set: the chain says what failed, the frames would only bury it.
+fn main() -> std::process::ExitCode {
+    let result = match Cli::parse() {
         Cli::Setup => setup::run(),
         Cli::VmTest(args) => vm_test::run(&args),
         Cli::Demo => demo::run(),
         Cli::VmDemo => vm_demo::run(),
         Cli::Test => test(),
         Cli::Bench(args) => bench::run(&args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }
 

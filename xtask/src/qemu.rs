@@ -35,12 +35,26 @@ pub fn boot(
 ) -> Result<Boot> {
     let started = Instant::now();
     let mut child = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "1024"])
+        // One host thread for both vCPUs: with multi-threaded TCG, a vCPU sometimes executes a
+        // stale int3 after another vCPU finished patching a static key (text_poke_bp, as every
+        // tracepoint attach and detach does) and the guest dies: "Oops: int3" at the sched_wakeup
+        // site in ttwu_do_activate (6.12), a soft lockup at detach (6.1). Real CPUs serialize
+        // cross-modified code as the kernel's protocol expects; the emulator does not always.
+        .args([
+            "-accel",
+            "tcg,thread=single",
+            "-cpu",
+            "max",
+            "-smp",
+            "2",
+            "-m",
+            "1024",
+        ])
         .arg("-kernel")
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", "console=ttyS0 quiet panic=-1"])
+        .args(["-append", "console=ttyS0 quiet loglevel=5 panic=-1"])
         .args(["-nographic", "-no-reboot"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

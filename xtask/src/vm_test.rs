@@ -88,26 +88,32 @@ pub fn run(args: &Args) -> Result<()> {
         let console = Console::parse(&boot.console);
         let release = console.mark("UNAME", "").unwrap_or("?");
         let label = format!("{} {release} ({})", kernel.series, fetched.version);
-        if boot.ending != Ending::Finished {
+        let trouble = console.kernel_trouble();
+        let booted_clean = boot.ending == Ending::Finished && trouble.is_empty();
+        if !booted_clean {
             failures.push(format!(
-                "{label}: boot {:?}; see {}",
+                "{label}: boot {:?}; see {}{}",
                 boot.ending,
-                log.display()
+                log.display(),
+                trouble
+                    .iter()
+                    .fold(String::new(), |text, line| text + "\n    | " + line)
             ));
         }
         rows.push(doctor_row(&console, &label, &mut failures));
         rows.push(Row {
             kernel: label.clone(),
             scenario: "boot".to_owned(),
-            verdict: if boot.ending == Ending::Finished {
-                "PASS"
-            } else {
-                "FAIL"
-            },
+            verdict: if booted_clean { "PASS" } else { "FAIL" },
             figures: format!(
-                "{:?} after {:.0} s",
+                "{:?} after {:.0} s{}",
                 boot.ending,
-                boot.elapsed.as_secs_f64()
+                boot.elapsed.as_secs_f64(),
+                if trouble.is_empty() {
+                    ""
+                } else {
+                    ", the kernel reported trouble"
+                }
             ),
         });
         let mut rates = Vec::new();
