@@ -385,6 +385,10 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
                 ),
             ),
             (
+                &mut o.cfsb_throttled_time,
+                k.offset("cfs_bandwidth", &["throttled_time"], Shape::Int(8)),
+            ),
+            (
                 &mut o.hrtimer_function,
                 k.offset("hrtimer", &["function"], Shape::FuncPtr),
             ),
@@ -1272,6 +1276,7 @@ mod tests {
             o.cfsb_period_timer,
             o.cfsb_slack_timer,
             o.cfsb_throttled_cfs_rq,
+            o.cfsb_throttled_time,
             o.hrtimer_function,
             o.rq_cfsb_csd,
             o.rq_cfsb_csd_list,
@@ -1289,7 +1294,8 @@ mod tests {
     /// task_struct /sys/kernel/btf/vmlinux` on the 6.18.44 host (dwarves 1.24), independently of
     /// btf-rs: cfs_rq runtime_enabled 356, throttled_clock_self 400, throttled_clock_self_time
     /// 408, throttle_count 420, throttled_list 424, throttled_csd_list 440; cfs_bandwidth
-    /// period_timer 64, slack_timer 128, throttled_cfs_rq 192; hrtimer function 40; rq cfsb_csd
+    /// period_timer 64, slack_timer 128, throttled_cfs_rq 192, throttled_time 224; hrtimer
+    /// function 40; rq cfsb_csd
     /// 3488, cfsb_csd_list 3520; __call_single_data func 16; task_struct `bool throttled` 752.
     #[test]
     fn host_6_18_tracepoint_layout() {
@@ -1318,9 +1324,10 @@ mod tests {
             (
                 o.cfsb_period_timer,
                 o.cfsb_slack_timer,
-                o.cfsb_throttled_cfs_rq
+                o.cfsb_throttled_cfs_rq,
+                o.cfsb_throttled_time
             ),
-            (64, 128, 192)
+            (64, 128, 192, 224)
         );
         assert_eq!(o.hrtimer_function, 40);
         assert_eq!(

@@ -29,18 +29,6 @@ pub fn judge(console: &Console, scenario: &Scenario, name: &str, backend: &str) 
             stops_per_period: None,
         };
     }
-    if let Some(reason) = console
-        .section(&format!("{name}/stderr"))
-        .unwrap_or_default()
-        .iter()
-        .find(|l| l.contains("is disabled on kernels before"))
-    {
-        return Outcome {
-            verdict: Verdict::Skip(format!("the tracer refuses: {reason}")),
-            figures: String::new(),
-            stops_per_period: None,
-        };
-    }
     let mut judge = Judge::default();
     let mut stops_per_period = None;
     let figures = match Run::read(console, name, backend) {

@@ -43,16 +43,6 @@ const PROGRAMS: [(&str, &str, bool); 9] = [
 
 /// Loads and attaches the tracepoint programs; fails if the kernel lacks what they need.
 pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
-    // Before 6.6 the kernel keeps no per-cfs_rq throttled time, and the backend's fallback (ends
-    // deferred to the refill callback's exit) soft-locked a Debian 6.1 guest once in testing
-    // (CPU stuck in throttle-tracer at exit). Until that is understood it does not run there.
-    if offsets.cfs_rq_throttled_clock_self_time == tracer_common::ABSENT {
-        return Err(Failure::environment(
-            "the tracepoint backend is disabled on kernels before 6.6 \
-             (no cfs_rq throttled_clock_self_time)",
-            "use --backend fentry or --backend kprobe on this kernel",
-        ));
-    }
     let missing = required_missing(offsets);
     if !missing.is_empty() {
         return Err(Failure::environment(
