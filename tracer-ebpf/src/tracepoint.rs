@@ -331,7 +331,7 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
                     // The unthrottle (and a new throttle) happened unseen: close the old stop,
                     // open the new one.
                     let reason = ended_reason(o, cfs_rq, st);
-                    end(cfs_rq, st.ev.start_ns, reason, None);
+                    end(cfs_rq, st.ev.start_ns, reason, false, 0);
                     start(o, cfs_rq, t, task, parked);
                 } else if parked {
                     note_park(o, cfs_rq, st, t);
@@ -351,7 +351,7 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
                 }
             }
             let reason = ended_reason(o, cfs_rq, st);
-            end(cfs_rq, st.ev.start_ns, reason, None);
+            end(cfs_rq, st.ev.start_ns, reason, false, 0);
         }
         None => {
             if throttled {
@@ -528,9 +528,9 @@ fn started_before_trace(o: &Offsets, cfs_rq: u64, now: u64) -> bool {
 /// unseen-start END, unless another CPU is ending it or has ended it: the stop is claimed in
 /// `TP_ENDED` first, then looked up again (the caller's map value may have been freed and
 /// reused since its lookup). `at_exit`: called right after a refill callback, so `rq->clock`
-/// is the unthrottle's clock, once this many ns it has run on since are taken off.
+/// is the unthrottle's clock, once `excess` ns it has run on since are taken off.
 #[inline(never)]
-fn end(cfs_rq: u64, start_ns: u64, reason: u32, at_exit: Option<u64>) {
+fn end(cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool, excess: u64) {
     // Not a parameter: BPF calls take at most five argument registers.
     let o = offsets();
     let now = now();
@@ -563,9 +563,7 @@ fn end(cfs_rq: u64, start_ns: u64, reason: u32, at_exit: Option<u64>) {
             Some(t) if t >= st.self_time0 => t - st.self_time0,
             _ => KERNEL_NS_UNKNOWN,
         }
-    } else if let Some(excess) = at_exit
-        && st.ev.kernel_start_clock != 0
-    {
+    } else if at_exit && st.ev.kernel_start_clock != 0 {
         match read::<u64>(cfs_rq, o.cfs_rq_rq).and_then(|rq| read::<u64>(rq, o.rq_clock)) {
             Some(clock) if clock >= st.ev.kernel_start_clock => {
                 (clock - st.ev.kernel_start_clock).saturating_sub(excess)
@@ -656,7 +654,7 @@ fn cgroup_gone(o: &Offsets, cgroup: u64) {
         // a stop of this very cgroup ends.
         let (owner, start_ns) = unsafe { ((*ptr).cgroup, (*ptr).ev.start_ns) };
         if owner == cgroup {
-            end(cfs_rq, start_ns, END_CGROUP_GONE, None);
+            end(cfs_rq, start_ns, END_CGROUP_GONE, false, 0);
         }
     }
 }
@@ -785,10 +783,11 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
                 cfs_rq,
                 st.ev.start_ns,
                 END_REFILL,
-                Some(if remote { excess } else { 0 }),
+                true,
+                if remote { excess } else { 0 },
             );
         } else if episode_changed(o, cfs_rq, st) {
-            end(cfs_rq, st.ev.start_ns, END_REFILL, None);
+            end(cfs_rq, st.ev.start_ns, END_REFILL, false, 0);
             start(o, cfs_rq, t, 0, false);
         } else if !queued_for_async(o, cfs_rq) {
             st.flags &= !(F_REFILL_PENDING | F_EXIT_PENDING);

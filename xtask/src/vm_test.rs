@@ -1,23 +1,27 @@
-//! `cargo xtask vm-test`: every scenario on every kernel, one VM after another, then a table.
+//! `cargo xtask vm-test`: every scenario on every kernel, a VM per CPU at a time, then a table.
 use crate::checks::{self, Verdict};
 use crate::console::Console;
-use crate::kernels::{self, KERNELS, Kernel};
+use crate::kernels::{self, Fetched, KERNELS, Kernel};
 use crate::qemu::{self, Ending};
 use crate::scenarios::{BACKENDS, SCENARIOS};
 use crate::{binaries, guest, paths, setup};
 use anyhow::{Result, bail};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The guest's scenario runner; the calls come from scenarios.rs.
 const GUEST_PART: &str = include_str!("../guest/vm-test.sh");
-/// Per boot, under TCG: the scenarios take about a minute per backend.
-const BOOT_LIMIT: Duration = Duration::from_secs(600);
+/// Per boot, under single-threaded TCG: the scenarios take two to three minutes per backend.
+const BOOT_LIMIT: Duration = Duration::from_secs(900);
 
 #[derive(clap::Args, Default)]
 pub struct Args {
     /// Kernel series to boot, repeatable: 5.10, 6.1, 6.12, 7 (default: all of them).
     #[arg(long = "kernel", value_name = "SERIES")]
     kernels: Vec<String>,
+    /// Kernels booted at once (default: one per CPU; each single-threaded QEMU takes one).
+    #[arg(long, value_name = "N")]
+    jobs: Option<usize>,
     /// Backend to run the scenarios with, repeatable: kprobe, fentry, tracepoint (default: all).
     #[arg(long = "backend", value_name = "BACKEND", value_parser = clap::builder::PossibleValuesParser::new(BACKENDS))]
     backends: Vec<String>,
@@ -63,97 +67,39 @@ pub fn run(args: &Args) -> Result<()> {
     std::fs::write(&initrd, guest::initramfs(&init, &binaries)?)?;
     std::fs::create_dir_all(vm.join("logs"))?;
 
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+        .clamp(1, kernels.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(kernel) = kernels.get(i) else {
+                            return done;
+                        };
+                        done.push((i, test_kernel(kernel, &fetched[i], &initrd, &backends)));
+                    }
+                })
+            })
+            .collect();
+        let mut all: Vec<_> = workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a vm-test worker panicked"))
+            .collect();
+        all.sort_by_key(|(i, _)| *i);
+        all
+    });
     let mut rows = Vec::new();
     let mut failures = Vec::new();
-    for (kernel, fetched) in kernels.iter().zip(&fetched) {
-        let log = vm
-            .join("logs")
-            .join(format!("vm-test-{}.log", kernel.series));
-        eprintln!(
-            "booting {} ({}), console → {}",
-            kernel.series,
-            fetched.version,
-            log.display()
-        );
-        let progress = |line: &str| {
-            if let Some(rest) = line.strip_prefix("@@TT ")
-                && ["SCENARIO", "SKIP", "FAIL", "UNAME"]
-                    .iter()
-                    .any(|k| rest.starts_with(k))
-            {
-                eprintln!("  [{}] {rest}", kernel.series);
-            }
-        };
-        let boot = qemu::boot(&fetched.vmlinuz, &initrd, &log, BOOT_LIMIT, &progress)?;
-        let console = Console::parse(&boot.console);
-        let release = console.mark("UNAME", "").unwrap_or("?");
-        let label = format!("{} {release} ({})", kernel.series, fetched.version);
-        let trouble = console.kernel_trouble();
-        let booted_clean = boot.ending == Ending::Finished && trouble.is_empty();
-        if !booted_clean {
-            failures.push(format!(
-                "{label}: boot {:?}; see {}{}",
-                boot.ending,
-                log.display(),
-                trouble
-                    .iter()
-                    .fold(String::new(), |text, line| text + "\n    | " + line)
-            ));
-        }
-        rows.push(doctor_row(&console, &label, &mut failures));
-        rows.push(Row {
-            kernel: label.clone(),
-            scenario: "boot".to_owned(),
-            verdict: if booted_clean { "PASS" } else { "FAIL" },
-            figures: format!(
-                "{:?} after {:.0} s{}",
-                boot.ending,
-                boot.elapsed.as_secs_f64(),
-                if trouble.is_empty() {
-                    ""
-                } else {
-                    ", the kernel reported trouble"
-                }
-            ),
-        });
-        let mut rates = Vec::new();
-        for (backend, scenario) in backends
-            .iter()
-            .flat_map(|b| SCENARIOS.iter().map(move |s| (*b, s)))
-        {
-            let run = scenario.run_name(backend);
-            let outcome = checks::judge(&console, scenario, &run, backend);
-            if let Some(rate) = outcome.stops_per_period {
-                rates.push((backend, scenario.name, rate));
-            }
-            let verdict = match outcome.verdict {
-                Verdict::Pass => "PASS",
-                Verdict::Skip(reason) => {
-                    rows.push(Row {
-                        kernel: label.clone(),
-                        scenario: run.clone(),
-                        verdict: "SKIP",
-                        figures: reason,
-                    });
-                    continue;
-                }
-                Verdict::Fail(problems) => {
-                    failures.push(format!(
-                        "{label} {run}:\n    {}\n    (console: {})",
-                        problems.join("\n    "),
-                        log.display()
-                    ));
-                    "FAIL"
-                }
-            };
-            rows.push(Row {
-                kernel: label.clone(),
-                scenario: run,
-                verdict,
-                figures: outcome.figures,
-            });
-        }
-        rows.extend(agreement_rows(&rates, &label, &mut failures));
+    for (_, result) in results {
+        let (kernel_rows, kernel_failures) = result?;
+        rows.extend(kernel_rows);
+        failures.extend(kernel_failures);
     }
 
     print_table(&rows);
@@ -165,6 +111,108 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("{} failure(s)", failures.len());
     }
     Ok(())
+}
+
+/// Boots one kernel with every scenario call in `initrd` and judges what it printed: its table
+/// rows and its failures.
+fn test_kernel(
+    kernel: &Kernel,
+    fetched: &Fetched,
+    initrd: &Path,
+    backends: &[&str],
+) -> Result<(Vec<Row>, Vec<String>)> {
+    let vm = paths::vm();
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let log = vm
+        .join("logs")
+        .join(format!("vm-test-{}.log", kernel.series));
+    eprintln!(
+        "booting {} ({}), console → {}",
+        kernel.series,
+        fetched.version,
+        log.display()
+    );
+    let progress = |line: &str| {
+        if let Some(rest) = line.strip_prefix("@@TT ")
+            && ["SCENARIO", "SKIP", "FAIL", "UNAME"]
+                .iter()
+                .any(|k| rest.starts_with(k))
+        {
+            eprintln!("  [{}] {rest}", kernel.series);
+        }
+    };
+    let boot = qemu::boot(&fetched.vmlinuz, initrd, &log, BOOT_LIMIT, &progress)?;
+    let console = Console::parse(&boot.console);
+    let release = console.mark("UNAME", "").unwrap_or("?");
+    let label = format!("{} {release} ({})", kernel.series, fetched.version);
+    let trouble = console.kernel_trouble();
+    let booted_clean = boot.ending == Ending::Finished && trouble.is_empty();
+    if !booted_clean {
+        failures.push(format!(
+            "{label}: boot {:?}; see {}{}",
+            boot.ending,
+            log.display(),
+            trouble
+                .iter()
+                .fold(String::new(), |text, line| text + "\n    | " + line)
+        ));
+    }
+    rows.push(doctor_row(&console, &label, &mut failures));
+    rows.push(Row {
+        kernel: label.clone(),
+        scenario: "boot".to_owned(),
+        verdict: if booted_clean { "PASS" } else { "FAIL" },
+        figures: format!(
+            "{:?} after {:.0} s{}",
+            boot.ending,
+            boot.elapsed.as_secs_f64(),
+            if trouble.is_empty() {
+                ""
+            } else {
+                ", the kernel reported trouble"
+            }
+        ),
+    });
+    let mut rates = Vec::new();
+    for (backend, scenario) in backends
+        .iter()
+        .flat_map(|b| SCENARIOS.iter().map(move |s| (*b, s)))
+    {
+        let run = scenario.run_name(backend);
+        let outcome = checks::judge(&console, scenario, &run, backend);
+        if let Some(rate) = outcome.stops_per_period {
+            rates.push((backend, scenario.name, rate));
+        }
+        let verdict = match outcome.verdict {
+            Verdict::Pass => "PASS",
+            Verdict::Skip(reason) => {
+                rows.push(Row {
+                    kernel: label.clone(),
+                    scenario: run.clone(),
+                    verdict: "SKIP",
+                    figures: reason,
+                });
+                continue;
+            }
+            Verdict::Fail(problems) => {
+                failures.push(format!(
+                    "{label} {run}:\n    {}\n    (console: {})",
+                    problems.join("\n    "),
+                    log.display()
+                ));
+                "FAIL"
+            }
+        };
+        rows.push(Row {
+            kernel: label.clone(),
+            scenario: run,
+            verdict,
+            figures: outcome.figures,
+        });
+    }
+    rows.extend(agreement_rows(&rates, &label, &mut failures));
+    Ok((rows, failures))
 }
 
 /// Every backend must count the stops of a scenario like kprobe does, within 2 %: compared as
