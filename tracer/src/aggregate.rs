@@ -285,12 +285,25 @@ struct CgroupState {
     unseen_start_kernel_unknown: u64,
     unmatched_ends: u64,
     restarted: u64,
+    /// (cpu, start_ns) of the last unmatched ENDs: their START may still come, overtaken in the
+    /// ring buffer by an END reserved on another CPU while the starting CPU was still filling
+    /// in its stop (the tracepoint backend opens a stop before it emits its START).
+    early_ends: Vec<(u32, u64)>,
 }
+
+/// Unmatched ENDs remembered for their late START; a late START is microseconds late.
+const EARLY_ENDS: usize = 8;
 
 impl CgroupState {
     /// Returns the length of the group stop this START closed for good, if any.
     fn start(&mut self, stop: &Stop) -> Option<u64> {
         let s = stop.start_ns;
+        if let Some(i) = self.early_ends.iter().position(|&e| e == (stop.cpu, s)) {
+            // The stop already ended and was counted whole: its END carried the start.
+            self.early_ends.swap_remove(i);
+            self.unmatched_ends -= 1;
+            return None;
+        }
         if let Some(open) = self.open.iter_mut().find(|o| o.cpu == stop.cpu) {
             self.restarted += 1;
             open.start_ns = s;
@@ -338,6 +351,10 @@ impl CgroupState {
             self.open.swap_remove(i);
         } else {
             self.unmatched_ends += 1;
+            if self.early_ends.len() == EARLY_ENDS {
+                self.early_ends.remove(0);
+            }
+            self.early_ends.push((end.stop.cpu, s));
         }
         let closed = match (&mut self.current, &mut self.closing) {
             (Some(current), _) => {
@@ -828,6 +845,19 @@ mod tests {
         let all = agg.finish(1_000 * MS);
         assert_eq!(all.iter().map(|s| s.stops.count).sum::<u64>(), 3);
         assert!(Aggregate::default().take_interval().is_empty());
+    }
+
+    #[test]
+    fn a_start_overtaken_by_its_end_is_no_anomaly() {
+        let s = run(
+            &[end(1, 0, 100 * MS, 150 * MS), start(1, 0, 100 * MS)],
+            1_000 * MS,
+        );
+        let s = &s[0];
+        assert_eq!((s.unmatched_ends, s.restarted), (0, 0));
+        assert_eq!((s.stops.count, s.group_stops.count), (1, 1));
+        assert_eq!(s.group_stops.sum_ns, 50 * MS);
+        assert!(s.open_stops.is_empty());
     }
 
     #[test]

@@ -194,15 +194,9 @@ fn check_demo_output(out: &Output, pid: u32, root: &Path) -> String {
     // cpu.stat's throttled time is what the kernel added for the traced stops (the `kernel`
     // figure, its own clock), and close to their CLOCK_MONOTONIC sum (the backend sees each
     // stop's edges a little apart from the kernel's clock reads).
-    // When the report itself flags the trace as incomplete (e.g. ends without a traced start)
-    // the backend missed edges, and only the looser check below applies.
     let kernel = duration_after(detail, "   kernel");
-    let complete = !detail.contains("  incomplete ");
-    if !complete {
-        println!("note: the report marks this trace incomplete; kernel time not checked exactly");
-    }
     assert!(
-        !complete || (throttled - kernel).abs() <= kernel * 0.01 + 1e5,
+        (throttled - kernel).abs() <= kernel * 0.01 + 1e5,
         "cpu.stat throttled {throttled} ns vs the traced stops' kernel time {kernel} ns in\n{detail}"
     );
     assert!(
