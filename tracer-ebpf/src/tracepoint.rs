@@ -812,7 +812,9 @@ fn remote_excess(o: &Offsets, p: &Pending, this_cpu: u64) -> u64 {
     if o.cfs_rq_throttled_clock_self_time != ABSENT
         || p.cfs_b == 0
         || p.time0 == u64::MAX
-        || p.n >= MAX_LIST as u64
+        // A full list may have been cut short. (Equality, not `>=`: a bound on `p.n` would let
+        // LLVM drop the loop's own bound on `i`, which older verifiers then cannot prove.)
+        || p.n == MAX_LIST as u64
     {
         return 0;
     }
