@@ -159,9 +159,6 @@ pub struct Offsets {
     pub csd_func: u32,
     /// 6.18 `task_struct.throttled` (a task parked by the task-based throttle).
     pub task_throttled: BitField,
-    /// `cfs_bandwidth.throttled_time`: what one refill callback added to the group's total, to
-    /// correct the per-stop times read after it (before 6.6).
-    pub cfsb_throttled_time: u32,
 }
 
 impl Offsets {
@@ -203,7 +200,6 @@ impl Offsets {
         rq_cfsb_csd_list: ABSENT,
         csd_func: ABSENT,
         task_throttled: BitField::ABSENT,
-        cfsb_throttled_time: ABSENT,
     };
 }
 

@@ -153,10 +153,6 @@ pub struct Pending {
     key: u64,
     n: u64,
     cfs_rqs: [u64; MAX_LIST],
-    /// The timer's `struct cfs_bandwidth *` (0 for a CSD) and its `throttled_time` at entry
-    /// (`u64::MAX` unread).
-    cfs_b: u64,
-    time0: u64,
 }
 
 const SLOT_TIMER: u32 = 0;
@@ -227,13 +223,8 @@ pub fn tp_hrtimer_entry(ctx: BtfTracePointContext) -> i32 {
     if timer_offset == ABSENT || o.cfsb_throttled_cfs_rq == ABSENT {
         return 0;
     }
-    let cfs_b = timer - timer_offset as u64;
-    let head = cfs_b + o.cfsb_throttled_cfs_rq as u64;
-    collect(SLOT_TIMER, timer, head, o.cfs_rq_throttled_list, cfs_b);
-    if let Some(p) = TP_PENDING.get_ptr_mut(SLOT_TIMER) {
-        // SAFETY: per-CPU slot; refill callbacks do not nest on a CPU.
-        unsafe { (*p).time0 = read::<u64>(cfs_b, o.cfsb_throttled_time).unwrap_or(u64::MAX) };
-    }
+    let head = timer - timer_offset as u64 + o.cfsb_throttled_cfs_rq as u64;
+    collect(SLOT_TIMER, timer, head, o.cfs_rq_throttled_list);
     refill_entry(o, SLOT_TIMER);
     0
 }
@@ -260,7 +251,7 @@ pub fn tp_csd_entry(ctx: BtfTracePointContext) -> i32 {
     }
     let rq = csd - o.rq_cfsb_csd as u64;
     let head = rq + o.rq_cfsb_csd_list as u64;
-    collect(SLOT_CSD, csd, head, o.cfs_rq_throttled_csd_list, 0);
+    collect(SLOT_CSD, csd, head, o.cfs_rq_throttled_csd_list);
     refill_entry(o, SLOT_CSD);
     0
 }
@@ -331,7 +322,7 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
                     // The unthrottle (and a new throttle) happened unseen: close the old stop,
                     // open the new one.
                     let reason = ended_reason(o, cfs_rq, st);
-                    end(cfs_rq, st.ev.start_ns, reason, false, 0);
+                    end(o, cfs_rq, st.ev.start_ns, reason, false);
                     start(o, cfs_rq, t, task, parked);
                 } else if parked {
                     note_park(o, cfs_rq, st, t);
@@ -351,7 +342,7 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
                 }
             }
             let reason = ended_reason(o, cfs_rq, st);
-            end(cfs_rq, st.ev.start_ns, reason, false, 0);
+            end(o, cfs_rq, st.ev.start_ns, reason, false);
         }
         None => {
             if throttled {
@@ -528,11 +519,9 @@ fn started_before_trace(o: &Offsets, cfs_rq: u64, now: u64) -> bool {
 /// unseen-start END, unless another CPU is ending it or has ended it: the stop is claimed in
 /// `TP_ENDED` first, then looked up again (the caller's map value may have been freed and
 /// reused since its lookup). `at_exit`: called right after a refill callback, so `rq->clock`
-/// is the unthrottle's clock, once `excess` ns it has run on since are taken off.
+/// is the unthrottle's clock.
 #[inline(never)]
-fn end(cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool, excess: u64) {
-    // Not a parameter: BPF calls take at most five argument registers.
-    let o = offsets();
+fn end(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool) {
     let now = now();
     // Another program claimed it first. Any other failure (the LRU map could not take the
     // claim) ends it anyway.
@@ -565,9 +554,7 @@ fn end(cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool, excess: u64) {
         }
     } else if at_exit && st.ev.kernel_start_clock != 0 {
         match read::<u64>(cfs_rq, o.cfs_rq_rq).and_then(|rq| read::<u64>(rq, o.rq_clock)) {
-            Some(clock) if clock >= st.ev.kernel_start_clock => {
-                (clock - st.ev.kernel_start_clock).saturating_sub(excess)
-            }
+            Some(clock) if clock >= st.ev.kernel_start_clock => clock - st.ev.kernel_start_clock,
             _ => KERNEL_NS_UNKNOWN,
         }
     } else {
@@ -654,7 +641,7 @@ fn cgroup_gone(o: &Offsets, cgroup: u64) {
         // a stop of this very cgroup ends.
         let (owner, start_ns) = unsafe { ((*ptr).cgroup, (*ptr).ev.start_ns) };
         if owner == cgroup {
-            end(cfs_rq, start_ns, END_CGROUP_GONE, false, 0);
+            end(o, cfs_rq, start_ns, END_CGROUP_GONE, false);
         }
     }
 }
@@ -663,9 +650,9 @@ fn cgroup_gone(o: &Offsets, cgroup: u64) {
 // Refill callbacks
 
 /// Remembers up to `MAX_LIST` cfs_rqs of the list at `head` (linked through `link` inside each
-/// cfs_rq) in this CPU's `slot`, for the callback `key` (of the timer of `cfs_b`, or 0).
+/// cfs_rq) in this CPU's `slot`, for the callback `key`.
 #[inline(always)]
-fn collect(slot: u32, key: u64, head: u64, link: u32, cfs_b: u64) {
+fn collect(slot: u32, key: u64, head: u64, link: u32) {
     let Some(p) = TP_PENDING.get_ptr_mut(slot) else {
         return;
     };
@@ -673,8 +660,6 @@ fn collect(slot: u32, key: u64, head: u64, link: u32, cfs_b: u64) {
     let p = unsafe { &mut *p };
     p.key = key;
     p.n = 0;
-    p.cfs_b = cfs_b;
-    p.time0 = u64::MAX;
     if link == ABSENT {
         return;
     }
@@ -753,11 +738,6 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
     // SAFETY: helper without preconditions.
     let this_cpu = u64::from(unsafe { bpf_get_smp_processor_id() });
     let csd_traced = cfg(CFG_CSD_UNTHROTTLE_FN) != 0;
-    let excess = if async_kernel {
-        0
-    } else {
-        remote_excess(o, p, this_cpu)
-    };
     for i in 0..MAX_LIST {
         if i as u64 >= p.n {
             break;
@@ -778,16 +758,9 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
                 st.flags &= !F_EXIT_PENDING;
             }
         } else if !throttled {
-            let remote = cpu_of(o, cfs_rq) != this_cpu;
-            end(
-                cfs_rq,
-                st.ev.start_ns,
-                END_REFILL,
-                true,
-                if remote { excess } else { 0 },
-            );
+            end(o, cfs_rq, st.ev.start_ns, END_REFILL, true);
         } else if episode_changed(o, cfs_rq, st) {
-            end(cfs_rq, st.ev.start_ns, END_REFILL, false, 0);
+            end(o, cfs_rq, st.ev.start_ns, END_REFILL, false);
             start(o, cfs_rq, t, 0, false);
         } else if !queued_for_async(o, cfs_rq) {
             st.flags &= !(F_REFILL_PENDING | F_EXIT_PENDING);
@@ -798,58 +771,6 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
     }
     p.key = 0;
     p.n = 0;
-}
-
-/// Before 6.6 on kernels that unthrottle every CPU inside the timer (before 6.2): how much
-/// `rq->clock`, read at the exit, overstates each remote cfs_rq's accounted time. The kernel
-/// accounts `rq_clock - throttled_clock` right after updating each rq's clock at its
-/// unthrottle; this CPU's rq clock stays put until the callback returns, but a remote CPU,
-/// running again, moves its own on. What the callback added to `cfs_b->throttled_time` is the
-/// exact sum, so the surplus of the reads over it is the remote CPUs' drift: exact with one
-/// remote CPU, split evenly between several. 0 when anything needed is unknown.
-#[inline(always)]
-fn remote_excess(o: &Offsets, p: &Pending, this_cpu: u64) -> u64 {
-    if o.cfs_rq_throttled_clock_self_time != ABSENT
-        || p.cfs_b == 0
-        || p.time0 == u64::MAX
-        // A full list may have been cut short. (Equality, not `>=`: a bound on `p.n` would let
-        // LLVM drop the loop's own bound on `i`, which older verifiers then cannot prove.)
-        || p.n == MAX_LIST as u64
-    {
-        return 0;
-    }
-    let Some(total) = read::<u64>(p.cfs_b, o.cfsb_throttled_time) else {
-        return 0;
-    };
-    let added = total.wrapping_sub(p.time0);
-    let mut read_sum = 0u64;
-    let mut remote = 0u64;
-    for i in 0..MAX_LIST {
-        if i as u64 >= p.n {
-            break;
-        }
-        let cfs_rq = p.cfs_rqs[i];
-        if read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(1) != 0 {
-            continue;
-        }
-        // SAFETY: lookup only; the value is copied out.
-        let Some(since) = (unsafe { TP_OPEN.get(cfs_rq) }).map(|st| st.ev.kernel_start_clock)
-        else {
-            return 0;
-        };
-        let clock = read::<u64>(cfs_rq, o.cfs_rq_rq).and_then(|rq| read::<u64>(rq, o.rq_clock));
-        match clock {
-            Some(clock) if since != 0 && clock >= since => read_sum += clock - since,
-            _ => return 0,
-        }
-        if cpu_of(o, cfs_rq) != this_cpu {
-            remote += 1;
-        }
-    }
-    if remote == 0 || read_sum <= added {
-        return 0;
-    }
-    (read_sum - added) / remote
 }
 
 /// Whether `cfs_rq` is on some rq's `cfsb_csd_list` (an async unthrottle is on its way).

@@ -131,6 +131,25 @@ impl fmt::Display for Feature {
     }
 }
 
+impl Feature {
+    /// Whether this kernel has the feature at all: a field that is simply not in its BTF (older
+    /// or newer kernels) leaves the feature absent without turning it "off".
+    pub fn in_kernel(self, o: &Offsets) -> bool {
+        let field = match self {
+            Feature::KernelDuration => o.cfs_rq_throttled_clock,
+            Feature::TaskCount => o.cfs_rq_nr_tasks,
+            Feature::Bandwidth => o.tg_quota,
+            Feature::Burst => o.tg_burst,
+            Feature::RunningTask => o.rq_curr,
+            Feature::Tracepoint => o.cfs_rq_runtime_enabled,
+            Feature::SelfTime => o.cfs_rq_throttled_clock_self_time,
+            Feature::AsyncUnthrottle => o.rq_cfsb_csd,
+            Feature::ParkedTasks => o.task_throttled.offset,
+        };
+        field != tracer_common::ABSENT
+    }
+}
+
 /// A feature turned off, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disabled {
@@ -383,10 +402,6 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
                     &["throttled_cfs_rq"],
                     Shape::Struct("list_head"),
                 ),
-            ),
-            (
-                &mut o.cfsb_throttled_time,
-                k.offset("cfs_bandwidth", &["throttled_time"], Shape::Int(8)),
             ),
             (
                 &mut o.hrtimer_function,
@@ -1276,7 +1291,6 @@ mod tests {
             o.cfsb_period_timer,
             o.cfsb_slack_timer,
             o.cfsb_throttled_cfs_rq,
-            o.cfsb_throttled_time,
             o.hrtimer_function,
             o.rq_cfsb_csd,
             o.rq_cfsb_csd_list,
@@ -1288,14 +1302,16 @@ mod tests {
         let tp = |f: Feature| r.disabled.iter().any(|d| d.feature == f);
         assert!(!tp(Feature::Tracepoint) && !tp(Feature::SelfTime));
         assert!(!tp(Feature::AsyncUnthrottle) && !tp(Feature::ParkedTasks));
+        // Absent, not off: the doctor says "not in this kernel".
+        assert!(!Feature::SelfTime.in_kernel(&o) && !Feature::ParkedTasks.in_kernel(&o));
+        assert!(Feature::KernelDuration.in_kernel(&o) && Feature::Bandwidth.in_kernel(&o));
     }
 
     /// Expected values from `pahole -C cfs_rq|cfs_bandwidth|rq|hrtimer|__call_single_data|
     /// task_struct /sys/kernel/btf/vmlinux` on the 6.18.44 host (dwarves 1.24), independently of
     /// btf-rs: cfs_rq runtime_enabled 356, throttled_clock_self 400, throttled_clock_self_time
     /// 408, throttle_count 420, throttled_list 424, throttled_csd_list 440; cfs_bandwidth
-    /// period_timer 64, slack_timer 128, throttled_cfs_rq 192, throttled_time 224; hrtimer
-    /// function 40; rq cfsb_csd
+    /// period_timer 64, slack_timer 128, throttled_cfs_rq 192; hrtimer function 40; rq cfsb_csd
     /// 3488, cfsb_csd_list 3520; __call_single_data func 16; task_struct `bool throttled` 752.
     #[test]
     fn host_6_18_tracepoint_layout() {
@@ -1324,10 +1340,9 @@ mod tests {
             (
                 o.cfsb_period_timer,
                 o.cfsb_slack_timer,
-                o.cfsb_throttled_cfs_rq,
-                o.cfsb_throttled_time
+                o.cfsb_throttled_cfs_rq
             ),
-            (64, 128, 192, 224)
+            (64, 128, 192)
         );
         assert_eq!(o.hrtimer_function, 40);
         assert_eq!(

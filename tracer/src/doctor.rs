@@ -57,6 +57,8 @@ struct BtfCheck {
 struct FeatureCheck {
     feature: String,
     resolved: bool,
+    /// False when this kernel has no such fields (a feature of other kernel versions).
+    in_kernel: bool,
     /// Why it is off; `null` when resolved.
     reason: Option<String>,
 }
@@ -129,6 +131,7 @@ fn diagnose() -> Diagnosis {
                     FeatureCheck {
                         feature: feature.to_string(),
                         resolved: off.is_none(),
+                        in_kernel: feature.in_kernel(&r.offsets),
                         reason: off.map(|d| d.reason.clone()),
                     }
                 })
@@ -231,6 +234,9 @@ fn render(d: &Diagnosis) -> String {
             );
             for f in &d.btf.features {
                 let _ = match &f.reason {
+                    None if !f.in_kernel => {
+                        writeln!(out, "  {:<42}not in this kernel", f.feature)
+                    }
                     None => writeln!(out, "  {:<42}on", f.feature),
                     Some(reason) => writeln!(out, "  {:<42}off: {reason}", f.feature),
                 };
@@ -325,6 +331,7 @@ mod tests {
                 features: vec![FeatureCheck {
                     feature: "burst".into(),
                     resolved: false,
+                    in_kernel: true,
                     reason: Some("struct cfs_bandwidth has no burst".into()),
                 }],
             },
