@@ -421,11 +421,11 @@ impl Judge {
     /// Spiky rounds. Whether a round was stopped is the quota's business (burst arithmetic);
     /// how long it was stopped must fit in the round's own wall − CPU time.
     fn rounds(&mut self, run: &Run, scenario: &Scenario, stopped: bool) -> String {
-        let Workload::Spiky { rounds, warmup, .. } = scenario.workload else {
+        let Workload::Spiky { rounds, .. } = scenario.workload else {
             unreachable!("round checks are for the spiky workload");
         };
-        let judged: Vec<&Round> = run.rounds.iter().filter(|r| r.index >= warmup).collect();
-        let expected_rounds = (rounds - warmup) as usize;
+        let judged: Vec<&Round> = run.rounds.iter().collect();
+        let expected_rounds = rounds as usize;
         self.check(judged.len() == expected_rounds, || {
             format!(
                 "the workload reported {} judged rounds, expected {expected_rounds}",
@@ -458,14 +458,14 @@ impl Judge {
         let group = run.summary_u64("group_stops");
         if stopped {
             self.check(hit.len() == judged.len(), || {
-                format!("rounds stopped: {hit:?}; expected every round from {warmup} on")
+                format!("rounds stopped: {hit:?}; expected every round")
             });
             self.check(group as usize >= expected_rounds, || {
                 format!("group_stops {group}, expected ≥ {expected_rounds}")
             });
         } else {
             self.check(hit.is_empty(), || {
-                format!("rounds {hit:?} were stopped; expected none from round {warmup} on")
+                format!("rounds {hit:?} were stopped; expected none")
             });
         }
         format!(

@@ -133,13 +133,15 @@ fn test_kernel(
         fetched.version,
         log.display()
     );
+    let booted = Instant::now();
     let progress = |line: &str| {
         if let Some(rest) = line.strip_prefix("@@TT ")
-            && ["SCENARIO", "SKIP", "FAIL", "UNAME"]
+            && ["SCENARIO", "SKIP", "FAIL", "UNAME", "TRACER"]
                 .iter()
                 .any(|k| rest.starts_with(k))
         {
-            eprintln!("  [{}] {rest}", kernel.series);
+            let at = booted.elapsed().as_secs();
+            eprintln!("  [{} +{at}s] {rest}", kernel.series);
         }
     };
     let boot = qemu::boot(&fetched.vmlinuz, initrd, &log, BOOT_LIMIT, &progress)?;

@@ -2,13 +2,16 @@
 //!
 //! ```text
 //! throttle-workload busy --threads N --seconds S
-//! throttle-workload spiky --idle-ms MS --burn-ms MS --rounds R
+//! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R
 //! throttle-workload requests --seconds S
 //! ```
 //!
-//! `busy` spins N threads for S seconds of wall time. `spiky` sleeps, then burns MS of its own
-//! CPU time (CLOCK_THREAD_CPUTIME_ID, so time spent stopped does not count), R times, and prints
-//! one line per round with CLOCK_MONOTONIC timestamps and the CPU time burned — the clock the tracer's `start_ns` and
+//! `busy` spins N threads for S seconds of wall time. `spiky` first finds its group's period
+//! boundary (it burns until stopped: it resumes at a refill), then starts a round every MS
+//! after it (a multiple of the period, so every round starts at the same point of the period,
+//! just after a refill), burning the given CPU time (CLOCK_THREAD_CPUTIME_ID, so time spent
+//! stopped does not count) and idling for the rest. It prints one line per round with
+//! CLOCK_MONOTONIC timestamps and the CPU time burned — the clock the tracer's `start_ns` and
 //! `end_ns` use — so that stops can be matched to rounds. `requests` is the workload of
 //! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
 use std::collections::HashMap;
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 mod workload;
 
 const USAGE: &str = "usage: throttle-workload busy --threads N --seconds S\n       \
-                     throttle-workload spiky --idle-ms MS --burn-ms MS --rounds R\n       \
+                     throttle-workload spiky --every-ms MS --burn-ms MS --rounds R\n       \
                      throttle-workload requests --seconds S";
 
 fn main() -> ExitCode {
@@ -45,11 +48,11 @@ fn run(args: &[String]) -> Result<(), String> {
             busy(threads, Duration::from_secs(seconds));
         }
         "spiky" => {
-            let idle = Duration::from_millis(options.take("idle-ms")?);
+            let every_ns = options.take::<u64>("every-ms")? * 1_000_000;
             let burn_ns = options.take::<u64>("burn-ms")? * 1_000_000;
             let rounds = options.take("rounds")?;
             options.finish()?;
-            spiky(idle, burn_ns, rounds);
+            spiky(every_ns, burn_ns, rounds);
         }
         "requests" => {
             let seconds = options.take("seconds")?;
@@ -99,6 +102,42 @@ impl Options {
     }
 }
 
+/// Spins until the group is stopped and returns the CLOCK_MONOTONIC time it ran again (a
+/// refill, a period boundary), or the time it gave up (no quota stopped it).
+fn resume_after_stop() -> u64 {
+    let cpu_start = workload::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    let mut last = workload::clock_ns(libc::CLOCK_MONOTONIC);
+    loop {
+        let now = workload::clock_ns(libc::CLOCK_MONOTONIC);
+        if now - last >= STOP_GAP_NS {
+            return now;
+        }
+        last = now;
+        if workload::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - cpu_start >= SYNC_BURN_NS {
+            return now;
+        }
+    }
+}
+
+/// Sleeps until CLOCK_MONOTONIC reaches `ns` (at once if it has).
+fn sleep_until_ns(ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: a valid timespec and no remainder pointer (unused with TIMER_ABSTIME). An
+    // interruption (EINTR) is retried; any other failure cannot happen with these arguments.
+    while unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    } == libc::EINTR
+    {}
+}
+
 fn busy(threads: usize, length: Duration) {
     let deadline = Instant::now() + length;
     let spinners: Vec<_> = (0..threads)
@@ -116,9 +155,21 @@ fn busy(threads: usize, length: Duration) {
     }
 }
 
-fn spiky(idle: Duration, burn_ns: u64, rounds: u32) {
+/// A pause this long in a spinning thread's clock reads is a stop, not a preemption: the
+/// quotas of the tests stop a group for 50 ms a period.
+const STOP_GAP_NS: u64 = 30_000_000;
+/// CPU time that gets stopped under every quota + burst the tests use (at most 100 ms a period).
+const SYNC_BURN_NS: u64 = 400_000_000;
+
+/// Phase-locked rounds. With a plain sleep between rounds (the reference's lab), a round is
+/// stopped or not depending on where in the period it starts, and wake-up delays move that
+/// point from round to round; starting every round at a fixed distance from a refill makes the
+/// quota's arithmetic the only thing that decides.
+fn spiky(every_ns: u64, burn_ns: u64, rounds: u32) {
+    let refill_ns = resume_after_stop();
     for round in 0..rounds {
-        thread::sleep(idle);
+        let due_ns = refill_ns + (u64::from(round) + 1) * every_ns;
+        sleep_until_ns(due_ns);
         let start_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
         let cpu_ns = workload::burn(burn_ns);
         let end_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
