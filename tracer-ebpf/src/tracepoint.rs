@@ -36,7 +36,7 @@ use tracer_common::{
 
 use crate::{
     OPEN_FULL, offsets,
-    stops::{self, read, read_bits},
+    stops::{self, load, load_bits, read, read_bits},
 };
 
 /// `TP_CONFIG` slots, written by the agent after load.
@@ -183,7 +183,7 @@ pub fn tp_sched_switch(ctx: BtfTracePointContext) -> i32 {
     // (bool preempt, struct task_struct *prev, struct task_struct *next, unsigned prev_state)
     let prev: u64 = ctx.arg(1);
     let next: u64 = ctx.arg(2);
-    let parked = read_bits(prev, &o.task_throttled).unwrap_or(0) != 0;
+    let parked = load_bits(prev, &o.task_throttled).unwrap_or(0) != 0;
     walk(o, prev, parked);
     walk(o, next, false);
     0
@@ -285,6 +285,7 @@ pub fn tp_cgroup_release(ctx: BtfTracePointContext) -> i32 {
 
 /// Walks `task`'s sched_entity chain up through its parents and observes every cfs_rq with a
 /// bandwidth limit. `parked`: the task was just parked by the 6.18 throttle work.
+/// `task` is the tracepoint's BTF-typed argument, so the chain is read with direct loads.
 #[inline(always)]
 fn walk(o: &Offsets, task: u64, parked: bool) {
     if task == 0 || o.task_se == ABSENT {
@@ -292,15 +293,15 @@ fn walk(o: &Offsets, task: u64, parked: bool) {
     }
     let mut se = task + o.task_se as u64;
     for _ in 0..MAX_DEPTH {
-        let Some(cfs_rq) = read::<u64>(se, o.se_cfs_rq) else {
+        let Some(cfs_rq) = load::<u64>(se, o.se_cfs_rq) else {
             return;
         };
-        if read::<i32>(cfs_rq, o.cfs_rq_runtime_enabled).unwrap_or(0) != 0
-            && let Some(throttled) = read_bits(cfs_rq, &o.cfs_rq_throttled)
+        if load::<i32>(cfs_rq, o.cfs_rq_runtime_enabled).unwrap_or(0) != 0
+            && let Some(throttled) = load_bits(cfs_rq, &o.cfs_rq_throttled)
         {
             observe(o, cfs_rq, throttled != 0, task, parked);
         }
-        match read::<u64>(se, o.se_parent) {
+        match load::<u64>(se, o.se_parent) {
             Some(parent) if parent != 0 => se = parent,
             _ => return,
         }
@@ -318,7 +319,9 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
             let st = unsafe { &mut *ptr };
             let t = now();
             if throttled {
-                if episode_changed(o, cfs_rq, st) {
+                if episode_changed(st, || {
+                    load::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
+                }) {
                     // The unthrottle (and a new throttle) happened unseen: close the old stop,
                     // open the new one.
                     let reason = ended_reason(o, cfs_rq, st);
@@ -367,11 +370,12 @@ fn ended_reason(o: &Offsets, cfs_rq: u64, st: &TpStop) -> u32 {
 /// rq lock, at the unthrottle). Before 6.6 nothing of the kernel's says so reliably
 /// (`throttled_clock` is stored after `throttled`, and a timer's walk reads both without the rq
 /// lock), so only an unthrottle we saw ourselves and left to a callback's exit counts.
+/// `self_time` reads the cfs_rq's `throttled_clock_self_time` now: with a direct load on the
+/// hot path, through the helper where the cfs_rq comes from a map.
 #[inline(always)]
-fn episode_changed(o: &Offsets, cfs_rq: u64, st: &TpStop) -> bool {
+fn episode_changed(st: &TpStop, self_time: impl FnOnce() -> Option<u64>) -> bool {
     if st.self_time0 != u64::MAX {
-        return read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
-            .is_some_and(|t| t != st.self_time0);
+        return self_time().is_some_and(|t| t != st.self_time0);
     }
     st.unthrottled_ns != 0
 }
@@ -759,7 +763,9 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
             }
         } else if !throttled {
             end(o, cfs_rq, st.ev.start_ns, END_REFILL, true);
-        } else if episode_changed(o, cfs_rq, st) {
+        } else if episode_changed(st, || {
+            read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
+        }) {
             end(o, cfs_rq, st.ev.start_ns, END_REFILL, false);
             start(o, cfs_rq, t, 0, false);
         } else if !queued_for_async(o, cfs_rq) {
