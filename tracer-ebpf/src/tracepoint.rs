@@ -317,7 +317,8 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
         Some(ptr) => {
             // SAFETY: valid map value pointer from the lookup above.
             let st = unsafe { &mut *ptr };
-            let t = now();
+            // The clock is read only where it is used: most observations of a throttled
+            // cfs_rq change nothing, and a helper call is the dearest part of them.
             if throttled {
                 if episode_changed(st, || {
                     load::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
@@ -326,9 +327,9 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
                     // open the new one.
                     let reason = ended_reason(o, cfs_rq, st);
                     end(o, cfs_rq, st.ev.start_ns, reason, false);
-                    start(o, cfs_rq, t, task, parked);
+                    start(o, cfs_rq, now(), task, parked);
                 } else if parked {
-                    note_park(o, cfs_rq, st, t);
+                    note_park(o, cfs_rq, st, now());
                     if st.ev.leaf_cgroup_id == 0 {
                         st.ev.leaf_cgroup_id = stops::leaf_cgroup(o, task);
                     }
@@ -337,6 +338,7 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
             }
             if st.flags & F_EXIT_PENDING != 0 {
                 // A refill callback's exit will end it with the kernel's own clock.
+                let t = now();
                 if st.unthrottled_ns == 0 {
                     st.unthrottled_ns = t;
                 }
