@@ -1,6 +1,8 @@
 //! `serve`: a tracing session that feeds the Prometheus exporter (`report::prometheus`), and
-//! the HTTP server that exposes it: `/metrics` (OpenMetrics when the client asks for it, as
-//! Prometheus does, else the Prometheus text format) and `/healthz` for probes.
+//! the HTTP server that exposes it: `/metrics` and `/healthz` for probes. `/metrics` answers in
+//! the encoding the `Accept` header prefers ([`Exposition::negotiate`]): the Prometheus
+//! protobuf encoding, with the native histograms, for a Prometheus with native histograms
+//! enabled; OpenMetrics text for any other Prometheus; the Prometheus text format for the rest.
 //!
 //! Everything runs on the one-threaded runtime of `main`: a scrape is encoded between two
 //! drains of the ring buffer, never in the middle of one. SIGINT or SIGTERM ends the run with
@@ -9,10 +11,7 @@ use std::{convert::Infallible, time::Duration};
 
 use http_body_util::Full;
 use hyper::{
-    Method, Request, Response, StatusCode,
-    body::{Bytes, Incoming},
-    header,
-    server::conn::http1,
+    Method, Request, Response, StatusCode, body::Bytes, header, server::conn::http1,
     service::service_fn,
 };
 use hyper_util::rt::TokioIo;
@@ -23,7 +22,7 @@ use crate::{
     agent::{self, Ended, Interrupts, Session},
     cli::ServeArgs,
     error::Failure,
-    report::prometheus::{Config, Exporter, Scraper},
+    report::prometheus::{Config, Exporter, PROTOBUF_CONTENT_TYPE, Scraper},
 };
 
 /// How often the exporter's bookkeeping runs (lost records, removed cgroups).
@@ -101,28 +100,15 @@ async fn accept(listener: TcpListener, scraper: Scraper) {
     }
 }
 
-fn respond(request: &Request<Incoming>, scraper: &Scraper) -> Response<Full<Bytes>> {
+fn respond<B>(request: &Request<B>, scraper: &Scraper) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into());
     }
     match request.uri().path() {
         "/metrics" => {
-            let openmetrics = request
-                .headers()
-                .get_all(header::ACCEPT)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .any(|v| v.contains("application/openmetrics-text"));
-            match scraper.encode(openmetrics) {
-                Ok((content_type, body)) => Response::builder()
-                    .header(header::CONTENT_TYPE, content_type)
-                    .body(Full::new(Bytes::from(body)))
-                    .unwrap_or_default(),
-                Err(e) => plain(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("cannot encode the metrics: {e}\n"),
-                ),
-            }
+            let accept = request.headers().get_all(header::ACCEPT);
+            let accept = accept.iter().filter_map(|v| v.to_str().ok());
+            metrics(Exposition::negotiate(accept), scraper)
         }
         "/healthz" => plain(StatusCode::OK, "ok\n".into()),
         "/" => plain(
@@ -136,10 +122,242 @@ fn respond(request: &Request<Incoming>, scraper: &Scraper) -> Response<Full<Byte
     }
 }
 
+/// The metrics now in `exposition`, or a 500 saying why they could not be encoded.
+fn metrics(exposition: Exposition, scraper: &Scraper) -> Response<Full<Bytes>> {
+    let encoded = match exposition {
+        Exposition::Protobuf => scraper
+            .protobuf()
+            .map(|body| (PROTOBUF_CONTENT_TYPE, body))
+            .map_err(|e| e.to_string()),
+        Exposition::OpenMetrics | Exposition::Text => scraper
+            .encode(exposition == Exposition::OpenMetrics)
+            .map(|(content_type, body)| (content_type, body.into_bytes()))
+            .map_err(|e| e.to_string()),
+    };
+    match encoded {
+        Ok((content_type, body)) => Response::builder()
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap_or_default(),
+        Err(e) => plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the metrics: {e}\n"),
+        ),
+    }
+}
+
+/// The encodings `/metrics` offers, in the order it prefers them when a client accepts several
+/// equally: the one with the most information first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exposition {
+    /// Length-delimited `MetricFamily` messages: the only encoding with native histograms.
+    Protobuf,
+    /// OpenMetrics 1.0 text: classic histograms.
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4: what curl and `promtool check metrics` read.
+    Text,
+}
+
+impl Exposition {
+    const PREFERENCE: [Self; 3] = [Self::Protobuf, Self::OpenMetrics, Self::Text];
+
+    /// The encoding the `Accept` header values grant the highest quality (`q`), by the order
+    /// of [`Self::PREFERENCE`] on a tie. Protobuf and OpenMetrics must be named: a wildcard
+    /// (curl's `*/*`) and a missing or unsatisfiable header get the Prometheus text, so that
+    /// what a person fetches stays readable.
+    fn negotiate<'a>(accept: impl IntoIterator<Item = &'a str>) -> Self {
+        let ranges: Vec<MediaRange> = accept
+            .into_iter()
+            .flat_map(|value| value.split(','))
+            .map(MediaRange::parse)
+            .collect();
+        let quality = |exposition: Self| {
+            ranges
+                .iter()
+                .filter(|range| range.names(exposition))
+                .map(|range| range.q)
+                .fold(0.0, f64::max)
+        };
+        let mut best = (Self::Text, 0.0);
+        for exposition in Self::PREFERENCE {
+            let q = quality(exposition);
+            if q > best.1 {
+                best = (exposition, q);
+            }
+        }
+        best.0
+    }
+}
+
+/// One media range of an `Accept` header, e.g. `text/plain;version=0.0.4;q=0.5`.
+#[derive(Debug)]
+struct MediaRange<'a> {
+    /// `type/subtype`, possibly with wildcards.
+    essence: &'a str,
+    parameters: Vec<(&'a str, &'a str)>,
+    /// The quality, 1 when not given; 0 means "not acceptable".
+    q: f64,
+}
+
+impl<'a> MediaRange<'a> {
+    /// Lenient: an unparsable `q` counts as 0, so a malformed range never wins.
+    fn parse(range: &'a str) -> Self {
+        let mut fields = range.split(';').map(str::trim);
+        let essence = fields.next().unwrap_or_default();
+        let parameters: Vec<(&str, &str)> = fields
+            .filter_map(|p| p.split_once('='))
+            .map(|(key, value)| (key.trim(), value.trim().trim_matches('"')))
+            .collect();
+        let q = parameters
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case("q"))
+            .map_or(1.0, |(_, q)| q.parse().unwrap_or(0.0));
+        Self {
+            essence,
+            parameters,
+            q,
+        }
+    }
+
+    fn parameter(&self, key: &str) -> Option<&'a str> {
+        self.parameters
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, value)| *value)
+    }
+
+    /// Whether this range asks for `exposition`: protobuf only as delimited `MetricFamily`
+    /// messages, the only framing the exporter writes.
+    fn names(&self, exposition: Exposition) -> bool {
+        let is = |essence: &str| self.essence.eq_ignore_ascii_case(essence);
+        match exposition {
+            Exposition::Protobuf => {
+                is("application/vnd.google.protobuf")
+                    && self.parameter("proto") == Some("io.prometheus.client.MetricFamily")
+                    && self
+                        .parameter("encoding")
+                        .is_some_and(|e| e.eq_ignore_ascii_case("delimited"))
+            }
+            Exposition::OpenMetrics => is("application/openmetrics-text"),
+            Exposition::Text => is("text/plain") || is("text/*") || is("*/*"),
+        }
+    }
+}
+
 fn plain(status: StatusCode, text: String) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
         .body(Full::new(Bytes::from(text)))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::cgroups::Version;
+    use crate::report::prometheus::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, tests::families};
+
+    /// What Prometheus 2.42 sends without and with `--enable-feature=native-histograms`.
+    const PROMETHEUS: &str = "application/openmetrics-text;version=1.0.0,\
+        application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    const PROMETHEUS_NATIVE: &str = "application/vnd.google.protobuf;\
+        proto=io.prometheus.client.MetricFamily;encoding=delimited,\
+        application/openmetrics-text;version=1.0.0;q=0.8,\
+        application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+    #[test]
+    fn the_accept_header_chooses_the_encoding() {
+        for (accept, expected) in [
+            (vec![PROMETHEUS_NATIVE], Exposition::Protobuf),
+            (vec![PROMETHEUS], Exposition::OpenMetrics),
+            (vec!["*/*"], Exposition::Text),
+            (vec![], Exposition::Text),
+            (vec!["application/json"], Exposition::Text),
+            // Several header lines count as one list; case and spaces do not matter.
+            (
+                vec![
+                    "text/plain",
+                    "Application/Vnd.Google.Protobuf; proto=io.prometheus.client.MetricFamily; encoding=\"delimited\"",
+                ],
+                Exposition::Protobuf,
+            ),
+            // Quality decides, not the order or the mere mention.
+            (
+                vec!["application/openmetrics-text;q=0.3,text/plain;version=0.0.4"],
+                Exposition::Text,
+            ),
+            (
+                vec![
+                    "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.5,application/openmetrics-text",
+                ],
+                Exposition::OpenMetrics,
+            ),
+            (vec!["application/openmetrics-text;q=0"], Exposition::Text),
+            (
+                vec!["application/openmetrics-text;q=high"],
+                Exposition::Text,
+            ),
+            // Protobuf only in the delimited MetricFamily framing.
+            (
+                vec![
+                    "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text",
+                ],
+                Exposition::Text,
+            ),
+            (vec!["application/vnd.google.protobuf"], Exposition::Text),
+        ] {
+            assert_eq!(
+                Exposition::negotiate(accept.iter().copied()),
+                expected,
+                "{accept:?}"
+            );
+        }
+    }
+
+    /// The response to a GET of /metrics with `accept`: its content type and body.
+    async fn scrape(accept: &str) -> (String, Bytes) {
+        let exporter = Exporter::new(
+            Config {
+                max_cgroups: 10,
+                gone_after: Duration::from_secs(300),
+                named: Vec::new(),
+            },
+            Version::V1,
+        );
+        let request = Request::get("/metrics")
+            .header(header::ACCEPT, accept)
+            .body(())
+            .unwrap();
+        let response = respond(&request, &exporter.scraper());
+        assert_eq!(response.status(), StatusCode::OK);
+        let content_type = response.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (
+            content_type,
+            response.into_body().collect().await.unwrap().to_bytes(),
+        )
+    }
+
+    #[tokio::test]
+    async fn metrics_answer_in_the_negotiated_encoding() {
+        let (content_type, body) = scrape(PROMETHEUS_NATIVE).await;
+        assert_eq!(content_type, PROTOBUF_CONTENT_TYPE);
+        let names: Vec<String> = families(&body).into_iter().map(|f| f.name).collect();
+        assert!(
+            names.contains(&"throttle_tracer_cgroups_tracked".to_owned()),
+            "{names:?}"
+        );
+
+        let (content_type, body) = scrape(PROMETHEUS).await;
+        assert_eq!(content_type, OPENMETRICS_CONTENT_TYPE);
+        assert!(body.ends_with(b"# EOF\n"));
+
+        let (content_type, _) = scrape("*/*").await;
+        assert_eq!(content_type, TEXT_CONTENT_TYPE);
+    }
 }

@@ -2,7 +2,9 @@
 //! `cargo xtask setup` installs), while one pinned busy thread runs under a 20 ms / 100 ms quota
 //! in a real cgroup v1 group: what Prometheus stored is what the exporter served, the mirrored
 //! cpu.stat counter is the kernel's, and the exporter's stop count is the kernel's count of
-//! throttled periods. `promtool check metrics` must find nothing to say about a scrape.
+//! throttled periods. A second Prometheus, with native histograms enabled, scrapes the protobuf
+//! encoding: the count and sum of the native histograms it stored are the exporter's stop
+//! counters. `promtool check metrics` must find nothing to say about a scrape.
 //!
 //! Needs root, kernel BTF, the cgroup v1 cpu controller at /sys/fs/cgroup/cpu and
 //! /usr/bin/prometheus; otherwise it prints "skipped: reason".
@@ -195,6 +197,40 @@ fn percent_encode(s: &str) -> String {
         .collect()
 }
 
+/// Starts a Prometheus (its files under `name` in the scene's directory) that scrapes the
+/// exporter every second, with `features` enabled; returns its port once it is ready.
+fn start_prometheus(scene: &mut Scene, name: &str, exporter_port: u16, features: &[&str]) -> u16 {
+    let dir = scene.dir.path().join(name);
+    fs::create_dir(&dir).expect("create the Prometheus directory");
+    let config = dir.join("prometheus.yml");
+    fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+             - job_name: throttle-tracer\n    scrape_timeout: 900ms\n    static_configs:\n      \
+             - targets: ['127.0.0.1:{exporter_port}']\n"
+        ),
+    )
+    .unwrap();
+    let log = fs::File::create(dir.join("prometheus.log")).unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(PROMETHEUS);
+    cmd.arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(log);
+    for feature in features {
+        cmd.arg(format!("--enable-feature={feature}"));
+    }
+    scene.spawn(&mut cmd);
+    wait_ready(port, "/-/ready", &format!("prometheus ({name})"));
+    port
+}
+
 /// The value of an instant query that must return exactly one series.
 fn query(port: u16, promql: &str) -> f64 {
     let (status, body) = get(
@@ -229,7 +265,7 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
     let started = Instant::now();
     let mut scene = Scene::new();
     let cgroup = format!("/{}", scene.name);
-    let (exporter_port, prometheus_port) = (free_port(), free_port());
+    let exporter_port = free_port();
 
     scene.spawn(
         Command::new(TRACER)
@@ -240,27 +276,10 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
     );
     wait_ready(exporter_port, "/healthz", "throttle-tracer serve");
 
-    let config = scene.dir.path().join("prometheus.yml");
-    fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
-             - job_name: throttle-tracer\n    scrape_timeout: 900ms\n    static_configs:\n      \
-             - targets: ['127.0.0.1:{exporter_port}']\n"
-        ),
-    )
-    .unwrap();
-    let log = fs::File::create(scene.dir.path().join("prometheus.log")).unwrap();
-    let storage = scene.dir.path().join("data");
-    scene.spawn(
-        Command::new(PROMETHEUS)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", storage.display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{prometheus_port}"))
-            .stdout(Stdio::null())
-            .stderr(log),
-    );
-    wait_ready(prometheus_port, "/-/ready", "prometheus");
+    // Prometheus 2.42 with native histograms on stores only the native form of a histogram
+    // that has both, so the classic series come from a second server without the feature.
+    let classic_port = start_prometheus(&mut scene, "classic", exporter_port, &[]);
+    let native_port = start_prometheus(&mut scene, "native", exporter_port, &["native-histograms"]);
 
     let before = scene.nr_throttled();
     scene.start_workload();
@@ -282,8 +301,28 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
         "throttle_tracer_cpustat_nr_periods_total",
         "throttle_tracer_cpustat_throttled_seconds_total",
     ];
+    // The native histograms against the exporter's own figures for the same stops, each from
+    // a counter family of its own (or the classic count): (query, served series).
+    let native = [
+        (
+            format!("histogram_count(throttle_tracer_cpu_stop_seconds{l})"),
+            "throttle_tracer_stops_total",
+        ),
+        (
+            format!("histogram_sum(throttle_tracer_cpu_stop_seconds{l})"),
+            "throttle_tracer_cpu_stopped_seconds_total",
+        ),
+        (
+            format!("histogram_count(throttle_tracer_group_stop_seconds{l})"),
+            "throttle_tracer_group_stop_seconds_count",
+        ),
+        (
+            format!("histogram_sum(throttle_tracer_group_stop_seconds{l})"),
+            "throttle_tracer_wall_stopped_seconds_total",
+        ),
+    ];
     // Nothing changes any more; a scrape may still be in flight, so allow a few seconds for
-    // Prometheus's latest sample to be the exporter's latest value.
+    // each Prometheus's latest sample to be the exporter's latest value.
     let deadline = Instant::now() + Duration::from_secs(5);
     let (scrape, stored) = loop {
         let (status, scrape) = get(exporter_port, "/metrics").expect("scrape the exporter");
@@ -294,15 +333,30 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
             .collect();
         let stored: Vec<f64> = names
             .iter()
-            .map(|n| query(prometheus_port, &format!("{n}{l}")))
+            .map(|n| query(classic_port, &format!("{n}{l}")))
             .collect();
-        if served == stored || Instant::now() > deadline {
+        let truth: Vec<f64> = native
+            .iter()
+            .map(|(_, n)| served[names.iter().position(|m| m == n).unwrap()])
+            .collect();
+        let stored_native: Vec<f64> = native
+            .iter()
+            .map(|(promql, _)| query(native_port, promql))
+            .collect();
+        if (served == stored && truth == stored_native) || Instant::now() > deadline {
             for ((n, s), p) in names.iter().zip(&served).zip(&stored) {
                 println!("{n}: exporter {s}, prometheus {p}");
+            }
+            for (((promql, n), t), p) in native.iter().zip(&truth).zip(&stored_native) {
+                println!("{promql}: prometheus (native) {p}, exporter {n} {t}");
             }
             assert_eq!(
                 served, stored,
                 "Prometheus stored other values than were served"
+            );
+            assert_eq!(
+                truth, stored_native,
+                "the native histograms Prometheus stored disagree with the exporter's counters"
             );
             break (scrape, stored);
         }
@@ -311,13 +365,19 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
     let value = |name: &str| stored[names.iter().position(|n| *n == name).unwrap()];
     let stops = value("throttle_tracer_stops_total");
     let median = query(
-        prometheus_port,
+        classic_port,
         &format!("histogram_quantile(0.5, throttle_tracer_cpu_stop_seconds_bucket{l})"),
     );
+    let native_median = query(
+        native_port,
+        &format!("histogram_quantile(0.5, throttle_tracer_cpu_stop_seconds{l})"),
+    );
     let mirrored = value("throttle_tracer_cpustat_nr_throttled_total");
+    let mean = value("throttle_tracer_cpu_stopped_seconds_total") / stops;
     println!(
         "cpu.stat nr_throttled {before} -> {after} (delta {}); stops_total {stops}; \
-         prometheus median stop {median:.3} s",
+         prometheus median stop {median:.4} s (classic), {native_median:.4} s (native); \
+         mean stop {mean:.4} s",
         after - before
     );
 
@@ -335,6 +395,12 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
     );
     // Each stop is the rest of the period, ~80 ms: in the (64 ms, 128 ms] bucket.
     assert!((0.064..=0.128).contains(&median), "median stop {median} s");
+    // The stops are all about as long, so their median is near their mean; native buckets are
+    // narrow enough (≤ 9%) to show it, where the classic median lands anywhere in its bucket.
+    assert!(
+        (native_median - mean).abs() <= 0.1 * mean,
+        "native median stop {native_median} s vs mean {mean} s"
+    );
     // One CPU: each stop is its own group stop; the last is held back (no later episode).
     let group = value("throttle_tracer_group_stop_seconds_count");
     assert!(
