@@ -76,7 +76,20 @@ pub struct StopEvent {
     /// there. A descendant of `cgroup_id` when the quota lives on an ancestor; 0 = no task of
     /// the group was seen.
     pub leaf_cgroup_id: u64,
+    // Appended for crediting every stopped child (all backends).
+    /// Cgroup ids of up to `MAX_CHILDREN` direct children of the throttled group whose cfs_rq on
+    /// the stopped CPU had tasks queued when the stop was recorded (`nr_running` / `nr_queued`
+    /// non-zero, or their `throttled_clock_self` already running): the children the kernel's
+    /// `tg_throttle_down` starts stopping too. The first `children` entries are valid.
+    pub child_cgroup_ids: [u64; MAX_CHILDREN],
+    pub children: u32,
+    /// Children that qualified beyond the `MAX_CHILDREN` listed, plus one when the walk gave up
+    /// before the end of a very long list of children (so a lower bound then).
+    pub children_unlisted: u32,
 }
+
+/// Most direct children listed in one `StopEvent`.
+pub const MAX_CHILDREN: usize = 8;
 
 /// Where a bit field sits: byte offset of a 32-bit window, shift and width inside it.
 #[repr(C)]
@@ -162,6 +175,14 @@ pub struct Offsets {
     /// `cfs_bandwidth.throttled_time`: what one refill callback added to the group's total, to
     /// correct the per-stop times read after it (before 6.6).
     pub cfsb_throttled_time: u32,
+    // Appended for crediting every stopped child.
+    /// `task_group.cfs_rq`: `struct cfs_rq **`, one per CPU.
+    pub tg_cfs_rq: u32,
+    /// `task_group.children` (`list_head`), linking the children through their `siblings`.
+    pub tg_children: u32,
+    pub tg_siblings: u32,
+    /// `cfs_rq.nr_running` (entities queued, < 6.14) or `cfs_rq.nr_queued` (6.14+).
+    pub cfs_rq_nr_queued: u32,
 }
 
 impl Offsets {
@@ -204,6 +225,10 @@ impl Offsets {
         csd_func: ABSENT,
         task_throttled: BitField::ABSENT,
         cfsb_throttled_time: ABSENT,
+        tg_cfs_rq: ABSENT,
+        tg_children: ABSENT,
+        tg_siblings: ABSENT,
+        cfs_rq_nr_queued: ABSENT,
     };
 }
 
