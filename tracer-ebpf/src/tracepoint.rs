@@ -530,8 +530,19 @@ fn started_before_trace(o: &Offsets, cfs_rq: u64, now: u64) -> bool {
 /// `TP_ENDED` first, then looked up again (the caller's map value may have been freed and
 /// reused since its lookup). `at_exit`: called right after a refill callback, so `rq->clock`
 /// is the unthrottle's clock, once this many ns it has run on since are taken off.
-#[inline(never)]
+#[inline(always)]
 fn end(cfs_rq: u64, start_ns: u64, reason: u32, at_exit: Option<u64>) {
+    // An `Option<u64>` argument takes two registers, and `None` leaves the second one unset:
+    // the verifier refuses the call once the callee spills it. The call takes a plain u64.
+    end_stop(cfs_rq, start_ns, reason, at_exit.unwrap_or(NOT_AT_EXIT));
+}
+
+/// `end`'s `at_exit` when the stop is not ended right after a refill callback.
+const NOT_AT_EXIT: u64 = u64::MAX;
+
+/// `end`, out of line; `at_exit` is `NOT_AT_EXIT` or the ns to take off `rq->clock`.
+#[inline(never)]
+fn end_stop(cfs_rq: u64, start_ns: u64, reason: u32, at_exit: u64) {
     // Not a parameter: BPF calls take at most five argument registers.
     let o = offsets();
     let now = now();
@@ -564,9 +575,8 @@ fn end(cfs_rq: u64, start_ns: u64, reason: u32, at_exit: Option<u64>) {
             Some(t) if t >= st.self_time0 => t - st.self_time0,
             _ => KERNEL_NS_UNKNOWN,
         }
-    } else if let Some(excess) = at_exit
-        && st.ev.kernel_start_clock != 0
-    {
+    } else if at_exit != NOT_AT_EXIT && st.ev.kernel_start_clock != 0 {
+        let excess = at_exit;
         match read::<u64>(cfs_rq, o.cfs_rq_rq).and_then(|rq| read::<u64>(rq, o.rq_clock)) {
             Some(clock) if clock >= st.ev.kernel_start_clock => {
                 (clock - st.ev.kernel_start_clock).saturating_sub(excess)
