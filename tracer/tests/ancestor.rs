@@ -332,7 +332,7 @@ fn every_parent_stop_credits_both_children() {
                 .unwrap()
         })
         .collect();
-    let mut listed = |stop: &Value| {
+    let listed = |stop: &Value| {
         let mut l: Vec<u64> = stop["descendant_cgroup_ids"]
             .as_array()
             .unwrap()
