@@ -469,7 +469,11 @@ impl Reader {
                     if self.ancestors.only_for_descendants(cgroup_id) {
                         // No stop line and no row: only the named descendants' rows show it.
                         if let Event::End(end) = &event {
-                            aggregate.credit_only(end, |d| self.ancestors.is_named(d));
+                            let named = |d| self.ancestors.is_named(d);
+                            aggregate.credit_only(end, named);
+                            if let Some(exporter) = exporter.as_deref_mut() {
+                                exporter.credit(end, hierarchy, named);
+                            }
                         }
                         continue;
                     }
