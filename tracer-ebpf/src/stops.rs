@@ -21,7 +21,7 @@ use crate::{
 static STOP_SCRATCH: PerCpuArray<StopEvent> = PerCpuArray::with_max_entries(1, 0);
 
 /// Most children of one group looked at when a stop is recorded.
-const MAX_SIBLINGS: usize = 32;
+const MAX_SIBLINGS: usize = 16;
 
 #[inline(always)]
 pub fn read<T>(base: u64, offset: u32) -> Option<T> {

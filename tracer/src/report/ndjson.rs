@@ -107,7 +107,7 @@ struct Started<'a> {
     /// The direct children of `cgroup_id` with tasks queued on the stopped CPU at the throttle:
     /// the stop counts for each of them (their cpu.stat.local), at most 8.
     descendant_cgroup_ids: &'a [u64],
-    /// Children stopped too but not listed (more than 8); a lower bound past 32 children.
+    /// Children stopped too but not listed (more than 8); a lower bound past 16 children.
     descendants_unlisted: u32,
 }
 
