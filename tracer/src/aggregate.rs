@@ -33,9 +33,10 @@
 //! of Q with tasks queued on that CPU (`Stop::children`, the kernel's own rule for
 //! cpu.stat.local), so the ended stop counts for each pair (Q, D): Q's summary lists it under
 //! `descendants`, D's under `stopped_by_ancestor` (D gets a summary even if its own quota never
-//! stopped it). Without a child list (grandchildren only, or a kernel whose fields did not
-//! resolve) it counts for the descendant whose task was seen (`Stop::descendant`). Stops whose
-//! list was cut at `MAX_CHILDREN` are counted on Q (`children_unlisted_stops`).
+//! stopped it). It also counts for the descendant whose task was seen stopped
+//! (`Stop::descendant`), when that one is not listed (a grandchild, a kernel whose fields did
+//! not resolve). Stops whose list was cut at `MAX_CHILDREN` are counted on Q
+//! (`children_unlisted_stops`).
 //!
 //! Records from different CPUs reach the ring buffer slightly out of timestamp order. A closed
 //! group stop is therefore held back until a later episode begins after its end, so a late START

@@ -149,14 +149,17 @@ pub struct Stop {
 }
 
 impl Stop {
-    /// The descendants this stop counts for: every child listed, else (no list: grandchildren
-    /// only, or a kernel without the fields) the one whose task was seen.
+    /// The descendants this stop counts for: every child listed, and the descendant whose task
+    /// was seen stopped (its group had that task queued, so the kernel stops its clock too).
+    /// That one alone when nothing is listed (a kernel without the fields); it also covers a
+    /// child the probe found momentarily empty (6.18 parks tasks one by one, and the
+    /// tracepoint backend may look from another CPU while one is being parked).
     pub fn credited(&self) -> Vec<u64> {
-        if self.children.is_empty() {
-            self.descendant.into_iter().collect()
-        } else {
-            self.children.clone()
+        let mut ids = self.children.clone();
+        if let Some(d) = self.descendant.filter(|d| !ids.contains(d)) {
+            ids.push(d);
         }
+        ids
     }
 }
 
@@ -434,6 +437,14 @@ pub(crate) mod tests {
             panic!("not an end");
         };
         assert_eq!(end.stop.credited(), [11]);
+        // A seen task's group missing from the list is credited too.
+        ev.children = 1;
+        ev.leaf_cgroup_id = 12;
+        ev.child_cgroup_ids = [11, 0, 0, 0, 0, 0, 0, 0];
+        let Event::End(end) = Event::parse(&bytes_of(&ev)).unwrap() else {
+            panic!("not an end");
+        };
+        assert_eq!(end.stop.credited(), [11, 12]);
         // A count the record cannot hold is cut to the array.
         ev.children = 100;
         let Event::End(end) = Event::parse(&bytes_of(&ev)).unwrap() else {

@@ -332,14 +332,17 @@ fn every_parent_stop_credits_both_children() {
                 .unwrap()
         })
         .collect();
+    // What a stop counts for: the children listed and the group of the task seen stopped.
     let listed = |stop: &Value| {
         let mut l: Vec<u64> = stop["descendant_cgroup_ids"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|v| v.as_u64().unwrap())
+            .chain([&stop["descendant_cgroup_id"]])
+            .filter_map(Value::as_u64)
             .collect();
         l.sort_unstable();
+        l.dedup();
         l
     };
     let both = stops

@@ -304,8 +304,8 @@ impl Judge {
         figures.join("; ")
     }
 
-    /// How many of the group's stop records list both children in `descendant_cgroup_ids`;
-    /// every one must.
+    /// How many of the group's stop records credit both children (`descendant_cgroup_ids` and
+    /// `descendant_cgroup_id`); every one must.
     fn credit_both(&mut self, run: &Run) -> usize {
         let mut children: Vec<u64> = run
             .children
@@ -318,12 +318,17 @@ impl Judge {
             .filter_map(|s| s["cgroup_id"].as_u64())
             .collect();
         children.sort_unstable();
+        // What a stop counts for: the children listed and the group of the task seen stopped.
         let listed = |stop: &Value| {
             let mut ids: Vec<u64> = stop["descendant_cgroup_ids"]
                 .as_array()
-                .map(|a| a.iter().filter_map(Value::as_u64).collect())
-                .unwrap_or_default();
+                .into_iter()
+                .flatten()
+                .chain([&stop["descendant_cgroup_id"]])
+                .filter_map(Value::as_u64)
+                .collect();
             ids.sort_unstable();
+            ids.dedup();
             ids
         };
         let missing: Vec<&Value> = run.stops.iter().filter(|s| listed(s) != children).collect();
