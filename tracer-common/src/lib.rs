@@ -76,7 +76,20 @@ pub struct StopEvent {
     /// there. A descendant of `cgroup_id` when the quota lives on an ancestor; 0 = no task of
     /// the group was seen.
     pub leaf_cgroup_id: u64,
+    // Appended for crediting every stopped child (all backends).
+    /// Cgroup ids of up to `MAX_CHILDREN` direct children of the throttled group whose cfs_rq on
+    /// the stopped CPU had tasks queued when the stop was recorded (`nr_running` / `nr_queued`
+    /// non-zero, or their `throttled_clock_self` already running): the children the kernel's
+    /// `tg_throttle_down` starts stopping too. The first `children` entries are valid.
+    pub child_cgroup_ids: [u64; MAX_CHILDREN],
+    pub children: u32,
+    /// Children that qualified beyond the `MAX_CHILDREN` listed, plus one when the walk gave up
+    /// before the end of a very long list of children (so a lower bound then).
+    pub children_unlisted: u32,
 }
+
+/// Most direct children listed in one `StopEvent`.
+pub const MAX_CHILDREN: usize = 8;
 
 /// Where a bit field sits: byte offset of a 32-bit window, shift and width inside it.
 #[repr(C)]
@@ -159,6 +172,14 @@ pub struct Offsets {
     pub csd_func: u32,
     /// 6.18 `task_struct.throttled` (a task parked by the task-based throttle).
     pub task_throttled: BitField,
+    // Appended for crediting every stopped child.
+    /// `task_group.cfs_rq`: `struct cfs_rq **`, one per CPU.
+    pub tg_cfs_rq: u32,
+    /// `task_group.children` (`list_head`), linking the children through their `siblings`.
+    pub tg_children: u32,
+    pub tg_siblings: u32,
+    /// `cfs_rq.nr_running` (entities queued, < 6.14) or `cfs_rq.nr_queued` (6.14+).
+    pub cfs_rq_nr_queued: u32,
 }
 
 impl Offsets {
@@ -200,6 +221,10 @@ impl Offsets {
         rq_cfsb_csd_list: ABSENT,
         csd_func: ABSENT,
         task_throttled: BitField::ABSENT,
+        tg_cfs_rq: ABSENT,
+        tg_children: ABSENT,
+        tg_siblings: ABSENT,
+        cfs_rq_nr_queued: ABSENT,
     };
 }
 

@@ -3,16 +3,25 @@
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::map,
     maps::PerCpuArray,
 };
 use tracer_common::{
-    ABSENT, BitField, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, Offsets,
-    StopEvent,
+    ABSENT, BitField, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN,
+    MAX_CHILDREN, Offsets, StopEvent,
 };
 
 use crate::{
     CGROUP_FILTER, EVENTS, FILTER_CGROUPS, LOST, OPEN, OPEN_FULL, WAKEUP_BYTES, end_reason,
 };
+
+/// Scratch space for the record `begin` and `finish` build: with the child list a `StopEvent`
+/// is too big to keep two of on the BPF stack of kernels without private stacks.
+#[map]
+static STOP_SCRATCH: PerCpuArray<StopEvent> = PerCpuArray::with_max_entries(1, 0);
+
+/// Most children of one group looked at when a stop is recorded.
+const MAX_SIBLINGS: usize = 16;
 
 #[inline(always)]
 pub fn read<T>(base: u64, offset: u32) -> Option<T> {
@@ -105,15 +114,9 @@ pub fn describe(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> bool {
     let Some(cgroup) = read::<u64>(tg, o.tg_cgroup) else {
         return false;
     };
-    let Some(kn) = read::<u64>(cgroup, o.cgroup_kn) else {
+    let Some(id) = cgroup_id(o, cgroup) else {
         return false;
     };
-    let Some(mut id) = read::<u64>(kn, o.kn_id) else {
-        return false;
-    };
-    if o.kn_id_is_union != 0 {
-        id &= 0xffff_ffff;
-    }
     // SAFETY: lookup by value; the value is not dereferenced.
     if FILTER_CGROUPS.load() != 0 && unsafe { CGROUP_FILTER.get(id) }.is_none() {
         return false;
@@ -181,17 +184,82 @@ pub fn leaf_cgroup(o: &Offsets, task: u64) -> u64 {
     if o.task_se == ABSENT {
         return 0;
     }
-    let id = read::<u64>(task + o.task_se as u64, o.se_cfs_rq)
+    read::<u64>(task + o.task_se as u64, o.se_cfs_rq)
         .and_then(|cfs_rq| read::<u64>(cfs_rq, o.cfs_rq_tg))
         .and_then(|tg| read::<u64>(tg, o.tg_cgroup))
-        .and_then(|cgroup| read::<u64>(cgroup, o.cgroup_kn))
-        .and_then(|kn| read::<u64>(kn, o.kn_id))
-        .unwrap_or(0);
-    if o.kn_id_is_union != 0 {
+        .and_then(|cgroup| cgroup_id(o, cgroup))
+        .unwrap_or(0)
+}
+
+/// `cgrp->kn->id`, the cgroup directory's inode (its low half on 5.4, see `kn_id_is_union`).
+#[inline(always)]
+pub fn cgroup_id(o: &Offsets, cgroup: u64) -> Option<u64> {
+    let kn = read::<u64>(cgroup, o.cgroup_kn)?;
+    let id = read::<u64>(kn, o.kn_id)?;
+    Some(if o.kn_id_is_union != 0 {
         id & 0xffff_ffff
     } else {
         id
+    })
+}
+
+/// Lists in `ev` the direct children of the throttled group (of `cfs_rq`) that the throttle
+/// stops too: those with tasks queued on the stopped CPU `ev.cpu`. The kernel's
+/// `tg_throttle_down` starts each such child's `throttled_clock_self`, so crediting them with
+/// the owner's stop reproduces their cpu.stat.local. A child whose own clock already runs
+/// (6.18 parks tasks one by one, so its queue may already be empty) counts too.
+///
+/// The loop body is one call whose only result is an id: every path through an iteration
+/// reaches the next with the same state, so the verifier's cost stays linear in the bound.
+#[inline(never)]
+pub fn stopped_children(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
+    if o.tg_children == ABSENT || o.tg_siblings == ABSENT || ev.cpu == u32::MAX {
+        return;
     }
+    let Some(tg) = read::<u64>(cfs_rq, o.cfs_rq_tg) else {
+        return;
+    };
+    let head = tg + o.tg_children as u64;
+    let mut node = read::<u64>(head, 0).unwrap_or(0);
+    for _ in 0..MAX_SIBLINGS {
+        if node == head || node == 0 {
+            return;
+        }
+        let id = stopped_child(o, node - o.tg_siblings as u64, ev.cpu);
+        if id != 0 {
+            let n = ev.children as usize;
+            if n < MAX_CHILDREN {
+                ev.child_cgroup_ids[n] = id;
+                ev.children += 1;
+            } else {
+                ev.children_unlisted = ev.children_unlisted.saturating_add(1);
+            }
+        }
+        node = read::<u64>(node, 0).unwrap_or(0);
+    }
+    if node != head && node != 0 {
+        // More children than looked at: at least one more may have been stopped.
+        ev.children_unlisted = ev.children_unlisted.saturating_add(1);
+    }
+}
+
+/// The cgroup id of the task group `tg` if its cfs_rq on `cpu` has tasks queued (or its
+/// throttled clock running); 0 otherwise or when unreadable.
+#[inline(never)]
+fn stopped_child(o: &Offsets, tg: u64, cpu: u32) -> u64 {
+    let Some(cfs_rq) =
+        read::<u64>(tg, o.tg_cfs_rq).and_then(|rqs| read::<u64>(rqs + 8 * u64::from(cpu), 0))
+    else {
+        return 0;
+    };
+    let queued = read::<u32>(cfs_rq, o.cfs_rq_nr_queued).unwrap_or(0) != 0
+        || read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self).unwrap_or(0) != 0;
+    if !queued {
+        return 0;
+    }
+    read::<u64>(tg, o.tg_cgroup)
+        .and_then(|cgroup| cgroup_id(o, cgroup))
+        .unwrap_or(0)
 }
 
 /// `cfs_rq` has just been throttled: open its stop and emit START.
@@ -202,23 +270,29 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
     if unsafe { OPEN.get(cfs_rq) }.is_some() {
         return;
     }
-    let mut ev = StopEvent {
+    let Some(ev) = STOP_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; programs do not nest on a CPU while using it.
+    let ev = unsafe { &mut *ev };
+    *ev = StopEvent {
         kind: EVENT_START,
         // SAFETY: helper without preconditions.
         start_ns: unsafe { bpf_ktime_get_ns() },
         kernel_ns: KERNEL_NS_UNKNOWN,
         ..StopEvent::default()
     };
-    if !describe(o, cfs_rq, &mut ev) {
+    if !describe(o, cfs_rq, ev) {
         return;
     }
     ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
-    running_task(o, cfs_rq, &mut ev);
-    if OPEN.insert(cfs_rq, ev, 0).is_err() {
+    running_task(o, cfs_rq, ev);
+    stopped_children(o, cfs_rq, ev);
+    if OPEN.insert(cfs_rq, *ev, 0).is_err() {
         bump(&OPEN_FULL);
         return;
     }
-    emit(&ev);
+    emit(ev);
 }
 
 /// `cfs_rq` has just been unthrottled; `throttled_clock` is its `throttled_clock` from before
@@ -236,30 +310,33 @@ pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
             _ => KERNEL_NS_UNKNOWN,
         };
     let reason = end_reason::current();
+    let Some(ev) = STOP_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; programs do not nest on a CPU while using it.
+    let ev = unsafe { &mut *ev };
     // SAFETY: the value is copied out before the entry is removed.
-    let started = unsafe { OPEN.get(cfs_rq) }.copied();
-    let ev = match started {
-        Some(mut ev) => {
+    match unsafe { OPEN.get(cfs_rq) } {
+        Some(started) => {
+            *ev = *started;
             let _ = OPEN.remove(cfs_rq);
             ev.kind = EVENT_END;
             ev.end_ns = end_ns;
             ev.kernel_ns = kernel_ns;
             ev.end_reason = reason;
-            ev
         }
         None => {
-            let mut ev = StopEvent {
+            *ev = StopEvent {
                 kind: EVENT_UNSEEN_START_END,
                 end_ns,
                 kernel_ns,
                 end_reason: reason,
                 ..StopEvent::default()
             };
-            if !describe(o, cfs_rq, &mut ev) {
+            if !describe(o, cfs_rq, ev) {
                 return;
             }
-            ev
         }
-    };
-    emit(&ev);
+    }
+    emit(ev);
 }

@@ -454,6 +454,11 @@ fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
         st.ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
         if task != 0 {
             stops::task_ids(o, task, &mut st.ev);
+            // Only here: the refill callbacks' programs call `start` inside their list walk
+            // with `task` 0, and the verifier then prunes this walk from them (it doubled their
+            // verification time). A stop is first seen at a refill only if no context switch
+            // on its CPU saw it first; it then credits the running task's group alone.
+            stops::stopped_children(o, cfs_rq, &mut st.ev);
         } else {
             stops::running_task(o, cfs_rq, &mut st.ev);
         }
@@ -598,19 +603,7 @@ fn unindex(st: &mut TpStop) {
 fn group_of(o: &Offsets, cfs_rq: u64) -> Option<(u64, u64)> {
     let tg = read::<u64>(cfs_rq, o.cfs_rq_tg)?;
     let cgroup = read::<u64>(tg, o.tg_cgroup)?;
-    Some((cgroup, cgroup_id(o, cgroup)?))
-}
-
-/// `cgrp->kn->id` as `stops::describe` reads it.
-#[inline(always)]
-fn cgroup_id(o: &Offsets, cgroup: u64) -> Option<u64> {
-    let kn = read::<u64>(cgroup, o.cgroup_kn)?;
-    let id = read::<u64>(kn, o.kn_id)?;
-    Some(if o.kn_id_is_union != 0 {
-        id & 0xffff_ffff
-    } else {
-        id
-    })
+    Some((cgroup, stops::cgroup_id(o, cgroup)?))
 }
 
 #[inline(always)]
@@ -625,7 +618,7 @@ fn cpu_of(o: &Offsets, cfs_rq: u64) -> u64 {
 /// nothing of the (possibly freed) cfs_rq is read here.
 #[inline(never)]
 fn cgroup_gone(o: &Offsets, cgroup: u64) {
-    let Some(cgroup_id) = cgroup_id(o, cgroup) else {
+    let Some(cgroup_id) = stops::cgroup_id(o, cgroup) else {
         return;
     };
     let _ = TP_GONE.insert(Gone { cgroup, cgroup_id }, 1, 0);

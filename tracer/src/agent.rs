@@ -24,7 +24,7 @@ use crate::{
     cli::Options,
     cpustat::Baseline,
     error::Failure,
-    filter::{Filter, Selection},
+    filter::{Ancestors, Filter, Selection},
     probes::{BackendChoice, Probes},
     recording::Recorder,
     records::{self, Event},
@@ -230,8 +230,10 @@ impl Session {
             }
         }
         debug!(
-            "task counts from cfs_rq.{}; probe targets with BTF records: {:?}",
+            "task counts from cfs_rq.{}, queued children from cfs_rq.{}; probe targets with \
+             BTF records: {:?}",
             resolved.nr_tasks_field.unwrap_or("(none)"),
+            resolved.nr_queued_field.unwrap_or("(none)"),
             resolved.functions
         );
         for disabled in &resolved.disabled {
@@ -258,7 +260,9 @@ impl Session {
                 )
             })?;
 
-        let mut probes = Probes::attach(request.backend, &resolved.offsets, &filter)?;
+        let ancestors = Ancestors::of(&hierarchy, &request.cgroups, &filter);
+        let kernel_filter: Vec<u64> = filter.iter().copied().chain(ancestors.ids()).collect();
+        let mut probes = Probes::attach(request.backend, &resolved.offsets, &kernel_filter)?;
         if !probes.refused.is_empty() {
             eprintln!(
                 "throttle-tracer: using the {} backend; {}",
@@ -297,7 +301,8 @@ impl Session {
                 .map(|r| (*r).to_owned())
                 .collect(),
         });
-        let reader = Reader::new(ring)?;
+        let mut reader = Reader::new(ring)?;
+        reader.ancestors = ancestors;
         Ok(Self {
             probes,
             reader,
@@ -421,6 +426,8 @@ struct Reader {
     malformed: u64,
     /// Records of cgroups it does not admit are dropped (a userspace selection).
     filter: Option<Filter>,
+    /// Ancestors of the named cgroups, whose stops count only for the named descendants.
+    ancestors: Ancestors,
 }
 
 impl Reader {
@@ -434,6 +441,7 @@ impl Reader {
             fd,
             malformed: 0,
             filter: None,
+            ancestors: Ancestors::default(),
         })
     }
 
@@ -456,6 +464,17 @@ impl Reader {
                     if let Some(filter) = &mut self.filter
                         && !filter.admits(cgroup_id, hierarchy)
                     {
+                        continue;
+                    }
+                    if self.ancestors.only_for_descendants(cgroup_id) {
+                        // No stop line and no row: only the named descendants' rows show it.
+                        if let Event::End(end) = &event {
+                            let named = |d| self.ancestors.is_named(d);
+                            aggregate.credit_only(end, named);
+                            if let Some(exporter) = exporter.as_deref_mut() {
+                                exporter.credit(end, hierarchy, named);
+                            }
+                        }
                         continue;
                     }
                     report.event(&event, hierarchy.path_of(cgroup_id));

@@ -29,11 +29,14 @@
 //! the same stop logic feeds both, and an interval holds what *ended* in it (a stop spanning a
 //! tick counts whole in the interval it ends in; a group stop in the one where it became final).
 //!
-//! Ancestor attribution: when the task seen stopped (`Stop::descendant`) sits in a
-//! descendant D of the quota owner Q, the ended stop also counts for the pair (Q, D): Q's
-//! summary lists it under `descendants`, D's under `stopped_by_ancestor` (D gets a summary
-//! even if its own quota never stopped it). One descendant per per-CPU stop: the one whose
-//! task was seen; other descendants with tasks queued on that CPU are not credited.
+//! Ancestor attribution: a per-CPU stop of the quota owner Q also stops every direct child D
+//! of Q with tasks queued on that CPU (`Stop::children`, the kernel's own rule for
+//! cpu.stat.local), so the ended stop counts for each pair (Q, D): Q's summary lists it under
+//! `descendants`, D's under `stopped_by_ancestor` (D gets a summary even if its own quota never
+//! stopped it). It also counts for the descendant whose task was seen stopped
+//! (`Stop::descendant`), when that one is not listed (a grandchild, a kernel whose fields did
+//! not resolve). Stops whose list was cut at `MAX_CHILDREN` are counted on Q
+//! (`children_unlisted_stops`).
 //!
 //! Records from different CPUs reach the ring buffer slightly out of timestamp order. A closed
 //! group stop is therefore held back until a later episode begins after its end, so a late START
@@ -204,6 +207,9 @@ pub struct CgroupSummary {
     /// For a descendant: the ended stops of each ancestor's quota that stopped its tasks, most
     /// stopped first. Not in any figure above (those are the group's own quota's stops).
     pub stopped_by_ancestor: Vec<Attributed>,
+    /// For a quota owner: ended stops that stopped more children than a record lists, so some
+    /// children in `descendants` miss them.
+    pub children_unlisted_stops: u64,
 }
 
 /// Ended stops of a quota owner that stopped a descendant's task, seen from either side.
@@ -289,6 +295,7 @@ struct CgroupState {
     /// ring buffer by an END reserved on another CPU while the starting CPU was still filling
     /// in its stop (the tracepoint backend opens a stop before it emits its START).
     early_ends: Vec<(u32, u64)>,
+    children_unlisted_stops: u64,
 }
 
 /// Unmatched ENDs remembered for their late START; a late START is microseconds late.
@@ -345,6 +352,9 @@ impl CgroupState {
         }
         if let Some(i) = REASONS.iter().position(|r| *r == end.reason) {
             self.end_reasons[i] += 1;
+        }
+        if end.stop.children_unlisted != 0 {
+            self.children_unlisted_stops += 1;
         }
 
         if let Some(i) = self.open.iter().position(|o| o.cpu == end.stop.cpu) {
@@ -433,6 +443,7 @@ impl CgroupState {
             restarted: self.restarted,
             descendants: Vec::new(),
             stopped_by_ancestor: Vec::new(),
+            children_unlisted_stops: self.children_unlisted_stops,
         }
     }
 }
@@ -542,12 +553,7 @@ impl Aggregate {
         let closed = match event {
             Event::Start(stop) => self.state(stop.cgroup_id).start(stop),
             Event::End(end) => {
-                if let Some(d) = end.stop.descendant {
-                    self.attributed
-                        .entry((end.stop.cgroup_id, d))
-                        .or_default()
-                        .add(end);
-                }
+                self.credit(end, |_| true);
                 self.state(end.stop.cgroup_id).end(end)
             }
             Event::UnseenStartEnd {
@@ -563,6 +569,22 @@ impl Aggregate {
             window.record(event, closed);
         }
         closed
+    }
+
+    /// Counts the ended stop `end` for each descendant it stopped that `keep` admits.
+    fn credit(&mut self, end: &EndedStop, keep: impl Fn(u64) -> bool) {
+        for d in end.stop.credited().into_iter().filter(|&d| keep(d)) {
+            self.attributed
+                .entry((end.stop.cgroup_id, d))
+                .or_default()
+                .add(end);
+        }
+    }
+
+    /// Takes the ended stop of an ancestor that is not reported itself (only a descendant was
+    /// asked for): it counts for the descendants `keep` admits, and for nothing else.
+    pub fn credit_only(&mut self, end: &EndedStop, keep: impl Fn(u64) -> bool) {
+        self.credit(end, keep);
     }
 
     /// Drops what is known about a cgroup (a long `serve` run forgets cgroups that are gone).
@@ -594,10 +616,13 @@ impl Aggregate {
             .map(|(i, s)| (s.cgroup_id, i))
             .collect();
         for ((owner, d), a) in self.attributed {
-            out[by_id[&owner]].descendants.push(Attributed {
-                cgroup_id: d,
-                ..a.clone()
-            });
+            // An owner taken only for its descendants' sake (`credit_only`) has no summary.
+            if let Some(&i) = by_id.get(&owner) {
+                out[i].descendants.push(Attributed {
+                    cgroup_id: d,
+                    ..a.clone()
+                });
+            }
             out[by_id[&d]].stopped_by_ancestor.push(Attributed {
                 cgroup_id: owner,
                 ..a
@@ -655,6 +680,8 @@ mod tests {
             parked: 0,
             park_ns: None,
             descendant: None,
+            children: Vec::new(),
+            children_unlisted: 0,
             kernel_start_clock: None,
         }
     }
@@ -714,6 +741,88 @@ mod tests {
         assert_eq!((a[0].cgroup_id, a[0].stops), (10, 2));
         assert_eq!((a[0].stopped_ns, a[0].kernel_ns), (100 * MS, 100 * MS));
         assert_eq!(c2.stopped_by_ancestor[0].stopped_ns, 40 * MS);
+    }
+
+    /// An END of `owner`'s stop on `cpu` that stopped `children` (listed) and the task of
+    /// `leaf`, with `unlisted` children past the list.
+    fn end_with_children(
+        owner: u64,
+        (leaf, children, unlisted): (Option<u64>, &[u64], u32),
+        cpu: u32,
+        (s, e): (u64, u64),
+    ) -> Event {
+        let Event::End(mut end) = end_of(owner, leaf, cpu, s, e) else {
+            unreachable!()
+        };
+        end.stop.children = children.to_vec();
+        end.stop.children_unlisted = unlisted;
+        Event::End(end)
+    }
+
+    #[test]
+    fn every_listed_child_is_credited_with_each_stop() {
+        // Quota on 10; children 11 and 12 both have tasks on both CPUs: each per-CPU stop
+        // stops both, whichever task was seen. The last stop lists none (only a grandchild
+        // 13 was seen): the seen one is credited.
+        let s = run(
+            &[
+                start(10, 0, 0),
+                start(10, 1, 0),
+                end_with_children(10, (Some(11), &[11, 12], 0), 0, (0, 50 * MS)),
+                end_with_children(10, (Some(12), &[12, 11], 0), 1, (0, 40 * MS)),
+                end_with_children(10, (Some(13), &[], 0), 0, (100 * MS, 130 * MS)),
+            ],
+            200 * MS,
+        );
+        let by = |id| s.iter().find(|x| x.cgroup_id == id).unwrap();
+        let d: Vec<(u64, u64, u64)> = by(10)
+            .descendants
+            .iter()
+            .map(|a| (a.cgroup_id, a.stops, a.kernel_ns))
+            .collect();
+        assert_eq!(d, [(11, 2, 90 * MS), (12, 2, 90 * MS), (13, 1, 30 * MS)]);
+        for child in [11, 12] {
+            let a = &by(child).stopped_by_ancestor;
+            assert_eq!((a.len(), a[0].cgroup_id, a[0].stops), (1, 10, 2));
+            assert_eq!((a[0].stopped_ns, a[0].kernel_ns), (90 * MS, 90 * MS));
+            assert_eq!(by(child).stops.count, 0);
+        }
+        assert_eq!(by(10).children_unlisted_stops, 0);
+    }
+
+    #[test]
+    fn stops_with_unlisted_children_are_counted_on_the_owner() {
+        let eight: Vec<u64> = (11..19).collect();
+        let s = run(
+            &[
+                start(10, 0, 0),
+                end_with_children(10, (None, &eight, 2), 0, (0, 10 * MS)),
+                start(10, 0, 20 * MS),
+                end_with_children(10, (None, &eight[..1], 0), 0, (20 * MS, 30 * MS)),
+            ],
+            40 * MS,
+        );
+        let owner = s.iter().find(|x| x.cgroup_id == 10).unwrap();
+        assert_eq!(owner.children_unlisted_stops, 1);
+        assert_eq!(owner.descendants.len(), 8);
+        assert_eq!(owner.descendants[0].stops, 2);
+    }
+
+    #[test]
+    fn an_ancestor_taken_for_its_descendants_has_no_row() {
+        // Only child 11 was named: the ancestor's stops count for it, not for its sibling 12,
+        // and the ancestor has no summary of its own.
+        let mut agg = Aggregate::watching(&[11]);
+        let Event::End(end) = end_with_children(10, (Some(12), &[11, 12], 0), 0, (0, 50 * MS))
+        else {
+            unreachable!()
+        };
+        agg.credit_only(&end, |d| d == 11);
+        let s = agg.finish(100 * MS);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].cgroup_id, 11);
+        let a = &s[0].stopped_by_ancestor;
+        assert_eq!((a.len(), a[0].cgroup_id, a[0].kernel_ns), (1, 10, 50 * MS));
     }
 
     #[test]

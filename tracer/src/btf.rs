@@ -113,6 +113,9 @@ pub enum Feature {
     AsyncUnthrottle,
     /// `task_struct.throttled` (6.18): tasks parked by the task-based throttle.
     ParkedTasks,
+    /// `task_group.children` / `.siblings` / `.cfs_rq` and `cfs_rq.nr_running` (`nr_queued`):
+    /// every child a parent's stop stops, not only the one whose task was seen.
+    StoppedChildren,
 }
 
 impl fmt::Display for Feature {
@@ -127,6 +130,7 @@ impl fmt::Display for Feature {
             Feature::SelfTime => "tracepoint backend exact kernel duration",
             Feature::AsyncUnthrottle => "tracepoint backend async unthrottle ends",
             Feature::ParkedTasks => "parked task count",
+            Feature::StoppedChildren => "stopped children of a quota owner",
         })
     }
 }
@@ -145,6 +149,7 @@ impl Feature {
             Feature::SelfTime => o.cfs_rq_throttled_clock_self_time,
             Feature::AsyncUnthrottle => o.rq_cfsb_csd,
             Feature::ParkedTasks => o.task_throttled.offset,
+            Feature::StoppedChildren => o.tg_children,
         };
         field != tracer_common::ABSENT
     }
@@ -187,6 +192,8 @@ pub struct Resolved {
     pub throttle_return: ThrottleReturn,
     /// Which cfs_rq field `offsets.cfs_rq_nr_tasks` is (`h_nr_queued` or `h_nr_running`).
     pub nr_tasks_field: Option<&'static str>,
+    /// Which cfs_rq field `offsets.cfs_rq_nr_queued` is (`nr_queued` or `nr_running`).
+    pub nr_queued_field: Option<&'static str>,
     /// The [`PROBE_FUNCTIONS`] that have a BTF `FUNC` record. A record says the function was
     /// compiled out of line somewhere; it does not prove a probe can attach to it.
     pub functions: Vec<&'static str>,
@@ -281,17 +288,32 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
 
     // 6.14 renamed h_nr_running to h_nr_queued (6.12.37+ has the rename backported, next to
     // the new h_nr_runnable). A kernel has one of the two names, so look for the new one first.
-    let nr_tasks = k
-        .offset("cfs_rq", &["h_nr_queued"], Shape::Int(4))
-        .map(|v| (v, "h_nr_queued"))
-        .or_else(|queued| {
-            k.offset("cfs_rq", &["h_nr_running"], Shape::Int(4))
-                .map(|v| (v, "h_nr_running"))
-                .map_err(|running| Unresolved::Neither(Box::new(queued), Box::new(running)))
-        });
+    let nr_tasks = one_of(k, "cfs_rq", ["h_nr_queued", "h_nr_running"], Shape::Int(4));
     let nr_tasks_field = nr_tasks.as_ref().ok().map(|&(_, name)| name);
     let nr_tasks = nr_tasks.map(|(v, _)| v);
     group(Feature::TaskCount, vec![(&mut o.cfs_rq_nr_tasks, nr_tasks)]);
+
+    // 6.14 renamed nr_running to nr_queued (the entities queued on this cfs_rq).
+    let nr_queued = one_of(k, "cfs_rq", ["nr_queued", "nr_running"], Shape::Int(4));
+    let nr_queued_field = nr_queued.as_ref().ok().map(|&(_, name)| name);
+    group(
+        Feature::StoppedChildren,
+        vec![
+            (&mut o.cfs_rq_nr_queued, nr_queued.map(|(v, _)| v)),
+            (
+                &mut o.tg_cfs_rq,
+                k.offset("task_group", &["cfs_rq"], Shape::PtrPtr("cfs_rq")),
+            ),
+            (
+                &mut o.tg_children,
+                k.offset("task_group", &["children"], Shape::Struct("list_head")),
+            ),
+            (
+                &mut o.tg_siblings,
+                k.offset("task_group", &["siblings"], Shape::Struct("list_head")),
+            ),
+        ],
+    );
 
     group(
         Feature::Bandwidth,
@@ -488,8 +510,26 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
         disabled,
         throttle_return,
         nr_tasks_field,
+        nr_queued_field,
         functions,
     })
+}
+
+/// The offset of whichever of two names (`[new, old]`) of a renamed field `root` has, the
+/// new name first, and which one it was.
+fn one_of(
+    k: &Kernel,
+    root: &str,
+    [new, old]: [&'static str; 2],
+    shape: Shape,
+) -> Result<(u32, &'static str), Unresolved> {
+    k.offset(root, &[new], shape)
+        .map(|v| (v, new))
+        .or_else(|first| {
+            k.offset(root, &[old], shape)
+                .map(|v| (v, old))
+                .map_err(|second| Unresolved::Neither(Box::new(first), Box::new(second)))
+        })
 }
 
 /// What the probe reads at a field, checked so a field that changed type is not misread.
@@ -497,6 +537,8 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
 enum Shape {
     /// A pointer to the named struct.
     Ptr(&'static str),
+    /// A pointer to pointers to the named struct (a per-CPU array such as `tg->cfs_rq`).
+    PtrPtr(&'static str),
     /// An integer (or enum) of this many bytes, not a bit field.
     Int(u32),
     /// Any type of this many bytes (e.g. `char comm[16]`).
@@ -511,6 +553,7 @@ impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Shape::Ptr(s) => write!(f, "a pointer to struct {s}"),
+            Shape::PtrPtr(s) => write!(f, "a pointer to pointers to struct {s}"),
             Shape::Int(n) => write!(f, "a {n}-byte integer"),
             Shape::Bytes(n) => write!(f, "{n} bytes"),
             Shape::Struct(s) => write!(f, "struct {s}"),
@@ -550,12 +593,13 @@ impl Kernel {
         }
         let ty = self.strip(found.type_id)?;
         let ok = match (&shape, &ty) {
-            (Shape::Ptr(want), Type::Ptr(p)) => {
+            (Shape::Ptr(want), Type::Ptr(p)) => self.points_to_struct(p, want)?,
+            (Shape::PtrPtr(want), Type::Ptr(p)) => {
                 let target = p
                     .get_type_id()
                     .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
                 match self.strip(target)? {
-                    Type::Struct(s) => self.name(&s)? == *want,
+                    Type::Ptr(inner) => self.points_to_struct(&inner, want)?,
                     _ => false,
                 }
             }
@@ -576,6 +620,17 @@ impl Kernel {
             return Err(wrong(self.describe(found.type_id)?));
         }
         Ok(found.bit_offset / 8)
+    }
+
+    /// Whether pointer `p` points to `struct want`.
+    fn points_to_struct(&self, p: &btf_rs::Ptr, want: &str) -> Result<bool, Unresolved> {
+        let target = p
+            .get_type_id()
+            .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
+        Ok(match self.strip(target)? {
+            Type::Struct(s) => self.name(&s)? == want,
+            _ => false,
+        })
     }
 
     /// A flag read as "non-zero": `int throttled` before 6.18, `bool throttled:1` since.
@@ -961,6 +1016,64 @@ mod tests {
         let off = |f: Feature| r.disabled.iter().any(|d| d.feature == f);
         assert!(off(Feature::Burst) && !off(Feature::TaskCount));
         assert_eq!(r.functions, vec!["throttle_cfs_rq", "unthrottle_cfs_rq"]);
+        assert_eq!(r.nr_queued_field, Some("nr_running"));
+        assert_eq!(
+            (
+                o.cfs_rq_nr_queued,
+                o.tg_cfs_rq,
+                o.tg_children,
+                o.tg_siblings
+            ),
+            (0, 48, 56, 72)
+        );
+    }
+
+    /// 6.14 renamed `cfs_rq.nr_running` to `nr_queued`: the new name is found at the same
+    /// place, and the feature stays on.
+    #[test]
+    fn stopped_children_with_nr_queued() {
+        let r = synth(Variant {
+            nr_queued: true,
+            ..V5_4
+        })
+        .unwrap();
+        assert_eq!(r.nr_queued_field, Some("nr_queued"));
+        assert_eq!(r.offsets.cfs_rq_nr_queued, 0);
+        assert!(
+            !r.disabled
+                .iter()
+                .any(|d| d.feature == Feature::StoppedChildren)
+        );
+    }
+
+    /// Without `task_group.children` the whole feature is off, with a warning naming the
+    /// missing fields, and no half of it is handed to the probe.
+    #[test]
+    fn stopped_children_is_all_or_nothing() {
+        let r = synth(Variant {
+            with_children: false,
+            ..V5_4
+        })
+        .unwrap();
+        let o = r.offsets;
+        for v in [
+            o.cfs_rq_nr_queued,
+            o.tg_cfs_rq,
+            o.tg_children,
+            o.tg_siblings,
+        ] {
+            assert_eq!(v, ABSENT);
+        }
+        let d = r
+            .disabled
+            .iter()
+            .find(|d| d.feature == Feature::StoppedChildren)
+            .expect("stopped children disabled");
+        assert_eq!(
+            d.reason,
+            "struct task_group has no cfs_rq; struct task_group has no children; \
+             struct task_group has no siblings"
+        );
     }
 
     #[test]
@@ -1233,6 +1346,46 @@ mod tests {
         assert!(
             r.functions.contains(&"throttle_cfs_rq") && r.functions.contains(&"unthrottle_cfs_rq")
         );
+    }
+
+    /// Expected values from `pahole -C task_group /sys/kernel/btf/vmlinux` and `pahole -C
+    /// cfs_rq` on the 6.18.44 host (dwarves 1.24), independently of btf-rs: task_group
+    /// `struct cfs_rq * * cfs_rq; /* 224 8 */`, `siblings; /* 416 16 */`, `children;
+    /// /* 432 16 */`; cfs_rq `unsigned int nr_queued; /* 16 4 */`.
+    #[test]
+    fn host_6_18_children_layout() {
+        let Some(r) = host() else { return };
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        if !release.starts_with("6.18.") {
+            println!(
+                "skipped: layout checks are for 6.18.x, this is {}",
+                release.trim()
+            );
+            return;
+        }
+        let o = r.offsets;
+        assert_eq!(r.nr_queued_field, Some("nr_queued"));
+        assert_eq!(
+            (
+                o.tg_cfs_rq,
+                o.tg_siblings,
+                o.tg_children,
+                o.cfs_rq_nr_queued
+            ),
+            (224, 416, 432, 16)
+        );
+        // `cfs_rq` is a pointer to pointers: neither a pointer to the struct nor an int.
+        let k = Kernel {
+            btf: Btf::from_file(VMLINUX).unwrap(),
+        };
+        assert!(matches!(
+            k.offset("task_group", &["cfs_rq"], Shape::Ptr("cfs_rq")),
+            Err(Unresolved::WrongShape { .. })
+        ));
+        assert!(matches!(
+            k.offset("task_group", &["children"], Shape::PtrPtr("cfs_rq")),
+            Err(Unresolved::WrongShape { .. })
+        ));
     }
 
     /// 6.18 has no `h_nr_running` (renamed in 6.14): resolving it must fail, not fall back.

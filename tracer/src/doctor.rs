@@ -18,7 +18,7 @@ use crate::{
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// Every optional probe feature, in the order the report lists them.
-const FEATURES: [Feature; 9] = [
+const FEATURES: [Feature; 10] = [
     Feature::KernelDuration,
     Feature::TaskCount,
     Feature::Bandwidth,
@@ -28,6 +28,7 @@ const FEATURES: [Feature; 9] = [
     Feature::SelfTime,
     Feature::AsyncUnthrottle,
     Feature::ParkedTasks,
+    Feature::StoppedChildren,
 ];
 
 #[derive(Serialize)]
@@ -314,7 +315,8 @@ mod tests {
                 | Feature::Tracepoint
                 | Feature::SelfTime
                 | Feature::AsyncUnthrottle
-                | Feature::ParkedTasks => {}
+                | Feature::ParkedTasks
+                | Feature::StoppedChildren => {}
             }
         }
     }

@@ -8,7 +8,7 @@
 //! that exist then and for new ones when their first record arrives. Several selectors select
 //! the union of what each matches.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 
 use crate::cgroups::{Hierarchy, Version};
@@ -169,6 +169,53 @@ impl Filter {
     }
 }
 
+/// The ancestors of cgroups named by exact path. A stop of an ancestor's quota also stops the
+/// named cgroup, so the kernel-side filter must admit the ancestors too; their stops then count
+/// only for the named descendants they stopped ("stopped by ancestor"), and the ancestors get
+/// no row of their own.
+#[derive(Debug, Default)]
+pub struct Ancestors {
+    named: HashSet<u64>,
+    ancestors: HashSet<u64>,
+}
+
+impl Ancestors {
+    /// The ancestors (the root excepted: it never has a quota) of `paths`, whose ids are
+    /// `named`; an ancestor that is itself named is not one here.
+    pub fn of(hierarchy: &Hierarchy, paths: &[String], named: &[u64]) -> Self {
+        let named: HashSet<u64> = named.iter().copied().collect();
+        let ancestors = paths
+            .iter()
+            .flat_map(|p| proper_ancestors(p))
+            .filter_map(|p| hierarchy.id_of(p).ok())
+            .filter(|id| !named.contains(id))
+            .collect();
+        Self { named, ancestors }
+    }
+
+    /// The ancestors' ids, for the kernel-side filter.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ancestors.iter().copied()
+    }
+
+    /// Whether `id` is traced only for its named descendants' sake.
+    pub fn only_for_descendants(&self, id: u64) -> bool {
+        self.ancestors.contains(&id)
+    }
+
+    /// Whether `id` was named.
+    pub fn is_named(&self, id: u64) -> bool {
+        self.named.contains(&id)
+    }
+}
+
+/// `/a/b/c` → `/a/b`, `/a`: every ancestor path but the root's.
+fn proper_ancestors(path: &str) -> impl Iterator<Item = &str> {
+    path.match_indices('/')
+        .map(|(i, _)| &path[..i])
+        .filter(|p| !p.is_empty())
+}
+
 fn is_glob(s: &str) -> bool {
     s.contains(['*', '?'])
 }
@@ -245,6 +292,14 @@ mod tests {
     use super::*;
 
     const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn ancestor_paths_stop_below_the_root() {
+        let a: Vec<&str> = proper_ancestors("/kubepods/pod1/ctr").collect();
+        assert_eq!(a, ["/kubepods", "/kubepods/pod1"]);
+        assert_eq!(proper_ancestors("/top").count(), 0);
+        assert_eq!(proper_ancestors("/").count(), 0);
+    }
 
     #[test]
     fn globs_match_within_path_components() {

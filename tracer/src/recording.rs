@@ -402,6 +402,11 @@ struct StopLine {
     park_ns: Option<u64>,
     kernel_start_clock_ns: Option<u64>,
     descendant_cgroup_id: Option<u64>,
+    /// Absent from recordings made before stops listed every child.
+    #[serde(default)]
+    descendant_cgroup_ids: Vec<u64>,
+    #[serde(default)]
+    descendants_unlisted: u32,
 }
 
 impl StopLine {
@@ -429,6 +434,8 @@ impl StopLine {
             park_ns: self.park_ns,
             kernel_start_clock: self.kernel_start_clock_ns,
             descendant: self.descendant_cgroup_id,
+            children: self.descendant_cgroup_ids.clone(),
+            children_unlisted: self.descendants_unlisted,
         }
     }
 }

@@ -13,7 +13,7 @@ use std::mem::size_of;
 
 use tracer_common::{
     END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, EVENT_END, EVENT_START,
-    EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, StopEvent,
+    EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, MAX_CHILDREN, StopEvent,
 };
 
 /// Why a ring-buffer record could not be turned into an [`Event`].
@@ -139,6 +139,28 @@ pub struct Stop {
     /// it lives on an ancestor. `None` if no task was seen or it sat in `cgroup_id` itself.
     /// In a START it may still be unknown; the END carries the last word.
     pub descendant: Option<u64>,
+    /// The direct children of `cgroup_id` this stop stopped too: those with tasks queued on
+    /// the stopped CPU when the stop was recorded (at most `MAX_CHILDREN`). Empty when there
+    /// were none or the kernel's fields did not resolve.
+    pub children: Vec<u64>,
+    /// Children that qualified but are not in `children` (a lower bound when the group has
+    /// more children than the probe looks at).
+    pub children_unlisted: u32,
+}
+
+impl Stop {
+    /// The descendants this stop counts for: every child listed, and the descendant whose task
+    /// was seen stopped (its group had that task queued, so the kernel stops its clock too).
+    /// That one alone when nothing is listed (a kernel without the fields); it also covers a
+    /// child the probe found momentarily empty (6.18 parks tasks one by one, and the
+    /// tracepoint backend may look from another CPU while one is being parked).
+    pub fn credited(&self) -> Vec<u64> {
+        let mut ids = self.children.clone();
+        if let Some(d) = self.descendant.filter(|d| !ids.contains(d)) {
+            ids.push(d);
+        }
+        ids
+    }
 }
 
 /// A per-CPU stop that ended.
@@ -267,6 +289,13 @@ fn stop_of(raw: &StopEvent) -> Stop {
         kernel_start_clock: (raw.kernel_start_clock != 0).then_some(raw.kernel_start_clock),
         descendant: (raw.leaf_cgroup_id != 0 && raw.leaf_cgroup_id != raw.cgroup_id)
             .then_some(raw.leaf_cgroup_id),
+        children: raw
+            .child_cgroup_ids
+            .iter()
+            .take((raw.children as usize).min(MAX_CHILDREN))
+            .copied()
+            .collect(),
+        children_unlisted: raw.children_unlisted,
     }
 }
 
@@ -387,6 +416,41 @@ pub(crate) mod tests {
         assert_eq!(end.stop.kernel_start_clock, Some(123_456_789));
         assert_eq!(end.duration_ns(), 80_000);
         assert_eq!(end.kernel_ns, Some(76_500));
+    }
+
+    /// Only the `children` first ids are children; the leaf is the fallback without a list.
+    #[test]
+    fn children_decode_and_credit() {
+        let mut ev = raw(EVENT_END, 7, 1, 1_000, 81_000);
+        ev.leaf_cgroup_id = 11;
+        ev.child_cgroup_ids = [11, 12, 99, 0, 0, 0, 0, 0];
+        ev.children = 2;
+        ev.children_unlisted = 3;
+        let Event::End(end) = Event::parse(&bytes_of(&ev)).unwrap() else {
+            panic!("not an end");
+        };
+        assert_eq!(end.stop.children, [11, 12]);
+        assert_eq!(end.stop.children_unlisted, 3);
+        assert_eq!(end.stop.credited(), [11, 12]);
+        ev.children = 0;
+        let Event::End(end) = Event::parse(&bytes_of(&ev)).unwrap() else {
+            panic!("not an end");
+        };
+        assert_eq!(end.stop.credited(), [11]);
+        // A seen task's group missing from the list is credited too.
+        ev.children = 1;
+        ev.leaf_cgroup_id = 12;
+        ev.child_cgroup_ids = [11, 0, 0, 0, 0, 0, 0, 0];
+        let Event::End(end) = Event::parse(&bytes_of(&ev)).unwrap() else {
+            panic!("not an end");
+        };
+        assert_eq!(end.stop.credited(), [11, 12]);
+        // A count the record cannot hold is cut to the array.
+        ev.children = 100;
+        let Event::End(end) = Event::parse(&bytes_of(&ev)).unwrap() else {
+            panic!("not an end");
+        };
+        assert_eq!(end.stop.children.len(), MAX_CHILDREN);
     }
 
     #[test]

@@ -1,17 +1,21 @@
 //! Ancestor throttling on this host (`--backend tracepoint`, cgroup v1): the quota lives on a
-//! parent, the work runs in its two children. The children's own cpu.stat shows nothing; the
-//! tracer attributes the parent's stops to them, and their cpu.stat.local (the kernel's time
-//! their cfs_rqs were stopped by their own or an ancestor's quota, read here independently of
-//! the tracer) agrees with the kernel time of the stops attributed to them.
+//! parent, the work runs in its two children, each with one busy thread pinned on each CPU. So
+//! every per-CPU stop of the parent stops both children (the kernel starts both children's
+//! `throttled_clock_self` on that CPU): each stop must credit both. The children's own cpu.stat
+//! shows nothing; their cpu.stat.local (the kernel's time their cfs_rqs were stopped by their
+//! own or an ancestor's quota, read here independently of the tracer) must agree with the kernel
+//! time credited to them, and the parent's group stops with its cpu.stat nr_throttled.
 //!
 //! Needs root, kernel BTF and the cgroup v1 cpu controller with cpu.stat.local (6.6+) at
 //! /sys/fs/cgroup/cpu; otherwise it prints "skipped: reason".
+mod common;
+
 use std::{
     fs,
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::mpsc,
+    sync::{Mutex, mpsc},
     thread,
     time::Duration,
 };
@@ -20,20 +24,16 @@ use serde_json::Value;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
-const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
+
+/// The tests compete for the same two CPUs; one at a time keeps each parent at its quota.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn skip_reason() -> Option<String> {
-    // SAFETY: no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
+    if let Some(reason) = common::skip_reason() {
+        return Some(reason);
     }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("no kernel BTF at /sys/kernel/btf/vmlinux".into());
-    }
-    if !Path::new(CPU_ROOT).join("cpu.stat.local").exists() {
-        return Some(format!(
-            "no cgroup v1 cpu controller with cpu.stat.local (6.6+) at {CPU_ROOT}"
-        ));
+    if !Path::new(common::CPU_ROOT).join("cpu.stat.local").exists() {
+        return Some(format!("no cpu.stat.local (6.6+) at {}", common::CPU_ROOT));
     }
     if thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         return Some("fewer than 2 CPUs".into());
@@ -53,7 +53,7 @@ struct Family {
 impl Family {
     fn new() -> Self {
         let name = format!("anc-{}", std::process::id());
-        let parent = Path::new(CPU_ROOT).join(&name);
+        let parent = Path::new(common::CPU_ROOT).join(&name);
         fs::create_dir(&parent).expect("create parent cgroup");
         let mut family = Self {
             parent,
@@ -62,7 +62,6 @@ impl Family {
             processes: Vec::new(),
         };
         write(&family.parent, "cpu.cfs_period_us", "100000");
-        write(&family.parent, "cpu.cfs_quota_us", "50000");
         // The most shares v1 allows: other work on the machine cannot keep the group under
         // its quota (see host_tracepoint.rs).
         write(&family.parent, "cpu.shares", "262144");
@@ -74,11 +73,10 @@ impl Family {
         family
     }
 
-    /// Starts the tracer filtered on the parent; returns its stdout lines after `start`.
-    fn start_tracer(&mut self) -> mpsc::Receiver<String> {
+    /// Starts the tracer filtered on `cgroup`; returns its stdout lines after `start`.
+    fn start_tracer(&mut self, cgroup: &str) -> mpsc::Receiver<String> {
         let mut child = Command::new(TRACER)
-            .args(["--backend", "tracepoint", "--json", "--cgroup"])
-            .arg(format!("/{}", self.name))
+            .args(["--backend", "tracepoint", "--json", "--cgroup", cgroup])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -103,8 +101,8 @@ impl Family {
         rx
     }
 
-    /// One busy thread in child `i`, pinned to CPU `i` (as `taskset -c i` would).
-    fn spawn_busy(&mut self, i: usize, seconds: u32) -> Child {
+    /// One busy thread in child `i`, pinned to CPU `cpu` (as `taskset -c cpu` would).
+    fn spawn_busy(&mut self, i: usize, cpu: usize, seconds: u32) -> Child {
         let mut cmd = Command::new(WORKLOAD);
         cmd.args(["busy", "--threads", "1", "--seconds", &seconds.to_string()]);
         let procs = self.children[i].join("cgroup.procs");
@@ -124,7 +122,7 @@ impl Family {
                     return Err(std::io::Error::last_os_error());
                 }
                 let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(i, &mut set);
+                libc::CPU_SET(cpu, &mut set);
                 if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -181,141 +179,242 @@ fn stat(dir: &Path, file: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{file} has no {name}: {text}"))
 }
 
-/// Parent 50 ms / 100 ms; c1 and c2 (no quota) each run one busy thread, on CPUs 0 and 1.
-/// The tracer is filtered on the parent: the filter names quota owners, and the descendants
-/// of a named owner are attributed with it.
+/// What one run saw: the tracer's lines and the kernel's counters around the workload.
+struct Run {
+    lines: Vec<Value>,
+    parent_path: String,
+    /// Per child: Δ own cpu.stat throttled_time, Δ cpu.stat.local throttled_time (ns).
+    children: Vec<(u64, u64)>,
+    /// Δ the parent's cpu.stat nr_throttled.
+    nr_throttled: u64,
+}
+
+impl Run {
+    /// Parent 50 ms / 100 ms; c1 and c2 (no quota) each run a busy thread on CPU 0 and one on
+    /// CPU 1, under the quota for 3 s, traced with `--cgroup` = the parent (`None`) or the given child.
+    fn of(child_only: Option<&str>) -> Self {
+        let mut family = Family::new();
+        let parent_path = format!("/{}", family.name);
+        let filter = child_only.map_or(parent_path.clone(), |c| format!("{parent_path}/{c}"));
+        let rx = family.start_tracer(&filter);
+        // The children are new and empty: every stop of their tasks falls inside the trace.
+        let read = |f: &Family| -> (Vec<(u64, u64)>, u64) {
+            let children = f
+                .children
+                .iter()
+                .map(|c| {
+                    (
+                        stat(c, "cpu.stat", "throttled_time"),
+                        stat(c, "cpu.stat.local", "throttled_time"),
+                    )
+                })
+                .collect();
+            (children, stat(&f.parent, "cpu.stat", "nr_throttled"))
+        };
+        let before = read(&family);
+        // The quota is set once all four threads run, and they are killed together (a throttle
+        // comes once per period, microseconds are safe): every stop then has a task of each
+        // child on its CPU. Threads starting or ending one by one would leave a CPU with one
+        // child's task, which the kernel credits alone. (The quota is not lifted instead: the
+        // tracepoint backend does not see the end of a stop whose group lost its quota.)
+        let mut workloads: Vec<Child> = [(0, 0), (0, 1), (1, 0), (1, 1)]
+            .into_iter()
+            .map(|(i, cpu)| family.spawn_busy(i, cpu, 60))
+            .collect();
+        thread::sleep(Duration::from_millis(300));
+        write(&family.parent, "cpu.cfs_quota_us", "50000");
+        thread::sleep(Duration::from_secs(3));
+        for w in &mut workloads {
+            w.kill().expect("kill workload");
+        }
+        for w in &mut workloads {
+            w.wait().expect("wait workload");
+        }
+        // The last refill ends every stop before the files are read.
+        thread::sleep(Duration::from_millis(300));
+        let after = read(&family);
+        let lines = family.stop_tracer(rx);
+        Self {
+            lines,
+            parent_path,
+            children: before
+                .0
+                .iter()
+                .zip(&after.0)
+                .map(|(b, a)| (a.0 - b.0, a.1 - b.1))
+                .collect(),
+            nr_throttled: after.1 - before.1,
+        }
+    }
+
+    fn summary(&self, path: &str) -> Option<&Value> {
+        self.lines
+            .iter()
+            .find(|v| v["type"] == "summary" && v["cgroup"] == path)
+    }
+
+    fn child_path(&self, i: usize) -> String {
+        format!("{}/c{}", self.parent_path, i + 1)
+    }
+
+    /// Checks child `i`'s summary against its own counters: no stop and no own throttled time,
+    /// stopped only by the parent, and the kernel time credited to it equal to its
+    /// cpu.stat.local delta (within 1%, or within what the parent's trace is short of its own
+    /// cpu.stat when the report shows that trace incomplete). Returns the stops credited.
+    fn check_child(&self, i: usize, parent_gap: Option<u64>) -> u64 {
+        let path = self.child_path(i);
+        let s = self
+            .summary(&path)
+            .unwrap_or_else(|| panic!("no summary for {path}: {:#?}", self.lines));
+        let (own, local) = self.children[i];
+        assert_eq!(s["stops"], 0, "{s}");
+        let by = s["stopped_by_ancestor"].as_array().unwrap();
+        assert_eq!(by.len(), 1, "{s}");
+        assert_eq!(by[0]["cgroup"], self.parent_path.as_str(), "{s}");
+        let stops = by[0]["stops"].as_u64().unwrap();
+        let credited = by[0]["kernel_ns"].as_u64().unwrap();
+        let error = (credited as f64 - local as f64) / local.max(1) as f64;
+        println!(
+            "{path}: {stops} stops by {}'s quota, credited kernel time {:.3} ms vs \
+             cpu.stat.local {:.3} ms ({:+.4}%); own cpu.stat throttled_time {own} ns",
+            self.parent_path,
+            credited as f64 / 1e6,
+            local as f64 / 1e6,
+            error * 100.0,
+        );
+        // The users' complaint: the child's own counter says it was never throttled.
+        assert_eq!(own, 0, "{path} own cpu.stat throttled_time");
+        assert!(
+            local > 0 && stops > 0,
+            "{path}: local {local} ns, {stops} stops"
+        );
+        match parent_gap {
+            Some(gap) => {
+                println!(
+                    "{path}: the parent's trace is incomplete ({gap} ns off its cpu.stat): \
+                     checked within that instead of 1%"
+                );
+                assert!(
+                    credited.abs_diff(local) <= gap + local / 100,
+                    "{path}: credited {credited} ns vs cpu.stat.local {local} ns"
+                );
+            }
+            None => assert!(
+                error.abs() <= 0.01,
+                "{path}: credited {credited} ns vs cpu.stat.local {local} ns"
+            ),
+        }
+        stops
+    }
+}
+
+/// Traced with `--cgroup` = the parent: every per-CPU stop credits both children, the
+/// parent's group stops are its nr_throttled, each child's credit is its cpu.stat.local.
 #[test]
-fn parent_quota_stops_are_attributed_to_the_children() {
+fn every_parent_stop_credits_both_children() {
     if let Some(reason) = skip_reason() {
         println!("skipped: {reason}");
         return;
     }
-    let mut family = Family::new();
-    let rx = family.start_tracer();
-    // The children are new and empty: every stop of their tasks falls inside the trace, and
-    // after the workloads exit, the last refill ends every stop before the files are read.
-    let read = |f: &Family| -> Vec<(u64, u64)> {
-        f.children
-            .iter()
-            .map(|c| {
-                (
-                    stat(c, "cpu.stat", "throttled_time"),
-                    stat(c, "cpu.stat.local", "throttled_time"),
-                )
-            })
-            .collect()
-    };
-    let before = read(&family);
-    let mut workloads = vec![family.spawn_busy(0, 3), family.spawn_busy(1, 3)];
-    for w in &mut workloads {
-        let status = w.wait().expect("wait workload");
-        assert!(status.success(), "workload: {status}");
-    }
-    thread::sleep(Duration::from_millis(300));
-    let after = read(&family);
-    let lines = family.stop_tracer(rx);
-
-    let summaries: Vec<&Value> = lines.iter().filter(|v| v["type"] == "summary").collect();
-    let summary_of = |path: &str| {
-        *summaries
-            .iter()
-            .find(|s| s["cgroup"] == path)
-            .unwrap_or_else(|| panic!("no summary for {path}: {summaries:#?}"))
-    };
-    let parent_path = format!("/{}", family.name);
-    let parent = summary_of(&parent_path);
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = Run::of(None);
+    let parent = run.summary(&run.parent_path).expect("parent summary");
     println!("parent summary: {parent}");
-    assert!(parent["stops"].as_u64().unwrap() > 0, "{parent}");
-    // As in tests/demo.rs: the exact check needs a trace of the parent the report does not
-    // flag incomplete (the tracepoint backend sometimes misses part of a stop: an end without
-    // its start, or a start replacing a lost end).
-    let flag = |k: &str| parent[k].as_u64().unwrap_or(0);
-    let parent_gap = parent["cpu_stat"]["throttled_ns"]
+    let stops: Vec<&Value> = run.lines.iter().filter(|v| v["type"] == "stop").collect();
+    let count = |k: &str| parent[k].as_u64().unwrap_or(0);
+    assert_eq!(count("stops"), stops.len() as u64);
+    assert!(stops.len() >= 20, "{} stops in 3 s", stops.len());
+    // Both children have a task on every CPU at every throttle: each stop lists both.
+    let ids: Vec<u64> = (0..2)
+        .map(|i| {
+            run.summary(&run.child_path(i)).expect("child summary")["cgroup_id"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    // What a stop counts for: the children listed and the group of the task seen stopped.
+    let listed = |stop: &Value| {
+        let mut l: Vec<u64> = stop["descendant_cgroup_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain([&stop["descendant_cgroup_id"]])
+            .filter_map(Value::as_u64)
+            .collect();
+        l.sort_unstable();
+        l.dedup();
+        l
+    };
+    let both = stops
+        .iter()
+        .filter(|s| listed(s) == ids && s["descendants_unlisted"] == 0)
+        .count();
+    for stop in stops.iter().filter(|s| listed(s) != ids) {
+        println!("stop not crediting both children: {stop}");
+    }
+    println!(
+        "{both} of {} parent stops credit both children {ids:?}",
+        stops.len()
+    );
+    assert_eq!(both, stops.len(), "every stop credits both children");
+    // Group stops: one per throttled period, as the parent's own nr_throttled counts them.
+    let groups = parent["group_stops"].as_u64().unwrap();
+    println!(
+        "group stops {groups} vs nr_throttled delta {}",
+        run.nr_throttled
+    );
+    assert!(
+        groups.abs_diff(run.nr_throttled) <= 1.max(run.nr_throttled / 50),
+        "group stops {groups} vs nr_throttled {}",
+        run.nr_throttled
+    );
+    let gap = parent["cpu_stat"]["throttled_ns"]
         .as_u64()
         .unwrap()
-        .abs_diff(flag("kernel_accounted_ns"));
-    let incomplete = flag("unmatched_ends") + flag("restarted") + flag("kernel_unknown_stops") > 0
-        || flag("open") > 0
-        || parent_gap > 0;
-    for stop in lines.iter().filter(|v| v["type"] == "stop") {
-        let (k, d) = (stop["kernel_ns"].as_u64(), stop["duration_ns"].as_u64());
-        if let (Some(k), Some(d)) = (k, d)
-            && k.abs_diff(d) > 5_000_000
-        {
-            println!("parent stop whose kernel time is far from its length: {stop}");
-        }
-    }
-    let descendants = parent["descendants"].as_array().unwrap();
-    let ids: Vec<&Value> = descendants.iter().map(|d| &d["cgroup_id"]).collect();
-    let mut per_cpu = std::collections::BTreeMap::<(u64, u64), (u64, u64)>::new();
-    for stop in lines.iter().filter(|v| v["type"] == "stop") {
-        let key = (
-            stop["cpu"].as_u64().unwrap(),
-            stop["descendant_cgroup_id"].as_u64().unwrap_or(0),
+        .abs_diff(count("kernel_accounted_ns"));
+    let incomplete = count("unmatched_ends") + count("restarted") + count("kernel_unknown_stops")
+        > 0
+        || count("open") > 0
+        || gap > 0;
+    for i in 0..2 {
+        let credited = run.check_child(i, incomplete.then_some(gap));
+        assert_eq!(
+            credited,
+            stops.len() as u64,
+            "child {i} credited every stop"
         );
-        let e = per_cpu.entry(key).or_default();
-        e.0 += 1;
-        e.1 += stop["kernel_ns"].as_u64().unwrap_or(0);
     }
-    println!("parent stops by (cpu, descendant id): (count, kernel ns) {per_cpu:?}; ids {ids:?}");
-    for stop in lines.iter().filter(|v| v["type"] == "stop") {
-        let d = &stop["descendant_cgroup_id"];
-        if d.is_null() || !ids.contains(&d) {
-            println!("stop not attributed to a child: {stop}");
-        }
+}
+
+/// Traced with `--cgroup` = c1 only: c1 sees the parent's stops that stopped it ("stopped by
+/// ancestor"), neither the parent nor c2 gets a row, and c1's credit is its cpu.stat.local.
+/// Each throttled period stops both CPUs, so c1 is credited twice per nr_throttled period.
+#[test]
+fn a_child_named_alone_sees_its_ancestors_stops() {
+    if let Some(reason) = skip_reason() {
+        println!("skipped: {reason}");
+        return;
     }
-    for (i, child) in ["c1", "c2"].iter().enumerate() {
-        let path = format!("{parent_path}/{child}");
-        let s = summary_of(&path);
-        // Stopped only by the parent's quota: no stop of its own.
-        assert_eq!(s["stops"], 0, "{s}");
-        let by = s["stopped_by_ancestor"].as_array().unwrap();
-        assert_eq!(by.len(), 1, "{s}");
-        assert_eq!(by[0]["cgroup"], parent_path.as_str(), "{s}");
-        let stops = by[0]["stops"].as_u64().unwrap();
-        assert!(stops > 0, "{s}");
-        assert!(
-            descendants
-                .iter()
-                .any(|d| d["cgroup"] == path.as_str() && d["stops"] == stops),
-            "{parent}"
-        );
-        let attributed = by[0]["kernel_ns"].as_u64().unwrap();
-        // The parent's stops on this child's CPU that named no stopped task (not attributed).
-        let unnamed: Vec<&Value> = lines
-            .iter()
-            .filter(|v| v["type"] == "stop" && v["cpu"] == i && v["descendant_cgroup_id"].is_null())
-            .collect();
-        println!("{path}: parent stops on cpu {i} naming no task: {unnamed:?}");
-        let own = after[i].0 - before[i].0;
-        let local = after[i].1 - before[i].1;
-        let error = (attributed as f64 - local as f64) / local.max(1) as f64;
-        println!(
-            "{path}: {stops} stops by {parent_path}'s quota, attributed kernel time {attributed} \
-             ns vs cpu.stat.local {local} ns ({:+.4}%); own cpu.stat throttled_time {own} ns; \
-             tracer's local_accounted_ns {}",
-            error * 100.0,
-            s["local_accounted_ns"]
-        );
-        // The users' complaint: the child's own counter says it was never throttled.
-        assert_eq!(own, 0, "{path} own cpu.stat throttled_time");
-        assert!(local > 0, "{path} cpu.stat.local never grew");
-        if incomplete {
-            // The backend lost part of a parent stop (its own check shows it): the child can
-            // be off by what the parent's trace misses, and no more.
-            println!(
-                "{path}: the parent's trace is incomplete ({parent_gap} ns short of its \
-                 cpu.stat): checked within that instead of 1%"
-            );
-            assert!(
-                attributed.abs_diff(local) <= parent_gap + local / 100,
-                "{path}: attributed {attributed} ns vs cpu.stat.local {local} ns"
-            );
-        } else {
-            assert!(
-                error.abs() <= 0.01,
-                "{path}: attributed {attributed} ns vs cpu.stat.local {local} ns"
-            );
-        }
-    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = Run::of(Some("c1"));
+    assert!(
+        run.summary(&run.parent_path).is_none(),
+        "a row for the parent"
+    );
+    assert!(run.summary(&run.child_path(1)).is_none(), "a row for c2");
+    assert!(
+        !run.lines.iter().any(|v| v["type"] == "stop"),
+        "no stop line: c1 has no stop of its own"
+    );
+    let stops = run.check_child(0, None);
+    println!(
+        "c1 credited with {stops} per-CPU stops; parent nr_throttled delta {} (x2 CPUs = {})",
+        run.nr_throttled,
+        2 * run.nr_throttled
+    );
+    assert!(
+        stops.abs_diff(2 * run.nr_throttled) <= 2.max(run.nr_throttled / 25),
+        "{stops} stops vs 2 x nr_throttled {}",
+        run.nr_throttled
+    );
 }

@@ -8,7 +8,8 @@ section doctor /tmp/doctor
 # scenario NAME BACKEND "QUOTA PERIOD" BURST WORKLOAD-COMMAND...
 # BURST "-" leaves cpu.max.burst alone; "0" is written where the kernel has the file.
 # WORKLOAD-COMMAND "children SECONDS": two child cgroups c1, c2 of the quota's group, each
-# running one busy thread pinned to CPU 0 / CPU 1 (the quota lives on their parent).
+# running one busy thread pinned to CPU 0 and one pinned to CPU 1 (the quota lives on their
+# parent, and holds for SECONDS while all four run).
 scenario() {
     name=$1 backend=$2 max=$3 burst=$4
     shift 4
@@ -54,14 +55,25 @@ scenario() {
     section "$name/cpu.stat.before" "$cg/cpu.stat"
     if [ "$1" = children ]; then
         children_stat "$name" "$cg" before
-        (in_cgroup "$cg/c1" taskset -c 0 throttle-workload busy --threads 1 --seconds "$2") \
-            > "$out.workload" 2>&1 &
-        first=$!
-        (in_cgroup "$cg/c2" taskset -c 1 throttle-workload busy --threads 1 --seconds "$2") \
-            >> "$out.workload" 2>&1
-        second=$?
-        wait "$first"
-        mark "WORKLOAD $name exit status $(($? | second))"
+        # The quota holds only while all four threads run, and they are killed together: each
+        # child then has a task on each CPU at every stop (threads starting or ending one by
+        # one would leave a CPU with one child's task, which the kernel credits alone).
+        echo max > "$cg/cpu.max"
+        pids=
+        for child in c1 c2; do
+            for cpu in 0 1; do
+                busy_in "$cg/$child" "$cpu" >> "$out.workload" 2>&1 &
+                pids="$pids $!"
+            done
+        done
+        sleep 0.3
+        echo "$max" > "$cg/cpu.max"
+        sleep "$2"
+        # Status 0: all four were still running when killed.
+        kill -KILL $pids
+        status=$?
+        wait $pids
+        mark "WORKLOAD $name exit status $status"
     else
         in_cgroup "$cg" "$@" > "$out.workload" 2>&1
         mark "WORKLOAD $name exit status $?"
@@ -93,4 +105,11 @@ children_stat() {
             section "$1/$child/cpu.stat.local.$3" "$2/$child/cpu.stat.local"
         fi
     done
+}
+
+# busy_in CGROUP-DIR CPU: one busy thread pinned to CPU inside the cgroup until it is killed.
+# Run it in the background: it execs, so $! is the workload itself.
+busy_in() {
+    exec sh -c 'echo $$ > "$0/cgroup.procs" &&
+        exec taskset -c "$1" throttle-workload busy --threads 1 --seconds 600' "$1" "$2"
 }

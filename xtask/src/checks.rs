@@ -228,9 +228,10 @@ impl Judge {
         }
     }
 
-    /// The quota's group owns the stops; each child was stopped by it: `stopped_by_ancestor`
-    /// names the group, its own cpu.stat stayed at 0 throttling, and where the kernel has
-    /// cpu.stat.local (6.6+) the attributed kernel time matches its delta within 1%.
+    /// The quota's group owns the stops; each child was stopped by it: every stop credits
+    /// both children (each has a busy task on each CPU), `stopped_by_ancestor` names the group,
+    /// its own cpu.stat stayed at 0 throttling, and where the kernel has cpu.stat.local (6.6+)
+    /// the credited kernel time matches its delta within 1%.
     fn ancestor(&mut self, run: &Run) -> String {
         let parent = run.summary["cgroup"].as_str().unwrap_or("?").to_owned();
         let stops = run.summary_u64("stops");
@@ -241,7 +242,11 @@ impl Judge {
                 run.children.len()
             )
         });
-        let mut figures = vec![format!("{parent}: {stops} stops")];
+        let both = self.credit_both(run);
+        let mut figures = vec![format!(
+            "{parent}: {stops} stops, {both} of {} crediting both children",
+            run.stops.len()
+        )];
         for child in &run.children {
             let path = child.path.as_str();
             let Some(summary) = run.summaries.iter().find(|s| s["cgroup"] == path) else {
@@ -297,6 +302,45 @@ impl Judge {
             figures.push(line);
         }
         figures.join("; ")
+    }
+
+    /// How many of the group's stop records credit both children (`descendant_cgroup_ids` and
+    /// `descendant_cgroup_id`); every one must.
+    fn credit_both(&mut self, run: &Run) -> usize {
+        let mut children: Vec<u64> = run
+            .children
+            .iter()
+            .filter_map(|c| {
+                run.summaries
+                    .iter()
+                    .find(|s| s["cgroup"] == c.path.as_str())
+            })
+            .filter_map(|s| s["cgroup_id"].as_u64())
+            .collect();
+        children.sort_unstable();
+        // What a stop counts for: the children listed and the group of the task seen stopped.
+        let listed = |stop: &Value| {
+            let mut ids: Vec<u64> = stop["descendant_cgroup_ids"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .chain([&stop["descendant_cgroup_id"]])
+                .filter_map(Value::as_u64)
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids
+        };
+        let missing: Vec<&Value> = run.stops.iter().filter(|s| listed(s) != children).collect();
+        self.check(missing.is_empty(), || {
+            format!(
+                "{} of {} stops do not credit both children {children:?}, e.g. {}",
+                missing.len(),
+                run.stops.len(),
+                missing[0]
+            )
+        });
+        run.stops.len() - missing.len()
     }
 
     fn one_thread(&mut self, run: &Run, scenario: &Scenario) -> String {

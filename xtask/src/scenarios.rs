@@ -29,7 +29,8 @@ pub enum Workload {
         rounds: u32,
     },
     /// The quota's group gets two child cgroups (v2: +cpu in its subtree_control), c1 and c2,
-    /// each running one busy thread pinned to CPU 0 and CPU 1 for `seconds`.
+    /// each running one busy thread pinned to CPU 0 and one pinned to CPU 1; the quota is set
+    /// once all four run and holds for `seconds`, then they are killed together.
     Children { seconds: u32 },
 }
 
@@ -42,9 +43,10 @@ pub enum Expect {
     RoundsStopped,
     /// No judged burn round is stopped: quota + burst covers the burn.
     RoundsNotStopped,
-    /// The quota's group stops, its children's tasks are the ones stopped: each child has
+    /// The quota's group stops, its children's tasks are the ones stopped: every per-CPU stop
+    /// credits both children (each has a task on each CPU), each child has
     /// `stopped_by_ancestor` the group, its own cpu.stat shows no throttling, and (6.6+) its
-    /// cpu.stat.local grew by the kernel time of the stops attributed to it.
+    /// cpu.stat.local grew by the kernel time of the stops credited to it.
     AncestorStops,
 }
 

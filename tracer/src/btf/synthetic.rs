@@ -190,6 +190,10 @@ pub struct Variant {
     pub rq_as_integer: bool,
     pub with_task_se: bool,
     pub throttle: Throttle,
+    /// `task_group.{cfs_rq,children,siblings}` present.
+    pub with_children: bool,
+    /// `cfs_rq.nr_queued` (6.14+) instead of `cfs_rq.nr_running`.
+    pub nr_queued: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -208,6 +212,8 @@ pub const V5_4: Variant = Variant {
     rq_as_integer: false,
     with_task_se: true,
     throttle: Throttle::Void,
+    with_children: true,
+    nr_queued: false,
 };
 
 pub fn kernel(v: Variant) -> Vec<u8> {
@@ -242,6 +248,15 @@ pub fn kernel(v: Variant) -> Vec<u8> {
     let p_task = b.ptr(task_struct);
     let p_se = b.ptr(sched_entity);
     let p_cfs_rq = b.ptr(cfs_rq);
+    let pp_cfs_rq = b.ptr(p_cfs_rq);
+    let list_head = b.reserve();
+    let p_list_head = b.ptr(list_head);
+    b.structure(
+        list_head,
+        "list_head",
+        16,
+        &[("next", p_list_head, 0, 0), ("prev", p_list_head, 64, 0)],
+    );
 
     let throttled = match v.throttled_bitfield_at {
         None => ("throttled", int, 36 * 8, 0),
@@ -257,6 +272,16 @@ pub fn kernel(v: Variant) -> Vec<u8> {
         "cfs_rq",
         64,
         &[
+            (
+                if v.nr_queued {
+                    "nr_queued"
+                } else {
+                    "nr_running"
+                },
+                uint,
+                0,
+                0,
+            ),
             ("h_nr_running", uint, 4 * 8, 0),
             rq_member,
             ("tg", p_tg, 16 * 8, 0),
@@ -288,15 +313,18 @@ pub fn kernel(v: Variant) -> Vec<u8> {
         bw.push(("burst", u64_t, 24 * 8, 0));
     }
     b.structure(cfs_bandwidth, "cfs_bandwidth", 32, &bw);
-    b.structure(
-        task_group,
-        "task_group",
-        64,
-        &[
-            ("css", css, 0, 0),
-            ("cfs_bandwidth", cfs_bandwidth, 16 * 8, 0),
-        ],
-    );
+    let mut tg = vec![
+        ("css", css, 0, 0),
+        ("cfs_bandwidth", cfs_bandwidth, 16 * 8, 0),
+    ];
+    if v.with_children {
+        tg.extend([
+            ("cfs_rq", pp_cfs_rq, 48 * 8, 0),
+            ("children", list_head, 56 * 8, 0),
+            ("siblings", list_head, 72 * 8, 0),
+        ]);
+    }
+    b.structure(task_group, "task_group", 96, &tg);
     let kn_members: &[Member] = if v.with_cgroup_kn {
         &[("kn", p_kn, 16 * 8, 0)]
     } else {

@@ -303,6 +303,8 @@ pub(crate) mod tests {
                 park_ns: Some(start_ms * MS + 2_000),
                 kernel_start_clock: Some(5_000 * MS),
                 descendant: None,
+                children: Vec::new(),
+                children_unlisted: 0,
             },
             end_ns: end_ms * MS,
             kernel_ns: Some((end_ms - start_ms) * MS + 1_000),

@@ -104,6 +104,11 @@ struct Started<'a> {
     /// The stopped task's own cgroup when it is a descendant of `cgroup_id` (whose quota
     /// stopped it); `null` if no task was seen or it sat in `cgroup_id` itself.
     descendant_cgroup_id: Option<u64>,
+    /// The direct children of `cgroup_id` with tasks queued on the stopped CPU at the throttle:
+    /// the stop counts for each of them (their cpu.stat.local), at most 8.
+    descendant_cgroup_ids: &'a [u64],
+    /// Children stopped too but not listed (more than 8); a lower bound past 16 children.
+    descendants_unlisted: u32,
 }
 
 impl<'a> Started<'a> {
@@ -125,6 +130,8 @@ impl<'a> Started<'a> {
             park_ns: s.park_ns,
             kernel_start_clock_ns: s.kernel_start_clock,
             descendant_cgroup_id: s.descendant,
+            descendant_cgroup_ids: &s.children,
+            descendants_unlisted: s.children_unlisted,
         }
     }
 }
@@ -283,6 +290,8 @@ struct Summary<'a> {
     /// For a descendant: the stops of each ancestor's quota that stopped its tasks (not in the
     /// figures above, which are the group's own quota's).
     stopped_by_ancestor: Vec<AttributedJson<'a>>,
+    /// For a quota owner: stops that stopped more children than a stop line lists.
+    children_unlisted_stops: u64,
     /// kernel_accounted_ns + Σ stopped_by_ancestor kernel_ns: the trace's account of the
     /// cpu.stat.local throttled delta (6.6+).
     local_accounted_ns: u64,
@@ -375,6 +384,7 @@ pub(super) fn summary(r: &CgroupReport) -> String {
         burst_ns: r.settings.and_then(|b| b.burst_ns),
         descendants: attributed(&s.descendants),
         stopped_by_ancestor: attributed(&s.stopped_by_ancestor),
+        children_unlisted_stops: s.children_unlisted_stops,
         local_accounted_ns: r.local_accounted_ns(),
     })
 }

@@ -58,7 +58,7 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::cgroups::{Hierarchy, Version};
 use crate::cpustat::CpuStat;
 use crate::names::Name;
-use crate::records::Event;
+use crate::records::{EndedStop, Event};
 
 /// Histogram bounds: 1 ms × 2^k for k = 0..=12, i.e. up to 4.096 s (then +Inf).
 const BUCKET_START_S: f64 = 0.001;
@@ -183,6 +183,9 @@ struct Families {
     stops: Family<CgroupLabels, Counter>,
     cpu_stopped: Family<CgroupLabels, Counter<f64, AtomicU64>>,
     wall_stopped: Family<CgroupLabels, Counter<f64, AtomicU64>>,
+    /// On a descendant: its ancestors' per-CPU stops that stopped it, and their length.
+    ancestor_stops: Family<CgroupLabels, Counter>,
+    ancestor_cpu_stopped: Family<CgroupLabels, Counter<f64, AtomicU64>>,
     lost: Counter,
     tracked: Gauge,
     dropped: Family<DropLabels, Counter>,
@@ -196,6 +199,8 @@ impl Families {
             stops: Family::default(),
             cpu_stopped: Family::default(),
             wall_stopped: Family::default(),
+            ancestor_stops: Family::default(),
+            ancestor_cpu_stopped: Family::default(),
             lost: Counter::default(),
             tracked: Gauge::default(),
             dropped: Family::default(),
@@ -209,6 +214,8 @@ impl Families {
         self.stops.get_or_create_owned(labels);
         self.cpu_stopped.get_or_create_owned(labels);
         self.wall_stopped.get_or_create_owned(labels);
+        self.ancestor_stops.get_or_create_owned(labels);
+        self.ancestor_cpu_stopped.get_or_create_owned(labels);
     }
 
     fn remove(&self, labels: &CgroupLabels) {
@@ -217,6 +224,8 @@ impl Families {
         self.stops.remove(labels);
         self.cpu_stopped.remove(labels);
         self.wall_stopped.remove(labels);
+        self.ancestor_stops.remove(labels);
+        self.ancestor_cpu_stopped.remove(labels);
     }
 
     fn dropped(&self, reason: &'static str) {
@@ -274,6 +283,19 @@ impl Exporter {
             f.wall_stopped.clone(),
         );
         registry.register(
+            "ancestor_stops",
+            "Per-CPU stops of an ancestor's quota that stopped this cgroup (it had tasks queued \
+             on that CPU)",
+            f.ancestor_stops.clone(),
+        );
+        registry.register_with_unit(
+            "ancestor_cpu_stopped",
+            "Sum of the lengths of the per-CPU stops of an ancestor's quota that stopped this \
+             cgroup",
+            Unit::Seconds,
+            f.ancestor_cpu_stopped.clone(),
+        );
+        registry.register(
             "lost_records",
             "Stop records the kernel side could not deliver (ring buffer full, or no room to \
              remember a start)",
@@ -314,6 +336,9 @@ impl Exporter {
     /// One record, with the length of the group stop the aggregate closed for good on it (the
     /// return value of `Aggregate::ingest`).
     pub fn record(&mut self, event: &Event, group_stop_ns: Option<u64>, hierarchy: &mut Hierarchy) {
+        if let Event::End(end) = event {
+            self.credit(end, hierarchy, |_| true);
+        }
         let id = match event {
             Event::Start(stop) => stop.cgroup_id,
             Event::End(end) => end.stop.cgroup_id,
@@ -333,6 +358,27 @@ impl Exporter {
             let seconds = ns as f64 / NS_PER_S;
             f.group_stop.get_or_create(&labels).observe(seconds);
             f.wall_stopped.get_or_create(&labels).inc_by(seconds);
+        }
+    }
+
+    /// Counts the ended stop `end` of an ancestor's quota for each descendant it stopped that
+    /// `keep` admits (`Stop::credited`).
+    pub fn credit(
+        &mut self,
+        end: &EndedStop,
+        hierarchy: &mut Hierarchy,
+        keep: impl Fn(u64) -> bool,
+    ) {
+        let seconds = end.duration_ns() as f64 / NS_PER_S;
+        for d in end.stop.credited().into_iter().filter(|&d| keep(d)) {
+            let Some(labels) = self.track(d, hierarchy) else {
+                continue;
+            };
+            self.families.ancestor_stops.get_or_create(&labels).inc();
+            self.families
+                .ancestor_cpu_stopped
+                .get_or_create(&labels)
+                .inc_by(seconds);
         }
     }
 
@@ -690,6 +736,41 @@ pub(crate) mod tests {
             .find(|f| f.name == "throttle_tracer_stops_total")
             .unwrap();
         assert_eq!(stops.metric[0].counter.clone().unwrap().value, 3.0);
+    }
+
+    /// A stop of /demo's quota that stopped its children /demo/a and /demo/b counts for both.
+    #[test]
+    fn ancestor_stops_count_for_every_stopped_child() {
+        let (dir, mut h, id) = tree();
+        let mut children = Vec::new();
+        for c in ["a", "b"] {
+            std::fs::create_dir(dir.path().join("demo").join(c)).unwrap();
+            children.push(h.id_of(&format!("/demo/{c}")).unwrap());
+        }
+        let mut e = Exporter::new(config(10), Version::V1);
+        let mut stop = ended(0, 0, 80);
+        stop.stop.cgroup_id = id;
+        stop.stop.children = children;
+        e.record(&Event::End(stop), None, &mut h);
+        let (_, text) = e.scraper().encode(false).unwrap();
+        for c in ["a", "b"] {
+            let l = format!(r#"{{cgroup="/demo/{c}"}}"#);
+            assert_eq!(
+                sample(&text, &format!("throttle_tracer_ancestor_stops_total{l}")),
+                1.0
+            );
+            assert_eq!(
+                sample(
+                    &text,
+                    &format!("throttle_tracer_ancestor_cpu_stopped_seconds_total{l}")
+                ),
+                0.08
+            );
+            assert_eq!(
+                sample(&text, &format!("throttle_tracer_stops_total{l}")),
+                0.0
+            );
+        }
     }
 
     #[test]

@@ -253,6 +253,14 @@ fn detail(out: &mut String, r: &CgroupReport) {
             ns(a.kernel_ns)
         );
     }
+    if s.children_unlisted_stops > 0 {
+        let _ = writeln!(
+            out,
+            "  {} stop(s) stopped more than 8 children: the children past the 8th are not \
+             credited with them",
+            s.children_unlisted_stops
+        );
+    }
     if !s.end_reasons.is_empty() {
         let reasons: Vec<String> = s
             .end_reasons
