@@ -473,7 +473,7 @@ fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
     } else {
         st.flags |= F_IGNORED;
     }
-    match TP_OPEN.insert(cfs_rq, *st, BPF_NOEXIST.into()) {
+    match TP_OPEN.insert(cfs_rq, &*st, BPF_NOEXIST.into()) {
         Ok(()) => {}
         // Another CPU opened it first.
         Err(EEXIST) => return,
