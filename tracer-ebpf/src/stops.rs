@@ -288,7 +288,9 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
     ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
     running_task(o, cfs_rq, ev);
     stopped_children(o, cfs_rq, ev);
-    if OPEN.insert(cfs_rq, &*ev, 0).is_err() {
+    // By reference, not a stack copy (see tracepoint::start).
+    let record: &StopEvent = ev;
+    if OPEN.insert(cfs_rq, record, 0).is_err() {
         bump(&OPEN_FULL);
         return;
     }

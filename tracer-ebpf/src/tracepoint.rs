@@ -473,7 +473,10 @@ fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
     } else {
         st.flags |= F_IGNORED;
     }
-    match TP_OPEN.insert(cfs_rq, &*st, BPF_NOEXIST.into()) {
+    // By reference: the map copies from the scratch slot. A value would be copied onto the
+    // BPF stack first, and the frame would no longer fit old kernels' 512-byte call chains.
+    let stop: &TpStop = st;
+    match TP_OPEN.insert(cfs_rq, stop, BPF_NOEXIST.into()) {
         Ok(()) => {}
         // Another CPU opened it first.
         Err(EEXIST) => return,
