@@ -40,14 +40,9 @@ pub fn boot(
         // tracepoint attach and detach does) and the guest dies: "Oops: int3" at the sched_wakeup
         // site in ttwu_do_activate (6.12), a soft lockup at detach (6.1). Real CPUs serialize
         // cross-modified code as the kernel's protocol expects; the emulator does not always.
-        // icount: guest time advances with the instructions executed (and jumps over idle), not
-        // with the host's clock, so a busy host cannot stretch the guest's ticks: s1's stops were
-        // ±10 ms off under load, they are 80.1 ms (one 76.1) with it.
         .args([
             "-accel",
             "tcg,thread=single",
-            "-icount",
-            "shift=auto,sleep=off",
             "-cpu",
             "max",
             "-smp",
@@ -60,7 +55,8 @@ pub fn boot(
         .arg("-initrd")
         .arg(initrd)
         .args(["-append", "console=ttyS0 quiet loglevel=5 panic=-1"])
-        .args(["-nographic", "-no-reboot"])
+        // No NIC: nothing uses it, and its iPXE option ROM waits for a keypress at every boot.
+        .args(["-nographic", "-no-reboot", "-nic", "none"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
