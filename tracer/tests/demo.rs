@@ -317,6 +317,16 @@ fn a_killed_demo_is_cleaned_up_by_the_next_one() {
     guard.children.push(sleeper);
     fs::write(leftover.join("cgroup.procs"), sleeper_pid.to_string())
         .expect("move sleep into the leftover cgroup");
+    // A workload process that already left /proc's view can still be listed in the cgroup
+    // while it exits (CI once saw "killed 2 task(s)"): start the next demo once the sleeper is
+    // all that is left, so the count it reports is the count we know.
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            fs::read_to_string(leftover.join("cgroup.procs"))
+                .is_ok_and(|procs| procs.split_whitespace().eq([sleeper_pid.to_string()]))
+        }),
+        "the leftover cgroup holds more than the sleeper"
+    );
 
     let second = Command::new(TRACER)
         .args(["demo", "--duration", "5s"])
