@@ -6,7 +6,7 @@
 //! 2. A cgroup `/throttle-tracer-demo-<pid>` is made under the hierarchy that holds the cpu
 //!    controller, with a quota of 50 ms per 100 ms period (0.5 CPU) and no burst.
 //! 3. The tracing session of the command line ([`agent::Session`]) is started for that cgroup.
-//! 4. The workload ([`workload::Requests::demo`]: 4 workers, bursts of 20 ms requests, 0.2 CPU on
+//! 4. The workload ([`workload::Requests::demo`]: 4 workers, bursts of 20 ms requests, 0.22 CPU on
 //!    average) runs in a child process — this binary re-executed with the hidden `demo-workload`
 //!    subcommand — which moves itself into the cgroup before it starts a thread. It is in its own
 //!    process group (the terminal's Ctrl-C reaches only the demo, which stops it) and dies with the
@@ -502,7 +502,10 @@ mod tests {
     #[test]
     fn demo_shape_fits_the_average_not_the_peak() {
         let shape = Requests::demo(Duration::from_secs(10));
-        assert!((average_cpus(&shape) - 0.2).abs() < 1e-9);
+        assert!(
+            (average_cpus(&shape) - 0.2 / 0.92).abs() < 1e-9,
+            "200 ms of CPU per 920 ms"
+        );
         assert_eq!(peak_burst_cpu(&shape), Duration::from_millis(80));
         assert!(average_cpus(&shape) < 0.5 && peak_burst_cpu(&shape) > Duration::from_millis(50));
     }
@@ -552,7 +555,7 @@ mod tests {
             "throttled 270.0 ms / nr_throttled 3 = 90.0 ms \"per throttle\": 1.50x the 180.0 ms",
             "bursts of 1 (20.0 ms of CPU): 1 of them, done after median 21.0 ms, max 21.0 ms",
             "bursts of 4 (80.0 ms of CPU): 1 of them, done after median 150.0 ms",
-            "cpu.cfs_quota_us for >= 80.0 ms per 100.0 ms (0.80 CPU), 4.0x the average use",
+            "cpu.cfs_quota_us for >= 80.0 ms per 100.0 ms (0.80 CPU), 3.7x the average use",
             "cpu.cfs_burst_us >= 30.0 ms (ceiling 80.0 ms)",
             "15.0 ms of burst makes a 65.0 ms ceiling, still short of 80.0 ms",
         ] {

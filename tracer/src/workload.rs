@@ -31,13 +31,16 @@ pub struct Requests {
 }
 
 impl Requests {
-    /// The demo's workload: 4 workers, 20 ms requests, a burst every 250 ms of 4, 1, 3, 2
-    /// requests (80, 20, 60, 40 ms of CPU; 0.2 CPU on average).
+    /// The demo's workload: 4 workers, 20 ms requests, a burst every 230 ms of 4, 1, 3, 2
+    /// requests (80, 20, 60, 40 ms of CPU; 0.22 CPU on average). 230 ms is no multiple of the
+    /// 100 ms period, so a burst size arrives at a different point of the period each cycle:
+    /// with 250 ms the 80 and 60 ms bursts always met the same phase, and a run whose phase
+    /// split both across a refill (75-85 ms in, on two CPUs) was never stopped.
     pub const fn demo(length: Duration) -> Self {
         Self {
             threads: 4,
             request_cpu: Duration::from_millis(20),
-            interval: Duration::from_millis(250),
+            interval: Duration::from_millis(230),
             sizes: &[4, 1, 3, 2],
             length,
         }
