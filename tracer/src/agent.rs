@@ -24,7 +24,7 @@ use crate::{
     cli::Options,
     cpustat::Baseline,
     error::Failure,
-    filter::{Ancestors, Filter, Selection},
+    filter::{Ancestors, Selection, Traced},
     probes::{BackendChoice, Probes},
     recording::Recorder,
     records::{self, Event},
@@ -302,7 +302,7 @@ impl Session {
                 .collect(),
         });
         let mut reader = Reader::new(ring)?;
-        reader.ancestors = ancestors;
+        reader.traced.ancestors = ancestors;
         Ok(Self {
             probes,
             reader,
@@ -330,7 +330,7 @@ impl Session {
                 .collect();
         }
         let (filter, selected) = selection.into_filter(&mut self.hierarchy);
-        self.reader.filter = Some(filter);
+        self.reader.traced.filter = Some(filter);
         selected
     }
 
@@ -424,10 +424,8 @@ impl Session {
 struct Reader {
     fd: AsyncFd<RingBuf<MapData>>,
     malformed: u64,
-    /// Records of cgroups it does not admit are dropped (a userspace selection).
-    filter: Option<Filter>,
-    /// Ancestors of the named cgroups, whose stops count only for the named descendants.
-    ancestors: Ancestors,
+    /// Which cgroups' records are kept, and for whom.
+    traced: Traced,
 }
 
 impl Reader {
@@ -440,8 +438,7 @@ impl Reader {
         Ok(Self {
             fd,
             malformed: 0,
-            filter: None,
-            ancestors: Ancestors::default(),
+            traced: Traced::default(),
         })
     }
 
@@ -461,18 +458,19 @@ impl Reader {
                         Event::End(end) => end.stop.cgroup_id,
                         Event::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
                     };
-                    if let Some(filter) = &mut self.filter
-                        && !filter.admits(cgroup_id, hierarchy)
-                    {
-                        continue;
-                    }
-                    if self.ancestors.only_for_descendants(cgroup_id) {
-                        // No stop line and no row: only the named descendants' rows show it.
+                    if !self.traced.for_itself(cgroup_id, hierarchy) {
+                        // No row and no `stop` line: a stop of an ancestor that is not traced
+                        // itself counts only for the traced descendants it stopped. Its
+                        // `ancestor_stop` line lets a recording rebuild the same report.
                         if let Event::End(end) = &event {
-                            let named = |d| self.ancestors.is_named(d);
-                            aggregate.credit_only(end, named);
-                            if let Some(exporter) = exporter.as_deref_mut() {
-                                exporter.credit(end, hierarchy, named);
+                            let credited = self.traced.credited_descendants(end, hierarchy);
+                            if !credited.is_empty() {
+                                let keep = |d| credited.contains(&d);
+                                aggregate.credit_only(end, keep);
+                                if let Some(exporter) = exporter.as_deref_mut() {
+                                    exporter.credit(end, hierarchy, keep);
+                                }
+                                report.ancestor_stop(end, hierarchy.path_of(cgroup_id), &credited);
                             }
                         }
                         continue;

@@ -456,14 +456,28 @@ pub struct IntervalSummary {
     pub stops: DurationSummary,
     /// Group stops that became final in the interval; `sum_ns` is their wall-clock time.
     pub group_stops: DurationSummary,
+    /// Ancestors' per-CPU stops that ended in the interval and stopped this cgroup's tasks
+    /// (not in `stops`, which are its own quota's).
+    pub ancestor_stops: DurationSummary,
+    /// The same stops by quota owner, most stopped first (`path` left `None`).
+    pub by_ancestor: Vec<Attributed>,
 }
 
-/// The current interval's per-CPU stops and group stops, per cgroup; only those at least
-/// `min_ns` long.
+/// One cgroup's stops in the current interval.
+#[derive(Debug, Default)]
+struct InWindow {
+    stops: Durations,
+    group_stops: Durations,
+    ancestor_stops: Durations,
+    by_ancestor: HashMap<u64, Attributed>,
+}
+
+/// The current interval's per-CPU stops, group stops and ancestors' stops, per cgroup; only
+/// those at least `min_ns` long.
 #[derive(Debug, Default)]
 struct Window {
     min_ns: u64,
-    cgroups: HashMap<u64, (Durations, Durations)>,
+    cgroups: HashMap<u64, InWindow>,
 }
 
 impl Window {
@@ -478,13 +492,30 @@ impl Window {
         if ended.is_none() && closed.is_none() {
             return;
         }
-        let (stops, group_stops) = self.cgroups.entry(cgroup_id).or_default();
+        let c = self.cgroups.entry(cgroup_id).or_default();
         if let Some(ns) = ended {
-            stops.record(ns);
+            c.stops.record(ns);
         }
         if let Some(ns) = closed {
-            group_stops.record(ns);
+            c.group_stops.record(ns);
         }
+    }
+
+    /// The ended stop `end` of an ancestor's quota, for `descendant`.
+    fn credit(&mut self, end: &EndedStop, descendant: u64) {
+        let ns = end.duration_ns();
+        if ns < self.min_ns {
+            return;
+        }
+        let c = self.cgroups.entry(descendant).or_default();
+        c.ancestor_stops.record(ns);
+        c.by_ancestor
+            .entry(end.stop.cgroup_id)
+            .or_insert_with(|| Attributed {
+                cgroup_id: end.stop.cgroup_id,
+                ..Attributed::default()
+            })
+            .add(end);
     }
 }
 
@@ -537,10 +568,16 @@ impl Aggregate {
         };
         std::mem::take(&mut window.cgroups)
             .into_iter()
-            .map(|(cgroup_id, (stops, group_stops))| IntervalSummary {
-                cgroup_id,
-                stops: stops.summary(),
-                group_stops: group_stops.summary(),
+            .map(|(cgroup_id, c)| {
+                let mut by_ancestor: Vec<Attributed> = c.by_ancestor.into_values().collect();
+                sort_attributed(&mut by_ancestor);
+                IntervalSummary {
+                    cgroup_id,
+                    stops: c.stops.summary(),
+                    group_stops: c.group_stops.summary(),
+                    ancestor_stops: c.ancestor_stops.summary(),
+                    by_ancestor,
+                }
             })
             .collect()
     }
@@ -578,6 +615,9 @@ impl Aggregate {
                 .entry((end.stop.cgroup_id, d))
                 .or_default()
                 .add(end);
+            if let Some(window) = &mut self.window {
+                window.credit(end, d);
+            }
         }
     }
 
@@ -629,13 +669,8 @@ impl Aggregate {
             });
         }
         for s in &mut out {
-            for list in [&mut s.descendants, &mut s.stopped_by_ancestor] {
-                list.sort_by(|a, b| {
-                    b.stopped_ns
-                        .cmp(&a.stopped_ns)
-                        .then(a.cgroup_id.cmp(&b.cgroup_id))
-                });
-            }
+            sort_attributed(&mut s.descendants);
+            sort_attributed(&mut s.stopped_by_ancestor);
         }
         out.sort_by(|a, b| {
             b.stops
@@ -646,6 +681,15 @@ impl Aggregate {
         });
         out
     }
+}
+
+/// Most stopped first, then by cgroup id.
+fn sort_attributed(list: &mut [Attributed]) {
+    list.sort_by(|a, b| {
+        b.stopped_ns
+            .cmp(&a.stopped_ns)
+            .then(a.cgroup_id.cmp(&b.cgroup_id))
+    });
 }
 
 #[cfg(test)]
@@ -954,6 +998,40 @@ mod tests {
         let all = agg.finish(1_000 * MS);
         assert_eq!(all.iter().map(|s| s.stops.count).sum::<u64>(), 3);
         assert!(Aggregate::default().take_interval().is_empty());
+    }
+
+    #[test]
+    fn intervals_hold_the_ancestors_stops_of_each_descendant() {
+        let mut agg = Aggregate::watching(&[]).with_intervals(5 * MS);
+        for (cpu, (s, e)) in [
+            (0, (0, 50 * MS)),
+            (1, (10 * MS, 40 * MS)),
+            (0, (60 * MS, 62 * MS)),
+        ] {
+            let Event::End(end) = end_with_children(10, (None, &[11, 12], 0), cpu, (s, e)) else {
+                unreachable!()
+            };
+            agg.credit_only(&end, |d| d == 11);
+        }
+        let interval = agg.take_interval();
+        assert_eq!(interval.len(), 1, "only the credited child: {interval:?}");
+        let c = &interval[0];
+        assert_eq!(c.cgroup_id, 11);
+        assert_eq!(
+            (c.stops.count, c.group_stops.count),
+            (0, 0),
+            "no stop of its own"
+        );
+        // The 2 ms stop is under the minimum.
+        assert_eq!(
+            (c.ancestor_stops.count, c.ancestor_stops.sum_ns),
+            (2, 80 * MS)
+        );
+        assert_eq!(c.ancestor_stops.percentiles.unwrap().max_ns, 50 * MS);
+        let by = &c.by_ancestor;
+        assert_eq!((by.len(), by[0].cgroup_id, by[0].stops), (1, 10, 2));
+        assert_eq!(by[0].stopped_ns, 80 * MS);
+        assert!(agg.take_interval().is_empty());
     }
 
     #[test]

@@ -7,12 +7,18 @@
 //! each cgroup id is decided once, when its path first resolves, at the start for the cgroups
 //! that exist then and for new ones when their first record arrives. Several selectors select
 //! the union of what each matches.
+//!
+//! A stop of a cgroup that is not selected itself but stopped selected children (the quota
+//! lives on their parent) counts for those children only ([`Traced`]): exact paths bring their
+//! ancestors into the kernel-side filter for that ([`Ancestors`]); the userspace filter sees
+//! every cgroup's records anyway.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
 
 use crate::cgroups::{Hierarchy, Version};
 use crate::error::Failure;
+use crate::records::EndedStop;
 
 /// One way of naming cgroups on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,6 +212,36 @@ impl Ancestors {
     /// Whether `id` was named.
     pub fn is_named(&self, id: u64) -> bool {
         self.named.contains(&id)
+    }
+}
+
+/// What a run keeps of the records as they arrive: the userspace selection, if any, and the
+/// ancestors of the cgroups named by exact path.
+#[derive(Debug, Default)]
+pub struct Traced {
+    pub filter: Option<Filter>,
+    pub ancestors: Ancestors,
+}
+
+impl Traced {
+    /// Whether cgroup `id` is traced for its own sake: it gets a row and `stop` lines.
+    pub fn for_itself(&mut self, id: u64, hierarchy: &mut Hierarchy) -> bool {
+        !self.ancestors.only_for_descendants(id)
+            && self.filter.as_mut().is_none_or(|f| f.admits(id, hierarchy))
+    }
+
+    /// The traced cgroups among those `end` stopped (`Stop::credited`): a stop of a cgroup not
+    /// traced for itself counts for these only. With a userspace selection (globs, container
+    /// ids) that is every selected descendant, so a container's row shows its pod's stops.
+    pub fn credited_descendants(&mut self, end: &EndedStop, hierarchy: &mut Hierarchy) -> Vec<u64> {
+        end.stop
+            .credited()
+            .into_iter()
+            .filter(|&d| {
+                self.ancestors.is_named(d)
+                    || self.filter.as_mut().is_some_and(|f| f.admits(d, hierarchy))
+            })
+            .collect()
     }
 }
 

@@ -5,7 +5,8 @@
 //! The offline report is the live run's own path with the recording as its source: every
 //! `stop_begin`, `stop` and `unseen_start_stop` line is turned back into the [`Event`] the run
 //! loop took, in the order it took them, through the same [`Aggregate`], and the result goes to
-//! the same [`Report::finish`]. What the live run read from the machine rather than from the
+//! the same [`Report::finish`]; an `ancestor_stop` line (a stop of an untraced ancestor) is
+//! credited to the traced descendants it names, as the run credited it. What the live run read from the machine rather than from the
 //! kernel's records comes from its other lines: the run's description (`start`), each cgroup's
 //! path, cpu.stat delta and quota settings at the end (`summary`), the lost and malformed counts
 //! and the traced time (`end`). The moment the trace ended, which open stops are measured to,
@@ -188,6 +189,11 @@ impl Recorded {
                 }
                 (Line::End(end), _) => totals = Some(end.totals()),
                 (Line::Other, _) => {}
+                (Line::AncestorStop(a), _) => {
+                    let end = a.stop.ended().map_err(|e| e.at(line))?;
+                    widen(&mut span, (end.stop.start_ns, end.end_ns));
+                    aggregate.credit_only(&end, |d| a.credited_cgroup_ids.contains(&d));
+                }
                 (record, _) => {
                     let (event, path) =
                         record
@@ -197,8 +203,7 @@ impl Recorded {
                                 line,
                                 what: "not a record",
                             })?;
-                    let (first, last) = timestamps(&event);
-                    span = Some(span.map_or((first, last), |(a, b)| (a.min(first), b.max(last))));
+                    widen(&mut span, timestamps(&event));
                     if let Some(path) = path {
                         paths.insert(event.cgroup_id(), path);
                     }
@@ -252,6 +257,11 @@ impl Recorded {
     }
 }
 
+/// Widens the recording's time span to hold `(first, last)`.
+fn widen(span: &mut Option<(u64, u64)>, (first, last): (u64, u64)) {
+    *span = Some(span.map_or((first, last), |(a, b)| (a.min(first), b.max(last))));
+}
+
 /// The earliest and latest CLOCK_MONOTONIC time in a record.
 fn timestamps(event: &Event) -> (u64, u64) {
     match event {
@@ -268,6 +278,7 @@ enum Line {
     Start(StartLine),
     StopBegin(StopLine),
     Stop(StopLine),
+    AncestorStop(AncestorStopLine),
     UnseenStartStop(UnseenLine),
     Summary(SummaryLine),
     End(EndLine),
@@ -303,23 +314,7 @@ impl Line {
                 let stop = begin.stop();
                 (Event::Start(stop), begin.cgroup)
             }
-            Line::Stop(line) => {
-                let end_ns = line.end_ns.ok_or(Malformed::NoEnd)?;
-                if end_ns < line.start_ns {
-                    return Err(Malformed::Record(RecordError::EndBeforeStart {
-                        cpu: line.cpu,
-                        start_ns: line.start_ns,
-                        end_ns,
-                    }));
-                }
-                let end = EndedStop {
-                    stop: line.stop(),
-                    end_ns,
-                    kernel_ns: line.kernel_ns,
-                    reason: EndReason::from_name(line.end.as_deref().unwrap_or("unknown")),
-                };
-                (Event::End(end), line.cgroup)
-            }
+            Line::Stop(line) => (Event::End(line.ended()?), line.cgroup),
             Line::UnseenStartStop(u) => (
                 Event::UnseenStartEnd {
                     cgroup_id: u.cgroup_id,
@@ -410,6 +405,24 @@ struct StopLine {
 }
 
 impl StopLine {
+    /// The ended stop a `stop` (or `ancestor_stop`) line holds.
+    fn ended(&self) -> Result<EndedStop, Malformed> {
+        let end_ns = self.end_ns.ok_or(Malformed::NoEnd)?;
+        if end_ns < self.start_ns {
+            return Err(Malformed::Record(RecordError::EndBeforeStart {
+                cpu: self.cpu,
+                start_ns: self.start_ns,
+                end_ns,
+            }));
+        }
+        Ok(EndedStop {
+            stop: self.stop(),
+            end_ns,
+            kernel_ns: self.kernel_ns,
+            reason: EndReason::from_name(self.end.as_deref().unwrap_or("unknown")),
+        })
+    }
+
     fn stop(&self) -> Stop {
         let task = match (self.pid, self.tid, &self.comm) {
             (Some(pid), Some(tid), Some(comm)) => Some(Task {
@@ -438,6 +451,14 @@ impl StopLine {
             children_unlisted: self.descendants_unlisted,
         }
     }
+}
+
+/// A stop of a cgroup traced only for the descendants it stopped.
+#[derive(Debug, Deserialize)]
+struct AncestorStopLine {
+    #[serde(flatten)]
+    stop: StopLine,
+    credited_cgroup_ids: Vec<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -718,6 +739,61 @@ mod tests {
         ] {
             assert!(live_text.contains(needle), "{needle:?} in\n{live_text}");
         }
+    }
+
+    #[test]
+    fn a_child_only_run_replays_its_ancestors_stops() {
+        // `--cgroup /pod/c1`: the pod's stops are not traced for themselves, only credited to
+        // c1 (id 11), which they stopped along with its sibling 12.
+        let ends: Vec<EndedStop> = (0..3)
+            .map(|i| {
+                let mut e = ended(i % 2, u64::from(i) * 100, u64::from(i) * 100 + 45);
+                e.stop.cgroup_id = 10;
+                e.stop.children = vec![11, 12];
+                e
+            })
+            .collect();
+        let mut aggregate = Aggregate::watching(&[11]);
+        for e in &ends {
+            aggregate.credit_only(e, |d| d == 11);
+        }
+        let reports: Vec<CgroupReport> = aggregate
+            .finish(400 * MS)
+            .into_iter()
+            .map(|mut summary| {
+                summary.stopped_by_ancestor[0].path = Some("/pod".into());
+                CgroupReport {
+                    summary,
+                    path: Some("/pod/c1".into()),
+                    cpu_stat: None,
+                    settings: None,
+                }
+            })
+            .collect();
+        let file = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+        let mut live_text = Vec::new();
+        let mut report = Report::to(false, &mut live_text);
+        report.start(info());
+        report.record_to(Recorder::create(&file).unwrap());
+        for e in &ends {
+            report.ancestor_stop(e, Some("/pod"), &[11]);
+        }
+        report.finish(&reports, &totals()).unwrap();
+        let live_text = String::from_utf8(live_text).unwrap();
+        assert!(
+            live_text.contains("stopped by ancestor /pod"),
+            "{live_text}"
+        );
+
+        let recorded = Recorded::read(BufReader::new(File::open(&file).unwrap())).unwrap();
+        assert_eq!(recorded.reports, reports);
+        let a = &recorded.reports[0].summary.stopped_by_ancestor[0];
+        assert_eq!((a.cgroup_id, a.stops, a.stopped_ns), (10, 3, 135 * MS));
+        let mut text = Vec::new();
+        let mut report = Report::to(false, &mut text);
+        report.start(recorded.info);
+        report.finish(&recorded.reports, &recorded.totals).unwrap();
+        assert_eq!(String::from_utf8(text).unwrap(), live_text);
     }
 
     #[test]

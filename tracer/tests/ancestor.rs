@@ -73,10 +73,16 @@ impl Family {
         family
     }
 
-    /// Starts the tracer filtered on `cgroup`; returns its stdout lines after `start`.
-    fn start_tracer(&mut self, cgroup: &str) -> mpsc::Receiver<String> {
-        let mut child = Command::new(TRACER)
-            .args(["--backend", "tracepoint", "--json", "--cgroup", cgroup])
+    /// Starts the tracer filtered on `cgroup`: NDJSON on stdout, or with `live` the live view
+    /// recording to that file. Returns its stdout lines, after `start` for NDJSON.
+    fn start_tracer(&mut self, cgroup: &str, live: Option<&Path>) -> mpsc::Receiver<String> {
+        let mut tracer = Command::new(TRACER);
+        tracer.args(["--backend", "tracepoint", "--cgroup", cgroup]);
+        match live {
+            Some(file) => tracer.args(["--interval", "1s", "--record"]).arg(file),
+            None => tracer.arg("--json"),
+        };
+        let mut child = tracer
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -93,11 +99,24 @@ impl Family {
             }
         });
         // A guard against hanging forever, not a timing assertion.
-        let first = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the tracer printed nothing (see its stderr above)");
-        let v: Value = serde_json::from_str(&first).expect("first line is JSON");
-        assert_eq!(v["type"], "start", "{first}");
+        let limit = Duration::from_secs(60);
+        match live {
+            // The `start` line is in the file once the probes are attached.
+            Some(file) => {
+                let started = std::time::Instant::now();
+                while fs::read_to_string(file).map_or(true, |t| !t.ends_with('\n')) {
+                    assert!(started.elapsed() < limit, "the tracer recorded nothing");
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+            None => {
+                let first = rx
+                    .recv_timeout(limit)
+                    .expect("the tracer printed nothing (see its stderr above)");
+                let v: Value = serde_json::from_str(&first).expect("first line is JSON");
+                assert_eq!(v["type"], "start", "{first}");
+            }
+        }
         rx
     }
 
@@ -132,16 +151,14 @@ impl Family {
         cmd.spawn().expect("spawn throttle-workload")
     }
 
-    /// SIGINTs the tracer and returns every line it printed after `start`.
-    fn stop_tracer(&mut self, rx: mpsc::Receiver<String>) -> Vec<Value> {
+    /// SIGINTs the tracer and returns every line it printed (after `start` for NDJSON).
+    fn stop_tracer(&mut self, rx: mpsc::Receiver<String>) -> Vec<String> {
         let mut tracer = self.processes.remove(0);
         // SAFETY: signalling our own child by pid.
         unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
         let status = tracer.wait().expect("wait tracer");
         assert!(status.success(), "tracer: {status}");
-        rx.iter()
-            .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect()
+        rx.iter().collect()
     }
 }
 
@@ -179,9 +196,18 @@ fn stat(dir: &Path, file: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{file} has no {name}: {text}"))
 }
 
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
 /// What one run saw: the tracer's lines and the kernel's counters around the workload.
 struct Run {
+    /// The NDJSON lines: stdout's, or the recording's for a live-view run.
     lines: Vec<Value>,
+    /// A live-view run: what it printed, and its recording.
+    live: Option<(String, tempfile::TempDir)>,
     parent_path: String,
     /// Per child: Δ own cpu.stat throttled_time, Δ cpu.stat.local throttled_time (ns).
     children: Vec<(u64, u64)>,
@@ -191,12 +217,15 @@ struct Run {
 
 impl Run {
     /// Parent 50 ms / 100 ms; c1 and c2 (no quota) each run a busy thread on CPU 0 and one on
-    /// CPU 1, under the quota for 3 s, traced with `--cgroup` = the parent (`None`) or the given child.
-    fn of(child_only: Option<&str>) -> Self {
+    /// CPU 1, under the quota for 3 s, traced with `--cgroup` = the parent (`None`) or the given
+    /// child (or glob) below it; with `live`, in the live view with a recording.
+    fn of(below: Option<&str>, live: bool) -> Self {
         let mut family = Family::new();
         let parent_path = format!("/{}", family.name);
-        let filter = child_only.map_or(parent_path.clone(), |c| format!("{parent_path}/{c}"));
-        let rx = family.start_tracer(&filter);
+        let filter = below.map_or(parent_path.clone(), |c| format!("{parent_path}/{c}"));
+        let dir = live.then(|| tempfile::tempdir().expect("temporary directory"));
+        let recording = dir.as_ref().map(|d| d.path().join("run.ndjson"));
+        let rx = family.start_tracer(&filter, recording.as_deref());
         // The children are new and empty: every stop of their tasks falls inside the trace.
         let read = |f: &Family| -> (Vec<(u64, u64)>, u64) {
             let children = f
@@ -233,9 +262,20 @@ impl Run {
         // The last refill ends every stop before the files are read.
         thread::sleep(Duration::from_millis(300));
         let after = read(&family);
-        let lines = family.stop_tracer(rx);
+        let printed = family.stop_tracer(rx);
+        let (lines, live) = match (recording, dir) {
+            (Some(file), Some(dir)) => {
+                let recorded = fs::read_to_string(&file).expect("read the recording");
+                (
+                    json_lines(&recorded),
+                    Some((printed.join("\n") + "\n", dir)),
+                )
+            }
+            _ => (json_lines(&printed.join("\n")), None),
+        };
         Self {
             lines,
+            live,
             parent_path,
             children: before
                 .0
@@ -317,7 +357,7 @@ fn every_parent_stop_credits_both_children() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let run = Run::of(None);
+    let run = Run::of(None, false);
     let parent = run.summary(&run.parent_path).expect("parent summary");
     println!("parent summary: {parent}");
     let stops: Vec<&Value> = run.lines.iter().filter(|v| v["type"] == "stop").collect();
@@ -396,7 +436,7 @@ fn a_child_named_alone_sees_its_ancestors_stops() {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let run = Run::of(Some("c1"));
+    let run = Run::of(Some("c1"), false);
     assert!(
         run.summary(&run.parent_path).is_none(),
         "a row for the parent"
@@ -416,5 +456,77 @@ fn a_child_named_alone_sees_its_ancestors_stops() {
         stops.abs_diff(2 * run.nr_throttled) <= 2.max(run.nr_throttled / 25),
         "{stops} stops vs 2 x nr_throttled {}",
         run.nr_throttled
+    );
+}
+
+/// The live view with a glob over the children (`--cgroup /parent/c*`, a userspace selection)
+/// and a recording: each child's rows show the parent's stops that stopped it, with the parent
+/// under QUOTA OF and no row for the parent; each child's credit is its cpu.stat.local; and
+/// `report FILE` rebuilds the summary the run printed at its end, ancestors' stops included.
+#[test]
+fn the_live_view_of_a_glob_shows_whose_quota_stopped_the_children() {
+    if let Some(reason) = skip_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = Run::of(Some("c*"), true);
+    let (printed, dir) = run.live.as_ref().expect("a live run");
+    println!("{printed}");
+    assert!(
+        run.summary(&run.parent_path).is_none(),
+        "a row for the parent"
+    );
+    for i in 0..2 {
+        let stops = run.check_child(i, None);
+        // Each throttled period stops both CPUs, and each per-CPU stop both children.
+        assert!(
+            stops.abs_diff(2 * run.nr_throttled) <= 2.max(run.nr_throttled / 25),
+            "{stops} stops vs 2 x nr_throttled {}",
+            run.nr_throttled
+        );
+    }
+    let credited = run
+        .lines
+        .iter()
+        .filter(|v| v["type"] == "ancestor_stop")
+        .count();
+    println!("{credited} ancestor_stop lines in the recording");
+    assert!(credited > 0);
+    // Table rows: `<path> <STOPS/s> <GROUP/s> ... <QUOTA OF> <NAME>`, before the summary.
+    let (tables, _) = printed
+        .split_once("throttle-tracer: CFS bandwidth")
+        .expect("the summary at the end");
+    let rows = |path: &str| -> Vec<Vec<&str>> {
+        tables
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|w| w.first() == Some(&path))
+            .collect()
+    };
+    assert!(rows(&run.parent_path).is_empty(), "a row for the parent");
+    for i in 0..2 {
+        let child = run.child_path(i);
+        let rows = rows(&child);
+        assert!(!rows.is_empty(), "no row for {child}");
+        for row in &rows {
+            assert_eq!(row[2], "-", "no group stops of its own: {row:?}");
+            assert_eq!(row[row.len() - 2], run.parent_path, "QUOTA OF: {row:?}");
+        }
+    }
+    let offline = Command::new(TRACER)
+        .arg("report")
+        .arg(dir.path().join("run.ndjson"))
+        .output()
+        .expect("run throttle-tracer report");
+    assert!(offline.status.success(), "report: {offline:?}");
+    let offline = String::from_utf8(offline.stdout).unwrap();
+    assert!(
+        offline.contains(&format!("stopped by ancestor {}", run.parent_path)),
+        "{offline}"
+    );
+    assert!(
+        printed.ends_with(&offline),
+        "the offline report is not the end of what the run printed:\n{offline}"
     );
 }

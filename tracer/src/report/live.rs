@@ -12,8 +12,15 @@
 //! Columns: STOPS/s and GROUP/s, per-CPU stops and group stops per second; P50/P99/MAX of the
 //! interval's per-CPU stops; PER-CPU and WALL, per-CPU and wall-clock stopped time in the
 //! interval (as in the summary); THROTTLED, cpu.stat nr_throttled / nr_periods over the
-//! interval; QUOTA, quota/period(+burst) now; CPU, the group's CPU usage in CPUs. WALL can
-//! exceed PER-CPU by a stop at the edges: a group stop is final one episode late.
+//! interval; QUOTA, quota/period(+burst) now; CPU, the group's CPU usage in CPUs; QUOTA OF,
+//! whose quota stopped it. WALL can exceed PER-CPU by a stop at the edges: a group stop is final
+//! one episode late.
+//!
+//! A cgroup stopped only by an ancestor's quota (a container in a pod with the limit) gets a
+//! row too: its stop columns then count the ancestor's per-CPU stops that stopped its tasks
+//! ([`IntervalSummary::ancestor_stops`]), GROUP/s and WALL are `-` (they are the owner's), and
+//! QUOTA OF names the owner. A cgroup stopped by both shows its own stops, and QUOTA OF says
+//! `own+` the ancestor.
 //!
 //! On a terminal the keys act at once: `s` cycles the sort key (wall, stops, p99, name), `/`
 //! starts a filter (rows whose path or name contain the text; Enter ends it, Esc clears it),
@@ -57,6 +64,40 @@ impl Row {
         self.interval.group_stops.sum_ns
     }
 
+    /// Only an ancestor's quota stopped it in the interval.
+    fn by_ancestor_only(&self) -> bool {
+        self.interval.stops.count == 0 && self.interval.ancestor_stops.count > 0
+    }
+
+    /// The per-CPU stops its stop columns show: its own, or the ancestors' when it has none.
+    fn shown(&self) -> &DurationSummary {
+        if self.by_ancestor_only() {
+            &self.interval.ancestor_stops
+        } else {
+            &self.interval.stops
+        }
+    }
+
+    /// `own`, the owner's path (`cgroup id N` unresolved; `+k` more owners), or both.
+    fn quota_of(&self) -> String {
+        let owners = &self.interval.by_ancestor;
+        let first = owners.first().map(|a| {
+            let path = a
+                .path
+                .clone()
+                .unwrap_or_else(|| format!("cgroup id {}", a.cgroup_id));
+            match owners.len() {
+                1 => path,
+                n => format!("{path}+{}", n - 1),
+            }
+        });
+        match (self.interval.stops.count > 0, first) {
+            (_, None) => "own".into(),
+            (false, Some(owner)) => owner,
+            (true, Some(owner)) => format!("own+{owner}"),
+        }
+    }
+
     /// nr_throttled / nr_periods over the interval.
     pub fn throttled_ratio(&self) -> Option<f64> {
         let (throttled, periods) = self.periods?;
@@ -98,15 +139,15 @@ impl SortKey {
     }
 
     fn sort(self, rows: &mut [Row]) {
-        let p99 = |r: &Row| r.interval.stops.percentiles.map_or(0, |p| p.p99_ns);
+        let p99 = |r: &Row| r.shown().percentiles.map_or(0, |p| p.p99_ns);
         rows.sort_by(|a, b| {
             match self {
                 Self::Wall => b.wall_ns().cmp(&a.wall_ns()),
-                Self::Stops => b.interval.stops.count.cmp(&a.interval.stops.count),
+                Self::Stops => b.shown().count.cmp(&a.shown().count),
                 Self::P99 => p99(b).cmp(&p99(a)),
                 Self::Name => a.path.cmp(&b.path),
             }
-            .then(b.interval.stops.sum_ns.cmp(&a.interval.stops.sum_ns))
+            .then(b.shown().sum_ns.cmp(&a.shown().sum_ns))
             .then(a.cgroup_id.cmp(&b.cgroup_id))
         });
     }
@@ -192,8 +233,11 @@ impl<W: Write> Live<W> {
         self.last_tick = now;
         let mut rows: Vec<Row> = intervals
             .into_iter()
-            .map(|interval| {
+            .map(|mut interval| {
                 let id = interval.cgroup_id;
+                for a in &mut interval.by_ancestor {
+                    a.path = hierarchy.path_of(a.cgroup_id).map(str::to_owned);
+                }
                 let path = hierarchy.path_of(id).map(str::to_owned);
                 let reading = read(id, hierarchy, self.cpuacct.as_deref(), now);
                 let (periods, cpus) = match (self.readings.get(&id), &reading) {
@@ -374,15 +418,20 @@ pub fn render(table: &Table) -> String {
                 .unwrap_or_else(|| format!("cgroup id {}", r.cgroup_id))
         })
         .collect();
-    let w = paths
-        .iter()
-        .map(String::len)
-        .max()
-        .unwrap_or(0)
-        .clamp(6, MAX_PATH_COLUMN);
+    let owners: Vec<String> = table.rows.iter().map(Row::quota_of).collect();
+    let width = |texts: &[String], min| {
+        texts
+            .iter()
+            .map(|t| t.chars().count())
+            .max()
+            .unwrap_or(0)
+            .clamp(min, MAX_PATH_COLUMN)
+    };
+    let w = width(&paths, 6);
+    let ow = width(&owners, 8);
     let _ = writeln!(
         out,
-        "{:<w$}  {:>7} {:>7}  {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>9}  {:>18}  {:>5}  NAME",
+        "{:<w$}  {:>7} {:>7}  {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>9}  {:>18}  {:>5}  {:<ow$}  NAME",
         "CGROUP",
         "STOPS/s",
         "GROUP/s",
@@ -394,6 +443,7 @@ pub fn render(table: &Table) -> String {
         "THROTTLED",
         "QUOTA/PERIOD",
         "CPU",
+        "QUOTA OF",
     );
     let per_sec = |n: u64| {
         if secs > 0.0 {
@@ -402,19 +452,21 @@ pub fn render(table: &Table) -> String {
             "-".into()
         }
     };
-    for (r, path) in table.rows.iter().zip(&paths) {
-        let (stops, groups) = (&r.interval.stops, &r.interval.group_stops);
+    for ((r, path), owner) in table.rows.iter().zip(&paths).zip(&owners) {
+        let (stops, groups) = (r.shown(), &r.interval.group_stops);
         let pct = |f: fn(&DurationSummary) -> Option<u64>| f(stops).map_or("-".into(), ns);
+        // A group stop is the quota owner's: a row shown by its ancestors' stops has none.
+        let group = |v: String| if r.by_ancestor_only() { "-".into() } else { v };
         let _ = writeln!(
             out,
-            "{path:<w$}  {:>7} {:>7}  {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>9}  {:>18}  {:>5}  {}",
+            "{path:<w$}  {:>7} {:>7}  {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>9}  {:>18}  {:>5}  {owner:<ow$}  {}",
             per_sec(stops.count),
-            per_sec(groups.count),
+            group(per_sec(groups.count)),
             pct(|d| d.percentiles.map(|p| p.p50_ns)),
             pct(|d| d.percentiles.map(|p| p.p99_ns)),
             pct(|d| d.percentiles.map(|p| p.max_ns)),
             ns(stops.sum_ns),
-            ns(groups.sum_ns),
+            group(ns(groups.sum_ns)),
             match (r.throttled_ratio(), r.periods) {
                 (Some(ratio), Some((t, p))) => format!("{ratio:.2} {t}/{p}"),
                 _ => "-".into(),
@@ -446,10 +498,17 @@ fn detail(table: &Table, row: &Row) -> String {
         ..table.clone()
     };
     let mut out = render(&one);
-    for (title, d) in [
+    let mut sections = vec![
         ("per-CPU stop lengths", &row.interval.stops),
         ("group stop lengths", &row.interval.group_stops),
-    ] {
+    ];
+    if row.interval.ancestor_stops.count > 0 {
+        sections.push((
+            "ancestors' per-CPU stops (that stopped it)",
+            &row.interval.ancestor_stops,
+        ));
+    }
+    for (title, d) in sections {
         let _ = writeln!(out, "{title} in the interval:");
         for line in log2_rows(&d.log2_ms, "ms") {
             let _ = writeln!(out, "{line}");
@@ -606,7 +665,7 @@ mod tests {
         assert_eq!(row[..3], ["/cg4242", "10.0", "9.0"]);
         assert!(lines[2].contains("1.00 10/10"), "{}", lines[2]);
         assert!(lines[2].contains("20.0ms/100.0ms+5.0ms"), "{}", lines[2]);
-        assert!(lines[2].contains(" 0.20  -"), "{}", lines[2]);
+        assert!(lines[2].contains(" 0.20  own       -"), "{}", lines[2]);
         assert!(lines[3].starts_with("/cg7 "), "{}", lines[3]);
         assert_eq!(lines.len(), 5, "{text}");
         assert_eq!(lines[4], "");
@@ -618,6 +677,45 @@ mod tests {
         live.show(table(Vec::new())).unwrap();
         assert!(live.out.starts_with(b"\x1b[H\x1b[2J---"));
         assert!(String::from_utf8_lossy(&live.out).contains("sort: wall  filter:   (s: sort;"));
+    }
+
+    #[test]
+    fn a_child_stopped_by_its_parents_quota_has_a_row_naming_the_parent() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("pod/ctr")).unwrap();
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let (pod, ctr) = (h.id_of("/pod").unwrap(), h.id_of("/pod/ctr").unwrap());
+        let mut agg = Aggregate::watching(&[]).with_intervals(0);
+        for i in 0..4u32 {
+            let mut e = ended(i % 2, u64::from(i) * 100, u64::from(i) * 100 + 40);
+            e.stop.cgroup_id = pod;
+            e.stop.children = vec![ctr];
+            agg.credit_only(&e, |d| d == ctr);
+        }
+        let mut live = Live::to(Vec::new(), true);
+        live.last_tick = Instant::now() - Duration::from_secs(1);
+        let t = live.table(agg.take_interval(), &mut h);
+        assert_eq!(
+            t.rows.len(),
+            1,
+            "no row for the parent, taken only for its child"
+        );
+        let r = &t.rows[0];
+        assert_eq!((r.cgroup_id, r.quota_of().as_str()), (ctr, "/pod"));
+        let text = render(&t);
+        let row: Vec<&str> = text.lines().nth(2).unwrap().split_whitespace().collect();
+        // STOPS/s GROUP/s P50 P99 MAX PER-CPU WALL: the parent's stops that stopped it.
+        assert_eq!(row[0], "/pod/ctr");
+        assert_eq!(row[2], "-", "{text}");
+        assert_eq!(row[5..8], ["40.0ms", "160.0ms", "-"], "{text}");
+        assert!(text.contains(" /pod  "), "{text}");
+        live.show(t).unwrap();
+        live.key(b'\r').unwrap();
+        let s = String::from_utf8_lossy(&live.out);
+        assert!(
+            s.contains("ancestors' per-CPU stops (that stopped it)"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::aggregate::{Aggregate, CgroupSummary};
 use crate::cgroups::{Hierarchy, Version};
 use crate::cpustat::{self, Baseline, CpuStatDelta};
 use crate::recording::Recorder;
-use crate::records::{Bandwidth, Event};
+use crate::records::{Bandwidth, EndedStop, Event};
 
 /// What the run is: printed first (NDJSON `start`, the text header).
 #[derive(Clone, Debug, Default)]
@@ -248,6 +248,14 @@ impl<W: Write> Report<W> {
                 kernel_ns,
             } => ndjson::unseen_start_stop(*cgroup_id, cgroup, *cpu, *end_ns, *kernel_ns),
         });
+    }
+
+    /// An ended stop of an ancestor that is traced only for `credited`, the traced descendants
+    /// it stopped: an `ancestor_stop` line, on stdout (`--json`, unless under --min-stop) and in
+    /// the recording.
+    pub fn ancestor_stop(&mut self, end: &EndedStop, cgroup: Option<&str>, credited: &[u64]) {
+        let stdout = self.json && end.duration_ns() >= self.min_stop_ns;
+        self.emit(stdout, || ndjson::ancestor_stop(end, cgroup, credited));
     }
 
     /// The per-cgroup summaries and the totals; returns the first write error of the run (on

@@ -147,15 +147,39 @@ struct Stop<'a> {
     end: &'static str,
 }
 
+impl<'a> Stop<'a> {
+    fn of(r#type: &'static str, end: &'a EndedStop, cgroup: Option<&'a str>) -> Self {
+        Self {
+            r#type,
+            started: Started::of(&end.stop, cgroup),
+            end_ns: end.end_ns,
+            duration_ns: end.duration_ns(),
+            kernel_ns: end.kernel_ns,
+            end: end.reason.as_str(),
+        }
+    }
+}
+
 /// One ended per-CPU stop; `cgroup` is its path if it resolved.
 pub(super) fn stop(end: &EndedStop, cgroup: Option<&str>) -> String {
-    line(&Stop {
-        r#type: "stop",
-        started: Started::of(&end.stop, cgroup),
-        end_ns: end.end_ns,
-        duration_ns: end.duration_ns(),
-        kernel_ns: end.kernel_ns,
-        end: end.reason.as_str(),
+    line(&Stop::of("stop", end, cgroup))
+}
+
+#[derive(Serialize)]
+struct AncestorStop<'a> {
+    #[serde(flatten)]
+    stop: Stop<'a>,
+    /// The traced cgroups it stopped, which it counts for (their `stopped_by_ancestor`).
+    credited_cgroup_ids: &'a [u64],
+}
+
+/// An ended per-CPU stop of a cgroup that is not traced itself (an ancestor of a cgroup named
+/// with `--cgroup`, or outside a glob): the `stop` line's fields and the traced descendants it
+/// stopped. Its own type keeps readers of `stop` lines to the traced cgroups' own stops.
+pub(super) fn ancestor_stop(end: &EndedStop, cgroup: Option<&str>, credited: &[u64]) -> String {
+    line(&AncestorStop {
+        stop: Stop::of("ancestor_stop", end, cgroup),
+        credited_cgroup_ids: credited,
     })
 }
 
@@ -510,6 +534,19 @@ mod tests {
         }
         assert!(v["duration_ns"].is_u64());
         assert_eq!(v["parked"], 0);
+    }
+
+    #[test]
+    fn ancestor_stop_line_is_a_stop_line_with_the_cgroups_it_counts_for() {
+        let e = ended(1, 100, 140);
+        let stop = parse(&stop(&e, Some("/pod")));
+        let mut v = parse(&ancestor_stop(&e, Some("/pod"), &[11, 12]));
+        assert_eq!(v["type"], "ancestor_stop");
+        assert_eq!(v["credited_cgroup_ids"], serde_json::json!([11, 12]));
+        let fields = v.as_object_mut().unwrap();
+        fields.remove("credited_cgroup_ids");
+        fields.insert("type".into(), "stop".into());
+        assert_eq!(v, stop);
     }
 
     #[test]
