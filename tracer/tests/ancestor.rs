@@ -15,7 +15,7 @@ use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{Mutex, mpsc},
+    sync::{Mutex, MutexGuard, mpsc},
     thread,
     time::Duration,
 };
@@ -39,6 +39,15 @@ fn skip_reason() -> Option<String> {
         return Some("fewer than 2 CPUs".into());
     }
     None
+}
+
+/// The machine for one test at a time, or `None` (having said why) when it cannot run here.
+fn machine() -> Option<MutexGuard<'static, ()>> {
+    if let Some(reason) = skip_reason() {
+        println!("skipped: {reason}");
+        return None;
+    }
+    Some(ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// The parent with the quota, its two children, the tracer and the workloads. Drop kills the
@@ -346,17 +355,30 @@ impl Run {
         }
         stops
     }
+
+    /// [`Run::check_child`], and child `i` credited with two per-CPU stops per throttled period
+    /// of the parent: each throttle stops both CPUs, each with a task of each child.
+    fn check_child_twice_per_period(&self, i: usize) {
+        let stops = self.check_child(i, None);
+        println!(
+            "{} credited with {stops} per-CPU stops; parent nr_throttled delta {} (x2 CPUs = {})",
+            self.child_path(i),
+            self.nr_throttled,
+            2 * self.nr_throttled
+        );
+        assert!(
+            stops.abs_diff(2 * self.nr_throttled) <= 2.max(self.nr_throttled / 25),
+            "{stops} stops vs 2 x nr_throttled {}",
+            self.nr_throttled
+        );
+    }
 }
 
 /// Traced with `--cgroup` = the parent: every per-CPU stop credits both children, the
 /// parent's group stops are its nr_throttled, each child's credit is its cpu.stat.local.
 #[test]
 fn every_parent_stop_credits_both_children() {
-    if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
-        return;
-    }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = machine() else { return };
     let run = Run::of(None, false);
     let parent = run.summary(&run.parent_path).expect("parent summary");
     println!("parent summary: {parent}");
@@ -431,11 +453,7 @@ fn every_parent_stop_credits_both_children() {
 /// Each throttled period stops both CPUs, so c1 is credited twice per nr_throttled period.
 #[test]
 fn a_child_named_alone_sees_its_ancestors_stops() {
-    if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
-        return;
-    }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = machine() else { return };
     let run = Run::of(Some("c1"), false);
     assert!(
         run.summary(&run.parent_path).is_none(),
@@ -446,17 +464,7 @@ fn a_child_named_alone_sees_its_ancestors_stops() {
         !run.lines.iter().any(|v| v["type"] == "stop"),
         "no stop line: c1 has no stop of its own"
     );
-    let stops = run.check_child(0, None);
-    println!(
-        "c1 credited with {stops} per-CPU stops; parent nr_throttled delta {} (x2 CPUs = {})",
-        run.nr_throttled,
-        2 * run.nr_throttled
-    );
-    assert!(
-        stops.abs_diff(2 * run.nr_throttled) <= 2.max(run.nr_throttled / 25),
-        "{stops} stops vs 2 x nr_throttled {}",
-        run.nr_throttled
-    );
+    run.check_child_twice_per_period(0);
 }
 
 /// The live view with a glob over the children (`--cgroup /parent/c*`, a userspace selection)
@@ -465,11 +473,7 @@ fn a_child_named_alone_sees_its_ancestors_stops() {
 /// `report FILE` rebuilds the summary the run printed at its end, ancestors' stops included.
 #[test]
 fn the_live_view_of_a_glob_shows_whose_quota_stopped_the_children() {
-    if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
-        return;
-    }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = machine() else { return };
     let run = Run::of(Some("c*"), true);
     let (printed, dir) = run.live.as_ref().expect("a live run");
     println!("{printed}");
@@ -478,13 +482,7 @@ fn the_live_view_of_a_glob_shows_whose_quota_stopped_the_children() {
         "a row for the parent"
     );
     for i in 0..2 {
-        let stops = run.check_child(i, None);
-        // Each throttled period stops both CPUs, and each per-CPU stop both children.
-        assert!(
-            stops.abs_diff(2 * run.nr_throttled) <= 2.max(run.nr_throttled / 25),
-            "{stops} stops vs 2 x nr_throttled {}",
-            run.nr_throttled
-        );
+        run.check_child_twice_per_period(i);
     }
     let credited = run
         .lines

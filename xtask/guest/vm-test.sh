@@ -7,9 +7,9 @@ section doctor /tmp/doctor
 
 # scenario NAME BACKEND "QUOTA PERIOD" BURST WORKLOAD-COMMAND...
 # BURST "-" leaves cpu.max.burst alone; "0" is written where the kernel has the file.
-# WORKLOAD-COMMAND "children SECONDS": two child cgroups c1, c2 of the quota's group, each
-# running one busy thread pinned to CPU 0 and one pinned to CPU 1 (the quota lives on their
-# parent, and holds for SECONDS while all four run).
+# WORKLOAD-COMMAND "pinned SECONDS": one busy thread pinned to CPU 0 and one pinned to CPU 1 in
+# the quota's group; "children SECONDS": the same in each of two child cgroups c1, c2 of the
+# quota's group (the quota lives on their parent). The quota holds for SECONDS while all run.
 scenario() {
     name=$1 backend=$2 max=$3 burst=$4
     shift 4
@@ -53,23 +53,28 @@ scenario() {
     sleep 0.5
 
     section "$name/cpu.stat.before" "$cg/cpu.stat"
-    if [ "$1" = children ]; then
-        children_stat "$name" "$cg" before
-        # The quota holds only while all four threads run, and they are killed together: each
-        # child then has a task on each CPU at every stop (threads starting or ending one by
-        # one would leave a CPU with one child's task, which the kernel credits alone).
+    if [ "$1" = children ] || [ "$1" = pinned ]; then
+        dirs=$cg
+        if [ "$1" = children ]; then
+            children_stat "$name" "$cg" before
+            dirs="$cg/c1 $cg/c2"
+        fi
+        # The quota holds only while all threads run, and they are killed together: each
+        # group then has a task on each CPU at every stop (threads starting or ending one by
+        # one would leave a CPU with one child's task, which the kernel credits alone, or a
+        # throttled period that stops one CPU).
         echo max > "$cg/cpu.max"
         pids=
-        for child in c1 c2; do
+        for dir in $dirs; do
             for cpu in 0 1; do
-                busy_in "$cg/$child" "$cpu" >> "$out.workload" 2>&1 &
+                busy_in "$dir" "$cpu" >> "$out.workload" 2>&1 &
                 pids="$pids $!"
             done
         done
         sleep 0.3
         echo "$max" > "$cg/cpu.max"
         sleep "$2"
-        # Status 0: all four were still running when killed.
+        # Status 0: all were still running when killed.
         kill -KILL $pids
         status=$?
         wait $pids

@@ -395,11 +395,19 @@ impl Judge {
         )
     }
 
+    /// A pinned busy thread on each vCPU: every throttled period stops both CPUs (2% or two
+    /// stops at the edges), and the stops' kernel time is cpu.stat's throttled time (1%).
     fn two_cpus(&mut self, run: &Run) -> String {
         let cpus: BTreeSet<u64> = run.stops.iter().filter_map(|s| s["cpu"].as_u64()).collect();
         self.check(cpus.contains(&0) && cpus.contains(&1), || {
             format!("stops on CPUs {cpus:?}, expected on 0 and 1")
         });
+        let per_period = 2 * run.stat("nr_throttled");
+        let stops = run.stops.len() as i64;
+        self.check(
+            ((stops - per_period) as f64).abs() <= (per_period as f64 * 0.02).max(2.0),
+            || format!("{stops} stops, expected 2 x nr_throttled = {per_period}"),
+        );
         let unknown = run
             .stops
             .iter()
@@ -438,9 +446,9 @@ impl Judge {
         });
         let group = self.group_stops(run);
         format!(
-            "{} stops on CPUs {cpus:?}, Σkernel {:.1} ms vs cpu.stat {:.1} ms ({:+.2}%), \
-             wall {:.0} < cpu {:.0} ms, overcount {overcount:.2}; {group}",
-            run.stops.len(),
+            "{stops} stops (2 x nr_throttled = {per_period}) on CPUs {cpus:?}, Σkernel {:.1} ms \
+             vs cpu.stat {:.1} ms ({:+.2}%), wall {:.0} < cpu {:.0} ms, overcount \
+             {overcount:.2}; {group}",
             kernel_ns as f64 / 1e6,
             stat_ns as f64 / 1e6,
             error * 100.0,

@@ -28,16 +28,20 @@ pub enum Workload {
         burn_ms: u32,
         rounds: u32,
     },
-    /// The quota's group gets two child cgroups (v2: +cpu in its subtree_control), c1 and c2,
-    /// each running one busy thread pinned to CPU 0 and one pinned to CPU 1; the quota is set
-    /// once all four run and holds for `seconds`, then they are killed together.
-    Children { seconds: u32 },
+    /// One busy thread pinned to CPU 0 and one pinned to CPU 1, in the quota's group itself or
+    /// (`in_children`) in each of two child cgroups c1 and c2 (v2: +cpu in its
+    /// subtree_control). The quota is set once all run and holds for `seconds`, then they are
+    /// killed together: every throttled period stops both CPUs, one stop each (unpinned, two
+    /// threads sometimes share a CPU and a period stops one: 1.83 to 2.00 stops per throttled
+    /// period from run to run under single-threaded TCG).
+    Pinned { seconds: u32, in_children: bool },
 }
 
 pub enum Expect {
     /// One busy thread: a stop of about period − quota every period.
     OneThreadStops,
-    /// Busy threads on both vCPUs: per-CPU stops whose kernel time adds up to cpu.stat.
+    /// A busy thread on each vCPU: two per-CPU stops per throttled period, whose kernel time
+    /// adds up to cpu.stat.
     TwoCpuStops,
     /// Every judged burn round is stopped.
     RoundsStopped,
@@ -82,10 +86,9 @@ pub const SCENARIOS: &[Scenario] = &[
         quota_us: 50_000,
         period_us: 100_000,
         burst_us: None,
-        workload: Workload::Busy {
-            threads: 2,
+        workload: Workload::Pinned {
             seconds: 3,
-            pin: None,
+            in_children: false,
         },
         expect: Expect::TwoCpuStops,
     },
@@ -121,7 +124,10 @@ pub const SCENARIOS: &[Scenario] = &[
         quota_us: 50_000,
         period_us: 100_000,
         burst_us: None,
-        workload: Workload::Children { seconds: 3 },
+        workload: Workload::Pinned {
+            seconds: 3,
+            in_children: true,
+        },
         expect: Expect::AncestorStops,
     },
 ];
@@ -156,8 +162,14 @@ impl Scenario {
                     "throttle-workload spiky --every-ms {every_ms} --burn-ms {burn_ms} --rounds {rounds}"
                 )
             }
-            // The guest's `scenario` knows this one: it makes the children and runs the work.
-            Workload::Children { seconds } => format!("children {seconds}"),
+            // The guest's `scenario` knows these: it makes the children and runs the work.
+            Workload::Pinned {
+                seconds,
+                in_children,
+            } => format!(
+                "{} {seconds}",
+                if in_children { "children" } else { "pinned" }
+            ),
         };
         format!(
             "scenario {} {backend} \"{} {}\" {burst} {workload}",
