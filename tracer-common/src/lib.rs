@@ -173,13 +173,18 @@ pub struct Offsets {
     /// 6.18 `task_struct.throttled` (a task parked by the task-based throttle).
     pub task_throttled: BitField,
     // Appended for crediting every stopped child.
-    /// `task_group.cfs_rq`: `struct cfs_rq **`, one per CPU.
+    /// `task_group.cfs_rq`: `struct cfs_rq **`, one per CPU (before 7.x; see
+    /// `tg_cfs_rq_percpu`).
     pub tg_cfs_rq: u32,
     /// `task_group.children` (`list_head`), linking the children through their `siblings`.
     pub tg_children: u32,
     pub tg_siblings: u32,
     /// `cfs_rq.nr_running` (entities queued, < 6.14) or `cfs_rq.nr_queued` (6.14+).
     pub cfs_rq_nr_queued: u32,
+    // Appended for 7.x.
+    /// 1 when `task_group.cfs_rq` is one per-CPU pointer (`struct cfs_rq __percpu *`, 7.x):
+    /// a group's cfs_rq on a CPU is that pointer plus the CPU's per-CPU offset.
+    pub tg_cfs_rq_percpu: u32,
 }
 
 impl Offsets {
@@ -225,6 +230,7 @@ impl Offsets {
         tg_children: ABSENT,
         tg_siblings: ABSENT,
         cfs_rq_nr_queued: ABSENT,
+        tg_cfs_rq_percpu: 0,
     };
 }
 

@@ -219,13 +219,23 @@ pub fn stopped_children(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
     let Some(tg) = read::<u64>(cfs_rq, o.cfs_rq_tg) else {
         return;
     };
+    // 7.x: per_cpu_ptr(child->cfs_rq, cpu) is the child's pointer plus this CPU's per-CPU
+    // offset, which is what separates the stopped cfs_rq from its own group's pointer.
+    let percpu_offset = if o.tg_cfs_rq_percpu != 0 {
+        let Some(base) = read::<u64>(tg, o.tg_cfs_rq) else {
+            return;
+        };
+        cfs_rq.wrapping_sub(base)
+    } else {
+        0
+    };
     let head = tg + o.tg_children as u64;
     let mut node = read::<u64>(head, 0).unwrap_or(0);
     for _ in 0..MAX_SIBLINGS {
         if node == head || node == 0 {
             return;
         }
-        let id = stopped_child(o, node - o.tg_siblings as u64, ev.cpu);
+        let id = stopped_child(o, node - o.tg_siblings as u64, ev.cpu, percpu_offset);
         if id != 0 {
             let n = ev.children as usize;
             if n < MAX_CHILDREN {
@@ -246,10 +256,14 @@ pub fn stopped_children(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
 /// The cgroup id of the task group `tg` if its cfs_rq on `cpu` has tasks queued (or its
 /// throttled clock running); 0 otherwise or when unreadable.
 #[inline(never)]
-fn stopped_child(o: &Offsets, tg: u64, cpu: u32) -> u64 {
-    let Some(cfs_rq) =
-        read::<u64>(tg, o.tg_cfs_rq).and_then(|rqs| read::<u64>(rqs + 8 * u64::from(cpu), 0))
-    else {
+fn stopped_child(o: &Offsets, tg: u64, cpu: u32, percpu_offset: u64) -> u64 {
+    let Some(cfs_rq) = read::<u64>(tg, o.tg_cfs_rq).and_then(|rqs| {
+        if o.tg_cfs_rq_percpu != 0 {
+            Some(rqs.wrapping_add(percpu_offset))
+        } else {
+            read::<u64>(rqs + 8 * u64::from(cpu), 0)
+        }
+    }) else {
         return 0;
     };
     let queued = read::<u32>(cfs_rq, o.cfs_rq_nr_queued).unwrap_or(0) != 0

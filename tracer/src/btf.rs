@@ -296,14 +296,22 @@ fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
     // 6.14 renamed nr_running to nr_queued (the entities queued on this cfs_rq).
     let nr_queued = one_of(k, "cfs_rq", ["nr_queued", "nr_running"], Shape::Int(4));
     let nr_queued_field = nr_queued.as_ref().ok().map(|&(_, name)| name);
+    // 7.x allocates a group's cfs_rqs per CPU: `struct cfs_rq __percpu *cfs_rq` replaced the
+    // array of pointers (BTF may not keep the `__percpu` tag, and no other kernel has a single
+    // `struct cfs_rq *` there).
+    let (tg_cfs_rq, percpu) = match k.offset("task_group", &["cfs_rq"], Shape::PtrPtr("cfs_rq")) {
+        Ok(at) => (Ok(at), false),
+        Err(array) => match k.offset("task_group", &["cfs_rq"], Shape::Ptr("cfs_rq")) {
+            Ok(at) => (Ok(at), true),
+            Err(_) => (Err(array), false),
+        },
+    };
+    o.tg_cfs_rq_percpu = u32::from(percpu);
     group(
         Feature::StoppedChildren,
         vec![
             (&mut o.cfs_rq_nr_queued, nr_queued.map(|(v, _)| v)),
-            (
-                &mut o.tg_cfs_rq,
-                k.offset("task_group", &["cfs_rq"], Shape::PtrPtr("cfs_rq")),
-            ),
+            (&mut o.tg_cfs_rq, tg_cfs_rq),
             (
                 &mut o.tg_children,
                 k.offset("task_group", &["children"], Shape::Struct("list_head")),
@@ -1039,6 +1047,25 @@ mod tests {
         .unwrap();
         assert_eq!(r.nr_queued_field, Some("nr_queued"));
         assert_eq!(r.offsets.cfs_rq_nr_queued, 0);
+        assert!(
+            !r.disabled
+                .iter()
+                .any(|d| d.feature == Feature::StoppedChildren)
+        );
+    }
+
+    /// 7.x: `task_group.cfs_rq` is one per-CPU pointer; the feature stays on and the probe is
+    /// told to add the per-CPU offset instead of indexing an array.
+    #[test]
+    fn stopped_children_with_a_percpu_cfs_rq() {
+        let array = synth(V5_4).unwrap();
+        assert_eq!(array.offsets.tg_cfs_rq_percpu, 0);
+        let r = synth(Variant {
+            percpu_cfs_rq: true,
+            ..V5_4
+        })
+        .unwrap();
+        assert_eq!((r.offsets.tg_cfs_rq, r.offsets.tg_cfs_rq_percpu), (48, 1));
         assert!(
             !r.disabled
                 .iter()

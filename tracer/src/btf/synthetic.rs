@@ -194,6 +194,8 @@ pub struct Variant {
     pub with_children: bool,
     /// `cfs_rq.nr_queued` (6.14+) instead of `cfs_rq.nr_running`.
     pub nr_queued: bool,
+    /// 7.x: `task_group.cfs_rq` is one per-CPU `struct cfs_rq *`, not a pointer array.
+    pub percpu_cfs_rq: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -214,6 +216,7 @@ pub const V5_4: Variant = Variant {
     throttle: Throttle::Void,
     with_children: true,
     nr_queued: false,
+    percpu_cfs_rq: false,
 };
 
 pub fn kernel(v: Variant) -> Vec<u8> {
@@ -319,7 +322,12 @@ pub fn kernel(v: Variant) -> Vec<u8> {
     ];
     if v.with_children {
         tg.extend([
-            ("cfs_rq", pp_cfs_rq, 48 * 8, 0),
+            (
+                "cfs_rq",
+                if v.percpu_cfs_rq { p_cfs_rq } else { pp_cfs_rq },
+                48 * 8,
+                0,
+            ),
             ("children", list_head, 56 * 8, 0),
             ("siblings", list_head, 72 * 8, 0),
         ]);
