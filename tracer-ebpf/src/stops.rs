@@ -225,7 +225,13 @@ pub fn stopped_children(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
         let Some(base) = read::<u64>(tg, o.tg_cfs_rq) else {
             return;
         };
-        cfs_rq.wrapping_sub(base)
+        // The verifier allows no arithmetic between a BTF-typed pointer (the fentry and
+        // tp_btf backends' cfs_rq) and another value; a copy read back is a plain number.
+        // SAFETY: reads a local of this frame.
+        let Ok(stopped) = (unsafe { bpf_probe_read_kernel(&cfs_rq as *const u64) }) else {
+            return;
+        };
+        stopped.wrapping_sub(base)
     } else {
         0
     };

@@ -70,6 +70,8 @@ struct Run {
     summaries: Vec<Value>,
     /// The children's cpu.stat deltas (the `children` workload).
     children: Vec<ChildStat>,
+    /// The kernel throttles tasks, not runqueues (6.18+): see [`Run::stopped_ns_within`].
+    task_based: bool,
 }
 
 /// A child cgroup of the quota's group: its path and cpu.stat (and cpu.stat.local, 6.6+)
@@ -155,6 +157,7 @@ impl Run {
             .filter_map(|l| round(l))
             .collect();
         let summaries = of_type("summary").cloned().collect();
+        let task_based = start["kernel"].as_str().is_some_and(task_based_throttle);
         Ok(Self {
             stops,
             summary,
@@ -163,6 +166,7 @@ impl Run {
             rounds,
             summaries,
             children,
+            task_based,
         })
     }
 
@@ -181,16 +185,22 @@ impl Run {
             .collect()
     }
 
-    /// How long any stop covered [from, to): the union of the stops clipped to it.
+    /// How long any stop kept the group's tasks off the CPU in [from, to): the union of the
+    /// stops clipped to it. With the task-based throttle (6.18+) a task keeps running after
+    /// its group ran out of quota until it is parked on its way back to user mode (11 ms seen
+    /// under TCG); the kernel's own span (`kernel_ns`: first park to refill) is then the time
+    /// the task really waited, so a stop counts from `end_ns - kernel_ns`.
     fn stopped_ns_within(&self, from: u64, to: u64) -> u64 {
         let mut pieces: Vec<(u64, u64)> = self
             .stops
             .iter()
             .filter_map(|s| {
-                Some((
-                    s["start_ns"].as_u64()?.max(from),
-                    s["end_ns"].as_u64()?.min(to),
-                ))
+                let (start, end) = (s["start_ns"].as_u64()?, s["end_ns"].as_u64()?);
+                let start = match s["kernel_ns"].as_u64() {
+                    Some(kernel) if self.task_based => start.max(end.saturating_sub(kernel)),
+                    _ => start,
+                };
+                Some((start.max(from), end.min(to)))
             })
             .filter(|(a, b)| a < b)
             .collect();
@@ -531,6 +541,15 @@ impl Judge {
     }
 }
 
+/// Whether kernel `release` (`uname -r`) throttles tasks rather than runqueues: 6.18+.
+fn task_based_throttle(release: &str) -> bool {
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    (major, minor) >= (6, 18)
+}
+
 /// Stops and the workload's own wait may differ by wake-up latency and scheduling noise: a
 /// round nothing stopped waits up to ~4.5 ms under TCG, and the tracer's stop edges carry the
 /// guest's tick jitter (±10 ms seen, as in s1's band).
@@ -593,5 +612,17 @@ mod tests {
         let r = round("round 2 start_ns 10 end_ns 20 cpu_ns 5 wall_ms 0.0").unwrap();
         assert_eq!((r.index, r.start_ns, r.end_ns, r.cpu_ns), (2, 10, 20, 5));
         assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
+    }
+
+    #[test]
+    fn task_based_throttle_from_6_18() {
+        for (release, task_based) in [
+            ("5.10.0-43-cloud-amd64", false),
+            ("6.12.117+deb12-cloud-amd64", false),
+            ("6.18.44-fc-v657", true),
+            ("7.2.13+deb14-cloud-amd64", true),
+        ] {
+            assert_eq!(task_based_throttle(release), task_based, "{release}");
+        }
     }
 }
