@@ -72,6 +72,10 @@ struct Run {
     children: Vec<ChildStat>,
     /// The kernel throttles tasks, not runqueues (6.18+): see [`Run::stopped_ns_within`].
     task_based: bool,
+    /// The tracepoint backend on a task-based kernel: it may first see a stop after a child's
+    /// tasks on that CPU were parked, and the child is then not listed (README, "stopped by
+    /// ancestor"): a few stops may miss a child, while cpu.stat.local still judges the credit.
+    late_sight: bool,
 }
 
 /// A child cgroup of the quota's group: its path and cpu.stat (and cpu.stat.local, 6.6+)
@@ -167,6 +171,7 @@ impl Run {
             summaries,
             children,
             task_based,
+            late_sight: task_based && backend == "tracepoint",
         })
     }
 
@@ -315,7 +320,7 @@ impl Judge {
     }
 
     /// How many of the group's stop records credit both children (`descendant_cgroup_ids` and
-    /// `descendant_cgroup_id`); every one must.
+    /// `descendant_cgroup_id`); every one must (all but 5 % where `late_sight`).
     fn credit_both(&mut self, run: &Run) -> usize {
         let mut children: Vec<u64> = run
             .children
@@ -342,9 +347,15 @@ impl Judge {
             ids
         };
         let missing: Vec<&Value> = run.stops.iter().filter(|s| listed(s) != children).collect();
-        self.check(missing.is_empty(), || {
+        let allowed = if run.late_sight {
+            run.stops.len() / 20
+        } else {
+            0
+        };
+        self.check(missing.len() <= allowed, || {
             format!(
-                "{} of {} stops do not credit both children {children:?}, e.g. {}",
+                "{} of {} stops do not credit both children {children:?} (at most {allowed} \
+                 may), e.g. {}",
                 missing.len(),
                 run.stops.len(),
                 missing[0]
