@@ -72,9 +72,10 @@ struct Run {
     children: Vec<ChildStat>,
     /// The kernel throttles tasks, not runqueues (6.18+): see [`Run::stopped_ns_within`].
     task_based: bool,
-    /// The tracepoint backend on a task-based kernel: it may first see a stop after a child's
-    /// tasks on that CPU were parked, and the child is then not listed (README, "stopped by
-    /// ancestor"): a few stops may miss a child, while cpu.stat.local still judges the credit.
+    /// The tracepoint backend on a task-based kernel: a throttled task runs on until it returns
+    /// to user mode, so a stop may first be seen by the refill timer's walk, which lists no
+    /// children (README, "stopped by ancestor"): a few stops may miss a child, while
+    /// cpu.stat.local still judges the credit.
     late_sight: bool,
 }
 
