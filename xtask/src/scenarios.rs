@@ -48,7 +48,7 @@ pub enum Expect {
     /// No judged burn round is stopped: quota + burst covers the burn.
     RoundsNotStopped,
     /// The quota's group stops, its children's tasks are the ones stopped: every per-CPU stop
-    /// credits both children (each has a task on each CPU), each child has
+    /// credits each child with a task queued there (each has a thread on each CPU), each child has
     /// `stopped_by_ancestor` the group, its own cpu.stat shows no throttling, and (6.6+) its
     /// cpu.stat.local grew by the kernel time of the stops credited to it.
     AncestorStops,
