@@ -6,13 +6,16 @@
 //!    `kernel.bpf_stats_enabled` sysctl is never touched) of the tracer's own programs, found by
 //!    the raw-tracepoint links the tracer process holds: invocations and mean ns per invocation,
 //!    during one more pipe run and while a quota'd cgroup with two busy threads is throttled
-//!    (then sched_switch really walks a bandwidth-limited cfs_rq).
+//!    (then sched_switch really walks a bandwidth-limited cfs_rq). The peer, in the same pipe
+//!    run: an empty program on sched_switch ([`EmptyPeer`]), what any program costs there.
 //!
 //! Figures only: nothing here asserts a timing. Needs root (BPF, cgroups).
 use crate::{binaries, cmd, setup};
 use anyhow::{Context as _, Result, bail};
+use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_type};
 use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader, Read as _};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -99,11 +102,15 @@ pub fn run(args: &Args) -> Result<()> {
     // BPF run-time statistics, only now: they cost a clock read per invocation of every BPF
     // program on the machine, which the slowdown runs above must not include.
     let mut tracer = Tracer::start(&binaries.tracer)?;
+    let peer = EmptyPeer::attach()?;
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("BPF_ENABLE_STATS (BPF run-time statistics)")?;
     let s0 = tracer.snapshot()?;
+    let p0 = peer.stats()?;
     let stats_pipe_us = pipe_run(args.loops)?;
     let s1 = tracer.snapshot()?;
+    let p1 = peer.stats()?;
+    drop(peer);
     let throttled = throttled_phase(&binaries.workload, &tracer, args.throttled_seconds)?;
     drop(stats);
     tracer.stop()?;
@@ -122,6 +129,7 @@ pub fn run(args: &Args) -> Result<()> {
         crowded_runs,
         programs: tracer.programs.clone(),
         pipe: delta(&s0, &s1),
+        peer: (p1.0 - p0.0, p1.1 - p0.1),
         stats_pipe_us,
         throttled,
         load: (load_before, loadavg()),
@@ -607,6 +615,8 @@ struct Report {
     crowded_runs: usize,
     programs: Vec<Program>,
     pipe: Snapshot,
+    /// The empty peer's (run_time_ns, run_cnt) during the same pipe run.
+    peer: (u64, u64),
     stats_pipe_us: f64,
     throttled: Throttled,
     load: (String, String),
@@ -734,6 +744,19 @@ impl Report {
                 verdict(a <= SCHED_SWITCH_BUDGET_NS),
                 verdict(b <= SCHED_SWITCH_BUDGET_NS)
             );
+            let (peer_ns, peer_cnt) = self.peer;
+            if peer_cnt > 0 {
+                let floor = peer_ns as f64 / peer_cnt as f64;
+                let _ = writeln!(
+                    s,
+                    "peer, same run A: an empty program (r0 = 0; exit) on sched_switch, {peer_cnt} \
+                     invocations, {floor:.1} ns/invocation: the floor any program pays there on \
+                     this host\n              (the call and the statistics' clock reads); the \
+                     tracer's sched_switch is {:.2}x that, {:.1} ns above it",
+                    a / floor,
+                    a - floor
+                );
+            }
         }
         let _ = writeln!(
             s,
@@ -745,6 +768,96 @@ impl Report {
         );
         s
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The peer
+
+/// The cheapest program there can be (`r0 = 0; exit`) on `sched_switch`, a plain raw
+/// tracepoint program: the kernel runs it through the same `bpf_trace_run` call as the tracer's
+/// tp_btf programs, so its mean run time is what any program costs there on this host.
+struct EmptyPeer {
+    id: u32,
+    _link: OwnedFd,
+    _prog: OwnedFd,
+}
+
+/// The peer's program name, to find its id among the loaded programs.
+const PEER_NAME: &str = "tt_bench_empty";
+
+impl EmptyPeer {
+    fn attach() -> Result<Self> {
+        // mov64 r0, 0; exit (little-endian `struct bpf_insn`s: opcode in the low byte).
+        let insns: [u64; 2] = [0xb7, 0x95];
+        let mut attr = zeroed_attr();
+        // SAFETY: the BPF_PROG_LOAD member of a zeroed union.
+        let load = unsafe { &mut attr.__bindgen_anon_3 };
+        load.prog_type = bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT as u32;
+        load.insn_cnt = 2;
+        load.insns = insns.as_ptr() as u64;
+        load.license = c"GPL".as_ptr() as u64;
+        for (slot, byte) in load.prog_name.iter_mut().zip(PEER_NAME.bytes()) {
+            *slot = byte as libc::c_char;
+        }
+        let prog = bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr).context("loading the empty peer")?;
+        let mut attr = zeroed_attr();
+        // SAFETY: the BPF_RAW_TRACEPOINT_OPEN member of a zeroed union.
+        let open = unsafe { &mut attr.raw_tracepoint };
+        open.name = c"sched_switch".as_ptr() as u64;
+        open.prog_fd = u32::try_from(prog.as_raw_fd()).context("program fd")?;
+        let link = bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
+            .context("attaching the empty peer to sched_switch")?;
+        // Ids grow: the newest program of that name is this one.
+        let id = aya::programs::loaded_programs()
+            .flatten()
+            .filter(|p| p.name_as_str() == Some(PEER_NAME))
+            .map(|p| p.id())
+            .max()
+            .context("the empty peer is not among the loaded programs")?;
+        Ok(Self {
+            id,
+            _link: link,
+            _prog: prog,
+        })
+    }
+
+    /// (run_time_ns, run_cnt) now.
+    fn stats(&self) -> Result<(u64, u64)> {
+        aya::programs::loaded_programs()
+            .flatten()
+            .find(|p| p.id() == self.id)
+            .map(|p| {
+                (
+                    u64::try_from(p.run_time().as_nanos()).unwrap_or(u64::MAX),
+                    p.run_count(),
+                )
+            })
+            .context("the empty peer was unloaded")
+    }
+}
+
+fn zeroed_attr() -> bpf_attr {
+    // SAFETY: plain integers and arrays; all zero is every field's "unset".
+    unsafe { std::mem::zeroed() }
+}
+
+/// The bpf(2) commands that return a new fd.
+fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> Result<OwnedFd> {
+    // SAFETY: `attr` is a whole bpf_attr, and its size is passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd as libc::c_long,
+            std::ptr::from_mut(attr),
+            size_of::<bpf_attr>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    let fd = RawFd::try_from(fd).context("bpf(2) returned no fd")?;
+    // SAFETY: a new fd the kernel just returned, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn verdict(within: bool) -> &'static str {
