@@ -16,8 +16,9 @@ pub struct Outcome {
     /// The measured figures, for the summary table.
     pub figures: String,
     /// Per-CPU stops per throttled period (cpu.stat `nr_throttled` delta): comparable between
-    /// two runs of one scenario, unlike raw counts, whose periods start at different phases.
-    pub stops_per_period: Option<f64>,
+    /// two runs of one scenario, unlike raw counts, whose periods start at different phases;
+    /// and the number of stops, the ratio's resolution.
+    pub stops_per_period: Option<(f64, usize)>,
 }
 
 /// Judges the run `name` of `scenario`, which the guest traced with `backend`.
@@ -34,7 +35,8 @@ pub fn judge(console: &Console, scenario: &Scenario, name: &str, backend: &str) 
     let figures = match Run::read(console, name, backend) {
         Ok(run) => {
             let periods = run.stat("nr_throttled");
-            stops_per_period = (periods > 0).then(|| run.stops.len() as f64 / periods as f64);
+            stops_per_period =
+                (periods > 0).then(|| (run.stops.len() as f64 / periods as f64, run.stops.len()));
             judge.scenario(&run, scenario)
         }
         Err(problem) => {
