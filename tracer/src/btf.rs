@@ -1021,7 +1021,7 @@ mod tests {
                 reason: "struct task_group has no cfs_bandwidth.burst".into()
             }]
         );
-        let off = |f: Feature| r.disabled.iter().any(|d| d.feature == f);
+        let off = |f: Feature| !is_on(&r, f);
         assert!(off(Feature::Burst) && !off(Feature::TaskCount));
         assert_eq!(r.functions, vec!["throttle_cfs_rq", "unthrottle_cfs_rq"]);
         assert_eq!(r.nr_queued_field, Some("nr_running"));
@@ -1047,11 +1047,7 @@ mod tests {
         .unwrap();
         assert_eq!(r.nr_queued_field, Some("nr_queued"));
         assert_eq!(r.offsets.cfs_rq_nr_queued, 0);
-        assert!(
-            !r.disabled
-                .iter()
-                .any(|d| d.feature == Feature::StoppedChildren)
-        );
+        assert!(is_on(&r, Feature::StoppedChildren));
     }
 
     /// 7.x: `task_group.cfs_rq` is one per-CPU pointer; the feature stays on and the probe is
@@ -1066,11 +1062,11 @@ mod tests {
         })
         .unwrap();
         assert_eq!((r.offsets.tg_cfs_rq, r.offsets.tg_cfs_rq_percpu), (48, 1));
-        assert!(
-            !r.disabled
-                .iter()
-                .any(|d| d.feature == Feature::StoppedChildren)
-        );
+        assert!(is_on(&r, Feature::StoppedChildren));
+    }
+
+    fn is_on(r: &Resolved, feature: Feature) -> bool {
+        !r.disabled.iter().any(|d| d.feature == feature)
     }
 
     /// Without `task_group.children` the whole feature is off, with a warning naming the
@@ -1479,7 +1475,7 @@ mod tests {
             assert_eq!(v, ABSENT);
         }
         assert_eq!(o.task_throttled, BitField::ABSENT);
-        let tp = |f: Feature| r.disabled.iter().any(|d| d.feature == f);
+        let tp = |f: Feature| !is_on(&r, f);
         assert!(!tp(Feature::Tracepoint) && !tp(Feature::SelfTime));
         assert!(!tp(Feature::AsyncUnthrottle) && !tp(Feature::ParkedTasks));
         // Absent, not off: the doctor says "not in this kernel".
