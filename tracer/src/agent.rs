@@ -26,12 +26,9 @@ use crate::{
     error::Failure,
     filter::{Ancestors, Selection, Traced},
     probes::{BackendChoice, Probes},
-    recording::Recorder,
     records::{self, Event},
-    report::{
-        self, CgroupReport, RefusedBackend, Report, StartInfo, Totals, live::Live,
-        prometheus::Exporter,
-    },
+    report::{self, CgroupReport, Ndjson, Report, Sink, Text, live::Live, prometheus::Exporter},
+    schema::{End, RefusedBackend, Start},
     terminal::{self, Keys},
 };
 
@@ -39,30 +36,30 @@ use crate::{
 const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 
 pub async fn run(options: Options) -> Result<(), Failure> {
+    let min_stop_ns = options
+        .min_stop
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let mut sinks: Vec<Box<dyn Sink>> = vec![if options.json {
+        Box::new(Ndjson::stdout(min_stop_ns))
+    } else {
+        Box::new(Text::stdout())
+    }];
     // Before anything is attached: a --record path that cannot be written is a usage error.
-    let recorder = options
-        .record
-        .as_deref()
-        .map(Recorder::create)
-        .transpose()?;
+    if let Some(path) = &options.record {
+        sinks.push(Box::new(Ndjson::recording(path)?));
+    }
     // A machine without a cpu hierarchy selects nothing here; `Session::start` says why.
     let selection = match Hierarchy::discover() {
         Ok(h) => Selection::parse(&h, &options.cgroups, &options.containers, &options.pids)?,
         Err(_) => Selection::default(),
     };
-    let mut session = Session::start(&Request {
+    let mut session = Session::start(Request {
         backend: options.backend,
         btf: &options.btf,
         cgroups: selection.exact_paths().unwrap_or_default(),
-        json: options.json,
+        sinks,
     })?;
-    if let Some(recorder) = recorder {
-        session.record_to(recorder);
-    }
-    let min_stop_ns = options
-        .min_stop
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    let selected = session.select(selection, min_stop_ns);
+    let selected = session.select(selection);
     let mut interrupts = Interrupts::new()?;
     let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
     match options.interval {
@@ -152,7 +149,8 @@ pub struct Request<'a> {
     pub btf: &'a Path,
     /// Cgroup paths under the cpu hierarchy; empty = all.
     pub cgroups: Vec<String>,
-    pub json: bool,
+    /// Where the report goes; each gets the `start` line as soon as the probes are attached.
+    pub sinks: Vec<Box<dyn Sink>>,
 }
 
 /// Why [`Session::trace_until`] returned.
@@ -198,7 +196,7 @@ pub struct Session {
     probes: Probes,
     reader: Reader,
     aggregate: Aggregate,
-    report: Report,
+    report: Report<'static>,
     hierarchy: Hierarchy,
     baseline: Baseline,
     started_ns: u64,
@@ -208,7 +206,7 @@ pub struct Session {
 impl Session {
     /// Checks the machine, attaches the probes, takes the cpu.stat baseline and starts the
     /// report (NDJSON prints its `start` line here).
-    pub fn start(request: &Request<'_>) -> Result<Self, Failure> {
+    pub fn start(request: Request<'_>) -> Result<Self, Failure> {
         check_privileges()?;
         let resolved = btf::resolve(request.btf).map_err(|e| {
             Failure::environment(
@@ -278,8 +276,8 @@ impl Session {
         let ring = probes.take_events()?;
         let baseline = Baseline::take(&mut hierarchy);
         let started_ns = records::monotonic_now_ns();
-        let mut report = Report::new(request.json);
-        report.start(StartInfo {
+        let start = Start {
+            tracer_version: env!("CARGO_PKG_VERSION").to_owned(),
             backend: probes.backend.name().to_owned(),
             backend_requested: request.backend.name().to_owned(),
             backend_refused: probes
@@ -300,7 +298,9 @@ impl Session {
                 .iter()
                 .map(|r| (*r).to_owned())
                 .collect(),
-        });
+            ..Start::default()
+        };
+        let report = Report::new(start, request.sinks);
         let mut reader = Reader::new(ring)?;
         reader.traced.ancestors = ancestors;
         Ok(Self {
@@ -316,10 +316,8 @@ impl Session {
     }
 
     /// Applies `selection` in userspace when the kernel-side filter could not (globs, container
-    /// ids), and leaves stops shorter than `min_stop_ns` out of the NDJSON stop lines. Returns
-    /// the cgroups selected now (none when every cgroup is traced).
-    pub fn select(&mut self, selection: Selection, min_stop_ns: u64) -> Vec<u64> {
-        self.report.hide_stops_shorter_than(min_stop_ns);
+    /// ids). Returns the cgroups selected now (none when every cgroup is traced).
+    pub fn select(&mut self, selection: Selection) -> Vec<u64> {
         if selection.is_all() {
             return Vec::new();
         }
@@ -357,12 +355,6 @@ impl Session {
         Ok(())
     }
 
-    /// Copies the NDJSON stream into `recorder` (`--record`) from now on, beginning with the
-    /// `start` line.
-    pub fn record_to(&mut self, recorder: Recorder) {
-        self.report.record_to(recorder);
-    }
-
     /// Moves records into the aggregate until `until` completes or a signal arrives.
     pub async fn trace_until(
         &mut self,
@@ -397,13 +389,13 @@ impl Session {
 
     /// Ends the trace: the last drain, cpu.stat deltas, the report written. Returns the
     /// per-cgroup reports and totals it printed.
-    pub fn finish(mut self) -> Result<(Vec<CgroupReport>, Totals), Failure> {
+    pub fn finish(mut self) -> Result<(Vec<CgroupReport>, End), Failure> {
         self.drain();
         let now_ns = records::monotonic_now_ns();
         // cpu.stat is read while the probes are still attached, right after the last drain, so a
         // stop is in one and not the other only if it ended in the microseconds between the two.
         let reports = report::collect(self.aggregate, now_ns, &mut self.hierarchy, &self.baseline);
-        let totals = Totals {
+        let totals = End {
             lost: self.probes.lost()?,
             malformed: self.reader.malformed,
             elapsed_ns: now_ns.saturating_sub(self.started_ns),

@@ -167,7 +167,8 @@ pub struct DurationSummary {
 }
 
 /// A per-CPU stop still open when the trace finished.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OpenStop {
     pub cpu: u32,
     /// CLOCK_MONOTONIC ns.
@@ -213,12 +214,14 @@ pub struct CgroupSummary {
 }
 
 /// Ended stops of a quota owner that stopped a descendant's task, seen from either side.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Attributed {
     /// The other side: the descendant (in `descendants`) or the quota owner (in
     /// `stopped_by_ancestor`).
     pub cgroup_id: u64,
     /// Its path under the cpu hierarchy, filled in by the report; `None` if it did not resolve.
+    #[serde(rename = "cgroup")]
     pub path: Option<String>,
     pub stops: u64,
     /// Σ per-CPU stop durations, CLOCK_MONOTONIC ns.

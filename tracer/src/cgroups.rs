@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 /// every lookup into a walk.
 const REWALK_INTERVAL: Duration = Duration::from_secs(1);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Version {
     /// cgroup v1: `cpu.cfs_quota_us`, `cpu.stat` times in ns.
     V1,

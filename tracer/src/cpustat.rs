@@ -17,6 +17,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 use crate::cgroups::{Hierarchy, Version};
 use crate::records::Bandwidth;
 
@@ -34,8 +36,11 @@ pub enum CpuStatError {
     WentBackwards { field: &'static str },
 }
 
-/// The unit the kernel printed a time in; values here are always ns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The unit the kernel printed a time in; values here are always ns. Serialized as its
+/// resolution in ns (0 or 1000), which is what a reader of the figures needs to know.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "u64", into = "u64")]
 pub enum TimeUnit {
     /// cgroup v1: exact ns.
     Nanos,
@@ -75,25 +80,50 @@ impl TimeUnit {
     }
 }
 
-/// One reading of a cgroup's cpu.stat (and cpu.stat.local where the kernel has it). Times in ns.
-#[derive(Clone, Debug, PartialEq, Eq)]
+impl From<TimeUnit> for u64 {
+    fn from(unit: TimeUnit) -> Self {
+        unit.resolution_ns()
+    }
+}
+
+impl From<u64> for TimeUnit {
+    fn from(resolution_ns: u64) -> Self {
+        if resolution_ns == 0 {
+            Self::Nanos
+        } else {
+            Self::Micros
+        }
+    }
+}
+
+/// A cgroup's cpu.stat (and cpu.stat.local where the kernel has it): one reading, or the
+/// difference of two ([`CpuStat::since`]). Times in ns, good to ±`unit.resolution_ns()`.
+/// Optional fields are `None` where the kernel lacks them (in a difference: unless both
+/// readings had them). This is also the NDJSON `cpu_stat` object, field for field.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuStat {
-    pub unit: TimeUnit,
-    /// Raw 32-bit counter (the kernel's `int`, reinterpreted).
-    pub nr_periods: u32,
-    pub nr_throttled: u32,
+    /// A reading: the raw 32-bit counter (the kernel's `int`, reinterpreted); a difference:
+    /// taken modulo 2^32.
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
     pub throttled_ns: u64,
+    /// Written as `resolution_ns`: 0 for v1 (exact ns), 1000 for v2, whose µs readings make
+    /// every time delta ±1 µs.
+    #[serde(rename = "resolution_ns")]
+    pub unit: TimeUnit,
     /// 5.16+.
-    pub nr_bursts: Option<u32>,
+    pub nr_bursts: Option<u64>,
     pub burst_ns: Option<u64>,
-    /// v1 only, with schedstats on: Σ time the group's tasks waited runnable.
-    pub wait_sum_ns: Option<u64>,
+    /// cpu.stat.local `throttled_*` (6.6+): own or ancestor's quota.
+    #[serde(rename = "throttled_local_ns")]
+    pub local_throttled_ns: Option<u64>,
     /// v2 only: CPU time used (total, user, system).
     pub usage_ns: Option<u64>,
     pub user_ns: Option<u64>,
     pub system_ns: Option<u64>,
-    /// cpu.stat.local `throttled_*` (6.6+): own or ancestor's quota.
-    pub local_throttled_ns: Option<u64>,
+    /// v1 only, with schedstats on: Σ time the group's tasks waited runnable.
+    pub wait_sum_ns: Option<u64>,
 }
 
 impl CpuStat {
@@ -168,7 +198,7 @@ impl CpuStat {
     }
 
     /// What happened between `earlier` and this reading.
-    pub fn since(&self, earlier: &Self) -> Result<CpuStatDelta, CpuStatError> {
+    pub fn since(&self, earlier: &Self) -> Result<Self, CpuStatError> {
         let time = |field, now: u64, then: u64| {
             now.checked_sub(then)
                 .ok_or(CpuStatError::WentBackwards { field })
@@ -177,8 +207,9 @@ impl CpuStat {
             (Some(now), Some(then)) => time(field, now, then).map(Some),
             _ => Ok(None),
         };
-        let counter = |now: u32, then: u32| u64::from(now.wrapping_sub(then));
-        Ok(CpuStatDelta {
+        // The kernel's counters are 32-bit: a wrap between the readings diffs right.
+        let counter = |now: u64, then: u64| u64::from((now as u32).wrapping_sub(then as u32));
+        Ok(Self {
             unit: self.unit,
             nr_periods: counter(self.nr_periods, earlier.nr_periods),
             nr_throttled: counter(self.nr_throttled, earlier.nr_throttled),
@@ -201,23 +232,6 @@ impl CpuStat {
     }
 }
 
-/// The difference of two [`CpuStat`] readings. Times in ns, good to ±`unit.resolution_ns()`.
-/// Optional fields are `None` unless both readings had them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CpuStatDelta {
-    pub unit: TimeUnit,
-    pub nr_periods: u64,
-    pub nr_throttled: u64,
-    pub throttled_ns: u64,
-    pub nr_bursts: Option<u64>,
-    pub burst_ns: Option<u64>,
-    pub wait_sum_ns: Option<u64>,
-    pub usage_ns: Option<u64>,
-    pub user_ns: Option<u64>,
-    pub system_ns: Option<u64>,
-    pub local_throttled_ns: Option<u64>,
-}
-
 /// `key value` lines. Unknown keys, and lines that are not `key integer`, are ignored: kernels
 /// keep adding fields, and a missing field we need is reported by name instead.
 struct Fields<'a>(HashMap<&'a str, i128>);
@@ -235,8 +249,8 @@ impl<'a> Fields<'a> {
     }
 
     /// A kernel `int` counter printed with `%d`: keep its 32-bit pattern so wraps diff right.
-    fn counter(&self, key: &str) -> Option<u32> {
-        self.0.get(key).map(|&v| v as u32)
+    fn counter(&self, key: &str) -> Option<u64> {
+        self.0.get(key).map(|&v| u64::from(v as u32))
     }
 
     /// A `u64` time printed with `%llu`, converted to ns.
@@ -339,7 +353,7 @@ impl Baseline {
 
     /// What cgroup `id` (directory `dir`) did since the baseline. A cgroup created after the
     /// baseline is diffed against zero, which is where the kernel started its counters.
-    pub fn delta(&self, id: u64, dir: &Path) -> Result<CpuStatDelta, CpuStatError> {
+    pub fn delta(&self, id: u64, dir: &Path) -> Result<CpuStat, CpuStatError> {
         let now = CpuStat::read(dir, self.version)?;
         match self.at_start.get(&id) {
             Some(Some(start)) => now.since(start),
@@ -479,7 +493,7 @@ throttled_usec 80001
         assert_eq!(d.wait_sum_ns, None, "needs both readings");
 
         let mut wrapped = before.clone();
-        wrapped.nr_periods = u32::MAX - 1;
+        wrapped.nr_periods = u64::from(u32::MAX - 1);
         let mut next = wrapped.clone();
         next.nr_periods = 3; // past i32::MAX -> negative -> past u32::MAX
         assert_eq!(next.since(&wrapped).unwrap().nr_periods, 5);

@@ -30,7 +30,7 @@ use crate::agent::{self, Ended, Interrupts, Request, Session};
 use crate::cgroups::{Hierarchy, Version};
 use crate::cli::{DemoArgs, DemoWorkloadArgs};
 use crate::error::Failure;
-use crate::report::CgroupReport;
+use crate::report::{CgroupReport, Text};
 use crate::workload::{self, Requests};
 use cgroup::{DemoCgroup, Found, Quota};
 
@@ -96,11 +96,11 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
         );
     }
     // Attached before anything is printed, so a machine that cannot trace gets only the error.
-    let mut session = Session::start(&Request {
+    let mut session = Session::start(Request {
         backend: args.backend,
         btf: &args.btf,
         cgroups: vec![demo.path.clone()],
-        json: false,
+        sinks: vec![Box::new(Text::stdout())],
     })?;
     print!("{}", intro(&shape, &demo, hierarchy.version()));
     demo.workload = Some(spawn_workload(&demo, args.duration)?);

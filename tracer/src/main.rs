@@ -14,9 +14,10 @@ mod error;
 mod filter;
 mod names;
 mod probes;
-mod recording;
 mod records;
+mod replay;
 mod report;
+mod schema;
 mod serve;
 mod terminal;
 mod workload;
@@ -34,7 +35,7 @@ fn main() {
     let command = match options.command.take() {
         Some(cli::Command::Doctor { json }) => std::process::exit(doctor::run(json)),
         Some(cli::Command::DemoWorkload(args)) => std::process::exit(demo::workload_main(args)),
-        Some(cli::Command::Report { file }) => std::process::exit(recording::main(&file)),
+        Some(cli::Command::Report { file }) => std::process::exit(replay::main(&file)),
         other => other,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -9,6 +9,7 @@
 //! wall-clock time, and it does not advance during suspend). `kernel_ns` is a duration on the
 //! kernel's `rq->clock` (`sched_clock`), which is what `cpu.stat` `throttled_time` sums.
 
+use serde::{Deserialize, Serialize};
 use std::mem::size_of;
 
 use tracer_common::{
@@ -31,8 +32,11 @@ pub enum RecordError {
     },
 }
 
-/// What ended a stop: which kernel path called `unthrottle_cfs_rq`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What ended a stop: which kernel path called `unthrottle_cfs_rq`. Serialized as
+/// [`as_str`](Self::as_str) names; a name this version does not know reads as `Unknown`.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EndReason {
     /// Period or slack timer refill: the normal end of a quota stop.
     Refill,
@@ -43,6 +47,8 @@ pub enum EndReason {
     /// The cgroup was being destroyed.
     CgroupGone,
     /// The probe could not tell (or the kernel sent a value this agent does not know).
+    #[default]
+    #[serde(other)]
     Unknown,
 }
 
@@ -68,25 +74,12 @@ impl EndReason {
             Self::Unknown => "unknown",
         }
     }
-
-    /// The reason [`as_str`](Self::as_str) names; `Unknown` for a name it does not know (from
-    /// a newer tracer).
-    pub fn from_name(name: &str) -> Self {
-        [
-            Self::Refill,
-            Self::QuotaChange,
-            Self::CpuOffline,
-            Self::CgroupGone,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == name)
-        .unwrap_or(Self::Unknown)
-    }
 }
 
 /// A group's bandwidth settings (`tg->cfs_bandwidth`), ns: in a record, as the kernel had them
 /// at the event; from `cpustat::read_bandwidth`, as the control files say now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bandwidth {
     /// Runtime per period; `None` = "max" (no limit, the kernel's `RUNTIME_INF`).
     pub quota_ns: Option<u64>,
@@ -462,9 +455,14 @@ pub(crate) mod tests {
             EndReason::CgroupGone,
             EndReason::Unknown,
         ] {
-            assert_eq!(EndReason::from_name(reason.as_str()), reason);
+            let json = format!("\"{}\"", reason.as_str());
+            assert_eq!(serde_json::to_string(&reason).unwrap(), json);
+            assert_eq!(serde_json::from_str::<EndReason>(&json).unwrap(), reason);
         }
-        assert_eq!(EndReason::from_name("eviction"), EndReason::Unknown);
+        assert_eq!(
+            serde_json::from_str::<EndReason>("\"eviction\"").unwrap(),
+            EndReason::Unknown
+        );
     }
 
     #[test]

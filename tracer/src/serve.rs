@@ -22,7 +22,10 @@ use crate::{
     agent::{self, Ended, Interrupts, Session},
     cli::ServeArgs,
     error::Failure,
-    report::prometheus::{Config, Exporter, PROTOBUF_CONTENT_TYPE, Scraper},
+    report::{
+        Text,
+        prometheus::{Config, Exporter, PROTOBUF_CONTENT_TYPE, Scraper},
+    },
 };
 
 /// How often the exporter's bookkeeping runs (lost records, removed cgroups).
@@ -41,11 +44,11 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             "choose another address or port with --listen, e.g. --listen 127.0.0.1:9465",
         )
     })?;
-    let mut session = Session::start(&agent::Request {
+    let mut session = Session::start(agent::Request {
         backend: args.backend,
         btf: &args.btf,
         cgroups: args.cgroups.clone(),
-        json: false,
+        sinks: vec![Box::new(Text::stdout())],
     })?;
     let exporter = Exporter::new(
         Config {

@@ -1,16 +1,18 @@
-//! Readers of the aggregate: the NDJSON stream and the text summary printed at the end, and
-//! the Prometheus exporter of `serve` ([`prometheus`]).
+//! Readers of the aggregate: the run's output, written to a list of [`Sink`]s (the NDJSON
+//! stream on stdout, the `--record` file, the text summary printed at the end), the live view
+//! ([`live`]) and the Prometheus exporter of `serve` ([`prometheus`]). Nothing here reads the
+//! machine: cgroup files come in as readings taken by the caller.
 //!
-//! The run loop drives one [`Report`]: [`Report::start`] once, [`Report::event`] per record,
-//! [`Report::finish`] with [`collect`]'s per-cgroup reports. With `--json` every call writes NDJSON
-//! lines to stdout as it happens; otherwise only `finish` prints, the text summary. With
-//! `--record` ([`Report::record_to`]) the NDJSON lines also go to a file, whatever stdout shows;
-//! `throttle-tracer report` (`recording`) feeds them back through the same aggregate and
-//! [`Report::finish`].
+//! The run loop drives one [`Report`]: made with the `start` line once, [`Report::event`] per
+//! record, [`Report::finish`] with [`collect`]'s per-cgroup reports. Each sink takes the
+//! [`schema`](crate::schema) lines it wants as they happen and writes its own end.
+//! `throttle-tracer report` (`replay`) feeds a recording back through the same aggregate and
+//! the text sink.
 //! A [`CgroupReport`] joins what the trace measured ([`CgroupSummary`]) with what the cgroup's
 //! files say at the end (path, cpu.stat delta since the start, quota settings).
 //!
-//! Definitions (shared by both formats; all times CLOCK_MONOTONIC ns unless noted):
+//! Definitions (shared by every format; all times CLOCK_MONOTONIC ns unless noted; the full
+//! table is docs/definitions.md):
 //! - `cpu_stop_ns`: Σ per-CPU stop durations (N CPUs stopped together count N×, like cpu.stat).
 //! - `wall_stop_ns`: wall-clock time with at least one CPU of the group stopped.
 //! - `kernel_stop_ns`: Σ of the kernel's own `rq->clock` length of each traced stop — what it
@@ -20,60 +22,20 @@
 
 mod histogram;
 pub mod live;
-mod ndjson;
 pub mod prometheus;
+pub mod sink;
 mod text;
 
-use std::io::{self, Write};
-use std::path::PathBuf;
+use std::io;
 
-use crate::aggregate::{Aggregate, CgroupSummary};
-use crate::cgroups::{Hierarchy, Version};
-use crate::cpustat::{self, Baseline, CpuStatDelta};
-use crate::recording::Recorder;
+pub use sink::{Ndjson, Sink, Text};
+
+use crate::aggregate::{Aggregate, CgroupSummary, DurationSummary};
+use crate::cgroups::Hierarchy;
+use crate::cpustat::{self, Baseline, CpuStat};
+use crate::names::Name;
 use crate::records::{Bandwidth, EndedStop, Event};
-
-/// What the run is: printed first (NDJSON `start`, the text header).
-#[derive(Clone, Debug, Default)]
-pub struct StartInfo {
-    /// The probe backend, e.g. "kprobe".
-    pub backend: String,
-    /// What `--backend` asked for: "auto" or a backend's name.
-    pub backend_requested: String,
-    /// The backends `auto` tried before `backend`, in order, each with why it was refused.
-    pub backend_refused: Vec<RefusedBackend>,
-    /// `uname -r`.
-    pub kernel: String,
-    pub cgroup_version: Option<Version>,
-    /// The cpu hierarchy's mount point.
-    pub cgroup_root: PathBuf,
-    /// The cgroup paths the run is limited to; empty = all cgroups.
-    pub cgroups: Vec<String>,
-    /// Probe features this kernel cannot support, so their fields are absent or 0.
-    pub disabled: Vec<String>,
-    /// End reasons the probes cannot tell apart on this kernel (`EndReason::as_str` names);
-    /// such ends count as "unknown".
-    pub blind_end_reasons: Vec<String>,
-}
-
-/// A backend `--backend auto` passed over.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RefusedBackend {
-    pub backend: String,
-    /// The one-line cause.
-    pub reason: String,
-}
-
-/// Whole-run counters, printed last.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Totals {
-    /// Records the kernel could not put in the full ring buffer.
-    pub lost: u64,
-    /// Records that did not decode (`records::RecordError`).
-    pub malformed: u64,
-    /// CLOCK_MONOTONIC ns from attach to the end of the trace.
-    pub elapsed_ns: u64,
-}
+use crate::schema::{self, End, Line, Start};
 
 /// One cgroup's measurements and its cgroup-file readings at the end of the trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -82,7 +44,7 @@ pub struct CgroupReport {
     /// Path under the cpu hierarchy; `None` if the id no longer (or never) resolved.
     pub path: Option<String>,
     /// cpu.stat change since the baseline; `None` if the cgroup is gone or unreadable.
-    pub cpu_stat: Option<CpuStatDelta>,
+    pub cpu_stat: Option<CpuStat>,
     /// Quota settings at the end (the control files).
     pub settings: Option<Bandwidth>,
 }
@@ -136,6 +98,59 @@ impl CgroupReport {
         let wall = self.summary.group_stops.sum_ns;
         (throttled > 0 && wall > 0).then(|| throttled as f64 / wall as f64)
     }
+
+    /// Its `summary` line.
+    pub fn summary_line(&self) -> schema::Summary {
+        let s = &self.summary;
+        let pct = |d: &DurationSummary| {
+            d.percentiles
+                .map(|p| [p.p50_ns, p.p90_ns, p.p99_ns, p.max_ns].map(Some))
+                .unwrap_or_default()
+        };
+        let [p50_ns, p90_ns, p99_ns, max_ns] = pct(&s.stops);
+        let [group_p50_ns, group_p90_ns, group_p99_ns, group_max_ns] = pct(&s.group_stops);
+        schema::Summary {
+            cgroup_id: s.cgroup_id,
+            cgroup: self.path.clone(),
+            name: self.path.as_deref().and_then(Name::of),
+            stops: s.stops.count,
+            group_stops: s.group_stops.count,
+            cpu_stop_ns: s.stops.sum_ns,
+            kernel_stop_ns: s.kernel_stop_ns,
+            kernel_unknown_stops: s.kernel_unknown_stops,
+            wall_stop_ns: s.group_stops.sum_ns,
+            p50_ns,
+            p90_ns,
+            p99_ns,
+            max_ns,
+            group_p50_ns,
+            group_p90_ns,
+            group_p99_ns,
+            group_max_ns,
+            stops_log2_ms: s.stops.log2_ms.clone(),
+            group_stops_log2_ms: s.group_stops.log2_ms.clone(),
+            end_reasons: s
+                .end_reasons
+                .iter()
+                .map(|(r, n)| (r.as_str().to_owned(), *n))
+                .collect(),
+            open: s.open_stops.len(),
+            open_stops: s.open_stops.clone(),
+            unseen_start_stops: s.unseen_start_stops,
+            unseen_start_kernel_ns: s.unseen_start_kernel_ns,
+            unseen_start_kernel_unknown: s.unseen_start_kernel_unknown,
+            kernel_accounted_ns: s.kernel_accounted_ns(),
+            unmatched_ends: s.unmatched_ends,
+            restarted: s.restarted,
+            cpu_stat: self.cpu_stat.clone(),
+            overcount: self.overcount(),
+            settings: self.settings.unwrap_or_default(),
+            descendants: s.descendants.clone(),
+            stopped_by_ancestor: s.stopped_by_ancestor.clone(),
+            children_unlisted_stops: s.children_unlisted_stops,
+            local_accounted_ns: self.local_accounted_ns(),
+        }
+    }
 }
 
 /// One [`CgroupReport`] per cgroup the trace saw, most stopped first: finishes the aggregate at
@@ -153,138 +168,74 @@ pub fn collect(
         .collect()
 }
 
-/// Where the run's output goes, in the chosen format.
-pub struct Report<W: Write = io::Stdout> {
-    json: bool,
-    out: W,
-    /// `--record`: where the NDJSON lines go as well.
-    record: Option<Recorder>,
-    /// `--min-stop`, ns: shorter ended stops get no line on stdout.
-    min_stop_ns: u64,
-    info: StartInfo,
-    /// The first write error (e.g. stdout closed by `| head`): later writes are skipped and
-    /// `finish` returns it.
-    failed: Option<io::Error>,
+/// The run's output: every line and the end, to each of its sinks.
+pub struct Report<'a> {
+    start: Start,
+    sinks: Vec<Box<dyn Sink + 'a>>,
 }
 
-impl Report<io::Stdout> {
-    /// NDJSON on stdout if `json`, else the text summary at the end.
-    pub fn new(json: bool) -> Self {
-        Self::to(json, io::stdout())
-    }
-}
-
-impl<W: Write> Report<W> {
-    pub(crate) fn to(json: bool, out: W) -> Self {
-        Self {
-            json,
-            out,
-            record: None,
-            min_stop_ns: 0,
-            info: StartInfo::default(),
-            failed: None,
+impl<'a> Report<'a> {
+    /// Starts the output: each sink gets the `start` line now.
+    pub fn new(start: Start, mut sinks: Vec<Box<dyn Sink + 'a>>) -> Self {
+        let line = Line::Start(start.clone());
+        for sink in &mut sinks {
+            sink.line(&line);
         }
+        Self { start, sinks }
     }
 
-    fn write_line(&mut self, line: &str) {
-        if self.failed.is_none()
-            && let Err(e) = writeln!(self.out, "{line}")
-        {
-            self.failed = Some(e);
-        }
-    }
-
-    /// One NDJSON line, to stdout if `stdout` and to the recording; made only if one of them
-    /// takes it.
-    fn emit(&mut self, stdout: bool, line: impl FnOnce() -> String) {
-        if !stdout && self.record.is_none() {
+    /// Gives `line` to the sinks that take lines; made only if one of them does.
+    fn emit(&mut self, line: impl FnOnce() -> Line) {
+        if !self.sinks.iter().any(|s| s.takes_lines()) {
             return;
         }
         let line = line();
-        if stdout {
-            self.write_line(&line);
+        for sink in self.sinks.iter_mut().filter(|s| s.takes_lines()) {
+            sink.line(&line);
         }
-        if let Some(record) = &mut self.record {
-            record.line(&line);
-        }
-    }
-
-    pub fn start(&mut self, info: StartInfo) {
-        self.emit(self.json, || ndjson::start(&info));
-        self.info = info;
-    }
-
-    /// Copies the NDJSON stream into `record` from now on, beginning with the `start` line
-    /// already made; call it before the first [`event`](Self::event).
-    pub fn record_to(&mut self, mut record: Recorder) {
-        record.line(&ndjson::start(&self.info));
-        self.record = Some(record);
-    }
-
-    /// `--min-stop`: ended stops shorter than `ns` get no NDJSON line on stdout (the recording
-    /// keeps every record, so that it rebuilds the whole summary).
-    pub fn hide_stops_shorter_than(&mut self, ns: u64) {
-        self.min_stop_ns = ns;
     }
 
     /// One record, as the aggregate takes it; `cgroup` is its cgroup's path if it resolved.
-    /// The recording gets every record. Stdout (`--json`) gets the ended stops not under
-    /// --min-stop and the unseen-start stops; a stop's beginning (`stop_begin`), which only a
-    /// rebuild of the report needs, is left off it.
     pub fn event(&mut self, event: &Event, cgroup: Option<&str>) {
-        let stdout = self.json
-            && match event {
-                Event::Start(_) => false,
-                Event::End(end) => end.duration_ns() >= self.min_stop_ns,
-                Event::UnseenStartEnd { .. } => true,
-            };
-        self.emit(stdout, || match event {
-            Event::Start(stop) => ndjson::stop_begin(stop, cgroup),
-            Event::End(end) => ndjson::stop(end, cgroup),
-            Event::UnseenStartEnd {
-                cgroup_id,
-                cpu,
-                end_ns,
-                kernel_ns,
-            } => ndjson::unseen_start_stop(*cgroup_id, cgroup, *cpu, *end_ns, *kernel_ns),
-        });
+        self.emit(|| Line::of_event(event, cgroup));
     }
 
     /// An ended stop of an ancestor that is traced only for `credited`, the traced descendants
-    /// it stopped: an `ancestor_stop` line, on stdout (`--json`, unless under --min-stop) and in
-    /// the recording.
+    /// it stopped: an `ancestor_stop` line.
     pub fn ancestor_stop(&mut self, end: &EndedStop, cgroup: Option<&str>, credited: &[u64]) {
-        let stdout = self.json && end.duration_ns() >= self.min_stop_ns;
-        self.emit(stdout, || ndjson::ancestor_stop(end, cgroup, credited));
+        self.emit(|| {
+            Line::AncestorStop(schema::AncestorStop {
+                stop: schema::Stop::of(end, cgroup),
+                credited_cgroup_ids: credited.to_vec(),
+            })
+        });
     }
 
-    /// The per-cgroup summaries and the totals; returns the first write error of the run (on
-    /// stdout, then in the recording).
-    pub fn finish(mut self, reports: &[CgroupReport], totals: &Totals) -> io::Result<()> {
+    /// The per-cgroup summaries and the totals, then each sink's end; returns the first
+    /// write error of the run, in the order of the sinks.
+    pub fn finish(mut self, reports: &[CgroupReport], totals: &End) -> io::Result<()> {
         for r in reports {
-            self.emit(self.json, || ndjson::summary(r));
+            self.emit(|| Line::Summary(Box::new(r.summary_line())));
         }
-        self.emit(self.json, || ndjson::end(totals));
-        if !self.json {
-            let text = text::render(&self.info, reports, totals);
-            if self.failed.is_none()
-                && let Err(e) = self.out.write_all(text.as_bytes())
-            {
-                self.failed = Some(e);
+        self.emit(|| Line::End(*totals));
+        let mut first = Ok(());
+        for sink in self.sinks {
+            let result = sink.finish(&self.start, reports, totals);
+            if first.is_ok() {
+                first = result;
             }
         }
-        let recorded = self.record.take().map_or(Ok(()), Recorder::finish);
-        match self.failed.take() {
-            Some(e) => Err(e),
-            None => self.out.flush().and(recorded),
-        }
+        first
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use serde_json::Value;
+
     use super::*;
     use crate::aggregate::Aggregate;
+    use crate::cgroups::Version;
     use crate::cpustat::TimeUnit;
     use crate::records::{EndReason, EndedStop, Event, Stop, Task};
 
@@ -339,7 +290,7 @@ pub(crate) mod tests {
         CgroupReport {
             summary,
             path: Some("/demo".into()),
-            cpu_stat: Some(CpuStatDelta {
+            cpu_stat: Some(CpuStat {
                 unit: TimeUnit::Nanos,
                 nr_periods: 4,
                 nr_throttled: 3,
@@ -360,38 +311,32 @@ pub(crate) mod tests {
         }
     }
 
+    /// Runs one stop through a report with `sink` and returns what it wrote.
+    fn written(sink: impl FnOnce(&mut Vec<u8>) -> Box<dyn Sink + '_>) -> String {
+        let mut buf = Vec::new();
+        let start = Start {
+            backend: "kprobe".into(),
+            ..Start::default()
+        };
+        let mut report = Report::new(start, vec![sink(&mut buf)]);
+        report.event(&Event::End(ended(0, 0, 80)), Some("/demo"));
+        report.finish(&[demo_report()], &End::default()).unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+
     #[test]
     fn report_writes_ndjson_as_it_goes_or_text_at_the_end() {
-        let info = StartInfo {
-            backend: "kprobe".into(),
-            ..StartInfo::default()
-        };
-        let totals = Totals {
-            lost: 0,
-            malformed: 0,
-            elapsed_ns: MS,
-        };
-        let mut buf = Vec::new();
-        let mut report = Report::to(true, &mut buf);
-        report.start(info.clone());
-        report.event(&Event::End(ended(0, 0, 80)), Some("/demo"));
-        report.finish(&[demo_report()], &totals).unwrap();
-        let text = String::from_utf8(buf).unwrap();
+        let text = written(|buf| Box::new(Ndjson::to(buf, Some(0))));
         let types: Vec<String> = text
             .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["type"].to_string())
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["type"].to_string())
             .collect();
         assert_eq!(
             types,
             [r#""start""#, r#""stop""#, r#""summary""#, r#""end""#]
         );
 
-        let mut buf = Vec::new();
-        let mut report = Report::to(false, &mut buf);
-        report.start(info);
-        report.event(&Event::End(ended(0, 0, 80)), Some("/demo"));
-        report.finish(&[demo_report()], &totals).unwrap();
-        let text = String::from_utf8(buf).unwrap();
+        let text = written(|buf| Box::new(Text::to(buf)));
         assert!(text.starts_with("throttle-tracer: "), "{text}");
         assert!(text.contains("/demo (id 4242)"));
     }
@@ -399,7 +344,7 @@ pub(crate) mod tests {
     #[test]
     fn write_errors_surface_at_finish() {
         struct Closed;
-        impl Write for Closed {
+        impl io::Write for Closed {
             fn write(&mut self, _: &[u8]) -> io::Result<usize> {
                 Err(io::Error::from(io::ErrorKind::BrokenPipe))
             }
@@ -407,15 +352,12 @@ pub(crate) mod tests {
                 Ok(())
             }
         }
-        let mut report = Report::to(true, Closed);
-        report.start(StartInfo::default());
+        let mut report = Report::new(
+            Start::default(),
+            vec![Box::new(Ndjson::to(Closed, Some(0)))],
+        );
         report.event(&Event::End(ended(0, 0, 80)), None);
-        let totals = Totals {
-            lost: 0,
-            malformed: 0,
-            elapsed_ns: 0,
-        };
-        let err = report.finish(&[], &totals).unwrap_err();
+        let err = report.finish(&[], &End::default()).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
     }
 
@@ -459,5 +401,98 @@ pub(crate) mod tests {
         summary.cgroup_id = u64::MAX;
         let r = CgroupReport::collect(summary, &mut h, &baseline);
         assert_eq!((r.path, r.cpu_stat, r.settings), (None, None, None));
+    }
+
+    fn parse(line: &Line) -> Value {
+        serde_json::from_str(&line.to_json()).unwrap()
+    }
+
+    #[test]
+    fn summary_line() {
+        let r = demo_report();
+        let v = parse(&Line::Summary(Box::new(r.summary_line())));
+        assert_eq!(v["type"], "summary");
+        assert_eq!(v["cgroup"], "/demo");
+        assert!(v["name"].is_null());
+        assert_eq!(v["stops"], 3);
+        assert_eq!(v["group_stops"], 2);
+        assert_eq!(v["cpu_stop_ns"], 240 * MS);
+        assert_eq!(v["wall_stop_ns"], 180 * MS);
+        assert_eq!(v["kernel_stop_ns"], 240 * MS + 3_000);
+        assert_eq!(v["max_ns"], 80 * MS);
+        assert_eq!(v["group_max_ns"], 100 * MS);
+        let p50 = v["p50_ns"].as_u64().unwrap();
+        assert!((79 * MS..=80 * MS).contains(&p50), "{p50}");
+        assert_eq!(v["stops_log2_ms"], serde_json::json!([0, 0, 0, 0, 0, 0, 3]));
+        assert_eq!(v["end_reasons"], serde_json::json!({"refill": 3}));
+        assert_eq!(v["open"], 1);
+        assert_eq!(
+            v["open_stops"],
+            serde_json::json!([{"cpu": 1, "start_ns": 300 * MS, "elapsed_ns": 50 * MS}])
+        );
+        assert_eq!(v["unseen_start_stops"], 1);
+        assert_eq!(v["unseen_start_kernel_ns"], 30 * MS);
+        assert_eq!(v["kernel_accounted_ns"], 270 * MS + 3_000);
+        let cs = &v["cpu_stat"];
+        assert_eq!(
+            (cs["nr_periods"].as_u64(), cs["nr_throttled"].as_u64()),
+            (Some(4), Some(3))
+        );
+        assert_eq!(cs["throttled_ns"], 270 * MS);
+        assert_eq!(cs["resolution_ns"], 0);
+        assert!(cs["usage_ns"].is_null());
+        assert_eq!(v["overcount"].as_f64(), Some(1.5));
+        assert_eq!(v["quota_ns"], 20 * MS);
+
+        // A cgroup gone by the end, with no ended stop: nulls, not zeros or sentinels.
+        let mut r = r;
+        r.path = None;
+        r.cpu_stat = None;
+        r.settings = None;
+        r.summary.stops = crate::aggregate::DurationSummary {
+            count: 0,
+            sum_ns: 0,
+            percentiles: None,
+            log2_ms: vec![],
+        };
+        let v = parse(&Line::Summary(Box::new(r.summary_line())));
+        for key in [
+            "cgroup",
+            "name",
+            "cpu_stat",
+            "overcount",
+            "p50_ns",
+            "max_ns",
+            "quota_ns",
+        ] {
+            assert!(v[key].is_null(), "{key} should be null: {v}");
+        }
+        assert_eq!(v["stops"], 0);
+    }
+
+    #[test]
+    fn stop_and_summary_name_the_container() {
+        let id = "4c1f0e6a9b2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f";
+        let path = format!(
+            "/kubepods.slice/kubepods-burstable.slice/\
+             kubepods-burstable-pod6f2d0c1f_3e21_4b6a_9a59_0d3c3b6f5f5e.slice/cri-containerd-{id}.scope"
+        );
+        let want = serde_json::json!({
+            "kind": "containerd",
+            "container_id": "4c1f0e6a9b2d",
+            "pod_uid": "6f2d0c1f-3e21-4b6a-9a59-0d3c3b6f5f5e",
+            "qos": "burstable",
+            "unit": format!("cri-containerd-{id}.scope"),
+        });
+        assert_eq!(
+            parse(&Line::Stop(schema::Stop::of(&ended(0, 0, 80), Some(&path))))["name"],
+            want
+        );
+        let mut r = demo_report();
+        r.path = Some(path);
+        assert_eq!(
+            parse(&Line::Summary(Box::new(r.summary_line())))["name"],
+            want
+        );
     }
 }

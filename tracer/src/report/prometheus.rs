@@ -522,13 +522,13 @@ impl Collector for CpuStatCollector {
             "cpustat_nr_periods",
             "cpu.stat nr_periods of the cgroup, as the kernel prints it now (32-bit, wraps)",
             None,
-            |s| Counted::Int(u64::from(s.nr_periods)),
+            |s| Counted::Int(s.nr_periods),
         )?;
         family(
             "cpustat_nr_throttled",
             "cpu.stat nr_throttled of the cgroup: periods that found a CPU stopped, not stops",
             None,
-            |s| Counted::Int(u64::from(s.nr_throttled)),
+            |s| Counted::Int(s.nr_throttled),
         )?;
         family(
             "cpustat_throttled",

@@ -5,18 +5,19 @@
 
 use std::fmt::Write;
 
+use super::CgroupReport;
 use super::histogram::log2_rows;
-use super::{CgroupReport, StartInfo, Totals};
 use crate::aggregate::{Attributed, DurationSummary};
 use crate::cgroups::Version;
 use crate::names::Name;
 use crate::records::Bandwidth;
+use crate::schema::{End, Start};
 
 /// Widest cgroup path column in the overview; longer paths push their row right.
 const MAX_PATH_COLUMN: usize = 48;
 
 /// The whole summary, ready to print.
-pub(super) fn render(info: &StartInfo, reports: &[CgroupReport], totals: &Totals) -> String {
+pub(super) fn render(info: &Start, reports: &[CgroupReport], totals: &End) -> String {
     let mut out = String::new();
     header(&mut out, info, totals);
     if reports.is_empty() {
@@ -31,7 +32,7 @@ pub(super) fn render(info: &StartInfo, reports: &[CgroupReport], totals: &Totals
     out
 }
 
-fn header(out: &mut String, info: &StartInfo, totals: &Totals) {
+fn header(out: &mut String, info: &Start, totals: &End) {
     let list = |items: &[String], none: &str| {
         if items.is_empty() {
             none.to_owned()
@@ -323,7 +324,7 @@ fn histogram(out: &mut String, title: &str, d: &DurationSummary) {
     }
 }
 
-fn footer(out: &mut String, totals: &Totals) {
+fn footer(out: &mut String, totals: &End) {
     let _ = writeln!(
         out,
         "\nlost records: {}   malformed records: {}",
@@ -377,8 +378,8 @@ mod tests {
     use super::*;
     use crate::report::tests::demo_report;
 
-    fn info() -> StartInfo {
-        StartInfo {
+    fn info() -> Start {
+        Start {
             backend: "kprobe".into(),
             kernel: "6.1.0-47-cloud-amd64".into(),
             cgroup_version: Some(Version::V1),
@@ -387,10 +388,11 @@ mod tests {
             disabled: vec![],
             blind_end_reasons: vec![],
             backend_requested: "auto".into(),
-            backend_refused: vec![crate::report::RefusedBackend {
+            backend_refused: vec![crate::schema::RefusedBackend {
                 backend: "fentry".into(),
                 reason: "EPERM".into(),
             }],
+            ..Start::default()
         }
     }
 
@@ -404,7 +406,7 @@ mod tests {
 
     #[test]
     fn summary_has_every_figure() {
-        let totals = Totals {
+        let totals = End {
             lost: 0,
             malformed: 0,
             elapsed_ns: 12_300_000_000,
@@ -445,7 +447,7 @@ mod tests {
         let mut service = demo_report();
         service.path = Some("/system.slice/nginx.service".into());
         service.summary.cgroup_id = 7;
-        let totals = Totals {
+        let totals = End {
             lost: 0,
             malformed: 0,
             elapsed_ns: 1,
@@ -480,7 +482,7 @@ mod tests {
         r.cpu_stat = None;
         r.settings = None;
         r.summary.unmatched_ends = 2;
-        let totals = Totals {
+        let totals = End {
             lost: 7,
             malformed: 1,
             elapsed_ns: 1,

@@ -1,16 +1,16 @@
-//! Recordings: `--record FILE` copies the NDJSON stream into a file as it is written (line by
-//! line, each flushed, so a run that is killed leaves every line it made), and
-//! `throttle-tracer report FILE` prints the end report again from one.
+//! `throttle-tracer report FILE`: the end report of a run recorded with `--record FILE`,
+//! printed again from the file alone.
 //!
 //! The offline report is the live run's own path with the recording as its source: every
 //! `stop_begin`, `stop` and `unseen_start_stop` line is turned back into the [`Event`] the run
 //! loop took, in the order it took them, through the same [`Aggregate`], and the result goes to
-//! the same [`Report::finish`]; an `ancestor_stop` line (a stop of an untraced ancestor) is
-//! credited to the traced descendants it names, as the run credited it. What the live run read from the machine rather than from the
-//! kernel's records comes from its other lines: the run's description (`start`), each cgroup's
-//! path, cpu.stat delta and quota settings at the end (`summary`), the lost and malformed counts
-//! and the traced time (`end`). The moment the trace ended, which open stops are measured to,
-//! is any open stop's `start_ns + elapsed_ns` (it matters for nothing else).
+//! the same [`Report`] with the text sink; an `ancestor_stop` line (a stop of an untraced
+//! ancestor) is credited to the traced descendants it names, as the run credited it. What the
+//! live run read from the machine rather than from the kernel's records comes from its other
+//! lines: the run's description (`start`), each cgroup's path, cpu.stat delta and quota
+//! settings at the end (`summary`), the lost and malformed counts and the traced time (`end`).
+//! The moment the trace ended, which open stops are measured to, is any open stop's
+//! `start_ns + elapsed_ns` (it matters for nothing else).
 //!
 //! A recording cut short (the tracer was killed) has no `end` line: the report is still made
 //! from the records, without cpu.stat for the cgroups that have no `summary`, with open stops
@@ -18,66 +18,14 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, LineWriter, Write};
-use std::path::{Path, PathBuf};
-
-use serde::Deserialize;
+use std::io::{self, BufRead, BufReader};
+use std::path::Path;
 
 use crate::aggregate::Aggregate;
-use crate::cgroups::Version;
-use crate::cpustat::{CpuStatDelta, TimeUnit};
 use crate::error::Failure;
-use crate::records::{Bandwidth, EndReason, EndedStop, Event, RecordError, Stop, Task};
-use crate::report::{CgroupReport, RefusedBackend, Report, StartInfo, Totals};
-
-/// `--record FILE`: the file the report copies its NDJSON lines into.
-pub struct Recorder {
-    path: PathBuf,
-    /// Flushed at every newline: one write per line.
-    out: LineWriter<File>,
-    /// The first write error; later lines are skipped and [`Recorder::finish`] returns it.
-    failed: Option<io::Error>,
-}
-
-impl Recorder {
-    /// Creates `path`, or empties it if it exists.
-    pub fn create(path: &Path) -> Result<Self, Failure> {
-        let file = File::create(path).map_err(|e| {
-            Failure::usage(
-                format!("cannot create the recording {}: {e}", path.display()),
-                "--record takes the path of a file to write, in a directory that exists",
-            )
-        })?;
-        Ok(Self {
-            path: path.to_owned(),
-            out: LineWriter::new(file),
-            failed: None,
-        })
-    }
-
-    /// Writes one line (without its newline) to the file.
-    pub(crate) fn line(&mut self, line: &str) {
-        if self.failed.is_none()
-            && let Err(e) = writeln!(self.out, "{line}")
-        {
-            self.failed = Some(e);
-        }
-    }
-
-    /// The first write error, naming the file.
-    pub(crate) fn finish(mut self) -> io::Result<()> {
-        let result = match self.failed.take() {
-            Some(e) => Err(e),
-            None => self.out.flush(),
-        };
-        result.map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("the recording {}: {e}", self.path.display()),
-            )
-        })
-    }
-}
+use crate::records::{Event, RecordError};
+use crate::report::{CgroupReport, Report, Text};
+use crate::schema::{End, Line, Start, Summary};
 
 /// `throttle-tracer report FILE`: prints the text report the recorded run printed at its end.
 /// Returns the exit code.
@@ -105,9 +53,7 @@ fn report(file: &Path) -> Result<(), Failure> {
             file.display()
         );
     }
-    let mut report = Report::new(false);
-    report.start(recorded.info);
-    report
+    Report::new(recorded.start, vec![Box::new(Text::stdout())])
         .finish(&recorded.reports, &recorded.totals)
         .map_err(|e| {
             Failure::environment(
@@ -137,19 +83,19 @@ pub enum ReadError {
 
 /// A recording read back: what [`Report::finish`] takes.
 pub struct Recorded {
-    pub info: StartInfo,
+    pub start: Start,
     /// The aggregate's summaries of the recorded events, with the recorded end-of-run readings.
     pub reports: Vec<CgroupReport>,
-    pub totals: Totals,
+    pub totals: End,
     /// The recording has its `end` line: the run finished.
     pub complete: bool,
 }
 
 impl Recorded {
     pub fn read(input: impl BufRead) -> Result<Self, ReadError> {
-        let mut info = None;
+        let mut start = None;
         let mut aggregate = Aggregate::default();
-        let mut at_end: HashMap<u64, AtEnd> = HashMap::new();
+        let mut at_end: HashMap<u64, Summary> = HashMap::new();
         // Paths from the records, for cgroups without a `summary` line.
         let mut paths: HashMap<u64, String> = HashMap::new();
         // The paths the live run gave the cgroups in `descendants` / `stopped_by_ancestor`.
@@ -163,10 +109,9 @@ impl Recorded {
             if text.trim().is_empty() {
                 continue;
             }
-            let record: Line =
-                serde_json::from_str(&text).map_err(|source| ReadError::Json { line, source })?;
-            match (record, info.is_some()) {
-                (Line::Start(start), false) => info = Some(start.into_info()),
+            let record = Line::parse(&text).map_err(|source| ReadError::Json { line, source })?;
+            match (record, start.is_some()) {
+                (Line::Start(s), false) => start = Some(s),
                 (_, false) => return Err(ReadError::NotARecording),
                 (Line::Start(_), true) => {
                     return Err(ReadError::Invalid {
@@ -183,35 +128,37 @@ impl Recorded {
                         .iter()
                         .chain(&summary.stopped_by_ancestor)
                     {
-                        attributed_paths.insert(a.cgroup_id, a.cgroup.clone());
+                        attributed_paths.insert(a.cgroup_id, a.path.clone());
                     }
-                    at_end.insert(summary.cgroup_id, summary.at_end());
+                    at_end.insert(summary.cgroup_id, *summary);
                 }
-                (Line::End(end), _) => totals = Some(end.totals()),
+                (Line::End(end), _) => totals = Some(end),
                 (Line::Other, _) => {}
                 (Line::AncestorStop(a), _) => {
-                    let end = a.stop.ended().map_err(|e| e.at(line))?;
+                    let end = a
+                        .stop
+                        .ended()
+                        .map_err(|source| ReadError::Record { line, source })?;
                     widen(&mut span, (end.stop.start_ns, end.end_ns));
                     aggregate.credit_only(&end, |d| a.credited_cgroup_ids.contains(&d));
                 }
                 (record, _) => {
-                    let (event, path) =
-                        record
-                            .event()
-                            .map_err(|e| e.at(line))?
-                            .ok_or(ReadError::Invalid {
-                                line,
-                                what: "not a record",
-                            })?;
+                    let (event, path) = record
+                        .event()
+                        .map_err(|source| ReadError::Record { line, source })?
+                        .ok_or(ReadError::Invalid {
+                            line,
+                            what: "not a record",
+                        })?;
                     widen(&mut span, timestamps(&event));
                     if let Some(path) = path {
-                        paths.insert(event.cgroup_id(), path);
+                        paths.insert(event.cgroup_id(), path.to_owned());
                     }
                     aggregate.ingest(&event);
                 }
             }
         }
-        let info = info.ok_or(ReadError::NotARecording)?;
+        let start = start.ok_or(ReadError::NotARecording)?;
         // The live aggregate watched the cgroups named with --cgroup from the start; every one
         // has a `summary` line, and watching after the records changes nothing else.
         for id in at_end.keys() {
@@ -219,7 +166,7 @@ impl Recorded {
         }
         let (first_ns, last_ns) = span.unwrap_or_default();
         let complete = totals.is_some();
-        let totals = totals.unwrap_or(Totals {
+        let totals = totals.unwrap_or(End {
             lost: 0,
             malformed: 0,
             elapsed_ns: last_ns - first_ns,
@@ -235,21 +182,26 @@ impl Recorded {
                 {
                     a.path = attributed_paths.get(&a.cgroup_id).cloned().flatten();
                 }
-                let end = at_end.remove(&summary.cgroup_id).unwrap_or(AtEnd {
-                    path: paths.remove(&summary.cgroup_id),
-                    cpu_stat: None,
-                    settings: None,
-                });
-                CgroupReport {
-                    summary,
-                    path: end.path,
-                    cpu_stat: end.cpu_stat,
-                    settings: end.settings,
+                match at_end.remove(&summary.cgroup_id) {
+                    Some(end) => CgroupReport {
+                        summary,
+                        path: end.cgroup,
+                        cpu_stat: end.cpu_stat,
+                        // The control files always give a period (v1 cpu.cfs_period_us, v2
+                        // cpu.max), so a null period means the settings were not read.
+                        settings: end.settings.period_ns.is_some().then_some(end.settings),
+                    },
+                    None => CgroupReport {
+                        path: paths.remove(&summary.cgroup_id),
+                        summary,
+                        cpu_stat: None,
+                        settings: None,
+                    },
                 }
             })
             .collect();
         Ok(Self {
-            info,
+            start,
             reports,
             totals,
             complete,
@@ -271,310 +223,18 @@ fn timestamps(event: &Event) -> (u64, u64) {
     }
 }
 
-/// One NDJSON line, the fields the offline report needs (`report::ndjson` writes them).
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Line {
-    Start(StartLine),
-    StopBegin(StopLine),
-    Stop(StopLine),
-    AncestorStop(AncestorStopLine),
-    UnseenStartStop(UnseenLine),
-    Summary(SummaryLine),
-    End(EndLine),
-    /// A line type this version does not know (from a newer tracer): skipped.
-    #[serde(other)]
-    Other,
-}
-
-/// A record line that is not what its type says.
-enum Malformed {
-    NoEnd,
-    Record(RecordError),
-}
-
-impl Malformed {
-    fn at(self, line: usize) -> ReadError {
-        match self {
-            Self::NoEnd => ReadError::Invalid {
-                line,
-                what: "a `stop` line without end_ns",
-            },
-            Self::Record(source) => ReadError::Record { line, source },
-        }
-    }
-}
-
-impl Line {
-    /// The record a `stop_begin`, `stop` or `unseen_start_stop` line holds, with the cgroup's
-    /// path if it had resolved; `None` for the other lines.
-    fn event(self) -> Result<Option<(Event, Option<String>)>, Malformed> {
-        Ok(Some(match self {
-            Line::StopBegin(begin) => {
-                let stop = begin.stop();
-                (Event::Start(stop), begin.cgroup)
-            }
-            Line::Stop(line) => (Event::End(line.ended()?), line.cgroup),
-            Line::UnseenStartStop(u) => (
-                Event::UnseenStartEnd {
-                    cgroup_id: u.cgroup_id,
-                    cpu: u.cpu,
-                    end_ns: u.end_ns,
-                    kernel_ns: u.kernel_ns,
-                },
-                u.cgroup,
-            ),
-            _ => return Ok(None),
-        }))
-    }
-}
-
-#[derive(Debug, Deserialize)]
-struct StartLine {
-    backend: String,
-    backend_requested: String,
-    backend_refused: Vec<RefusedLine>,
-    kernel: String,
-    cgroup_version: Option<String>,
-    cgroup_root: String,
-    cgroup_filter: Vec<String>,
-    disabled_features: Vec<String>,
-    blind_end_reasons: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RefusedLine {
-    backend: String,
-    reason: String,
-}
-
-impl StartLine {
-    fn into_info(self) -> StartInfo {
-        StartInfo {
-            backend: self.backend,
-            backend_requested: self.backend_requested,
-            backend_refused: self
-                .backend_refused
-                .into_iter()
-                .map(|r| RefusedBackend {
-                    backend: r.backend,
-                    reason: r.reason,
-                })
-                .collect(),
-            kernel: self.kernel,
-            cgroup_version: match self.cgroup_version.as_deref() {
-                Some("v1") => Some(Version::V1),
-                Some("v2") => Some(Version::V2),
-                _ => None,
-            },
-            cgroup_root: self.cgroup_root.into(),
-            cgroups: self.cgroup_filter,
-            disabled: self.disabled_features,
-            blind_end_reasons: self.blind_end_reasons,
-        }
-    }
-}
-
-/// A `stop_begin` or `stop` line.
-#[derive(Debug, Deserialize)]
-struct StopLine {
-    cgroup_id: u64,
-    cgroup: Option<String>,
-    cpu: u32,
-    start_ns: u64,
-    /// `stop` only, as are `kernel_ns` and `end`.
-    end_ns: Option<u64>,
-    kernel_ns: Option<u64>,
-    end: Option<String>,
-    quota_ns: Option<u64>,
-    period_ns: Option<u64>,
-    burst_ns: Option<u64>,
-    tasks: u32,
-    pid: Option<u32>,
-    tid: Option<u32>,
-    comm: Option<String>,
-    parked: u32,
-    park_ns: Option<u64>,
-    kernel_start_clock_ns: Option<u64>,
-    descendant_cgroup_id: Option<u64>,
-    /// Absent from recordings made before stops listed every child.
-    #[serde(default)]
-    descendant_cgroup_ids: Vec<u64>,
-    #[serde(default)]
-    descendants_unlisted: u32,
-}
-
-impl StopLine {
-    /// The ended stop a `stop` (or `ancestor_stop`) line holds.
-    fn ended(&self) -> Result<EndedStop, Malformed> {
-        let end_ns = self.end_ns.ok_or(Malformed::NoEnd)?;
-        if end_ns < self.start_ns {
-            return Err(Malformed::Record(RecordError::EndBeforeStart {
-                cpu: self.cpu,
-                start_ns: self.start_ns,
-                end_ns,
-            }));
-        }
-        Ok(EndedStop {
-            stop: self.stop(),
-            end_ns,
-            kernel_ns: self.kernel_ns,
-            reason: EndReason::from_name(self.end.as_deref().unwrap_or("unknown")),
-        })
-    }
-
-    fn stop(&self) -> Stop {
-        let task = match (self.pid, self.tid, &self.comm) {
-            (Some(pid), Some(tid), Some(comm)) => Some(Task {
-                pid,
-                tid,
-                comm: comm.clone(),
-            }),
-            _ => None,
-        };
-        Stop {
-            cgroup_id: self.cgroup_id,
-            cpu: self.cpu,
-            start_ns: self.start_ns,
-            bandwidth: Bandwidth {
-                quota_ns: self.quota_ns,
-                period_ns: self.period_ns,
-                burst_ns: self.burst_ns,
-            },
-            tasks: self.tasks,
-            task,
-            parked: self.parked,
-            park_ns: self.park_ns,
-            kernel_start_clock: self.kernel_start_clock_ns,
-            descendant: self.descendant_cgroup_id,
-            children: self.descendant_cgroup_ids.clone(),
-            children_unlisted: self.descendants_unlisted,
-        }
-    }
-}
-
-/// A stop of a cgroup traced only for the descendants it stopped.
-#[derive(Debug, Deserialize)]
-struct AncestorStopLine {
-    #[serde(flatten)]
-    stop: StopLine,
-    credited_cgroup_ids: Vec<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct UnseenLine {
-    cgroup_id: u64,
-    cgroup: Option<String>,
-    cpu: u32,
-    end_ns: u64,
-    kernel_ns: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct SummaryLine {
-    cgroup_id: u64,
-    cgroup: Option<String>,
-    descendants: Vec<AttributedLine>,
-    stopped_by_ancestor: Vec<AttributedLine>,
-    open_stops: Vec<OpenLine>,
-    cpu_stat: Option<CpuStatLine>,
-    quota_ns: Option<u64>,
-    period_ns: Option<u64>,
-    burst_ns: Option<u64>,
-}
-
-/// An entry of a summary's `descendants` or `stopped_by_ancestor`: the other cgroup's path.
-#[derive(Debug, Deserialize)]
-struct AttributedLine {
-    cgroup_id: u64,
-    cgroup: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct OpenLine {
-    start_ns: u64,
-    elapsed_ns: u64,
-}
-
-#[derive(Debug, Deserialize)]
-struct CpuStatLine {
-    nr_periods: u64,
-    nr_throttled: u64,
-    throttled_ns: u64,
-    resolution_ns: u64,
-    nr_bursts: Option<u64>,
-    burst_ns: Option<u64>,
-    throttled_local_ns: Option<u64>,
-    usage_ns: Option<u64>,
-    user_ns: Option<u64>,
-    system_ns: Option<u64>,
-    wait_sum_ns: Option<u64>,
-}
-
-/// What the live run read from a cgroup's files at the end.
-struct AtEnd {
-    path: Option<String>,
-    cpu_stat: Option<CpuStatDelta>,
-    settings: Option<Bandwidth>,
-}
-
-impl SummaryLine {
-    fn at_end(self) -> AtEnd {
-        AtEnd {
-            path: self.cgroup,
-            cpu_stat: self.cpu_stat.map(|c| CpuStatDelta {
-                unit: if c.resolution_ns == 0 {
-                    TimeUnit::Nanos
-                } else {
-                    TimeUnit::Micros
-                },
-                nr_periods: c.nr_periods,
-                nr_throttled: c.nr_throttled,
-                throttled_ns: c.throttled_ns,
-                nr_bursts: c.nr_bursts,
-                burst_ns: c.burst_ns,
-                wait_sum_ns: c.wait_sum_ns,
-                usage_ns: c.usage_ns,
-                user_ns: c.user_ns,
-                system_ns: c.system_ns,
-                local_throttled_ns: c.throttled_local_ns,
-            }),
-            // The control files always give a period (v1 cpu.cfs_period_us, v2 cpu.max), so
-            // a null period means the settings were not read.
-            settings: self.period_ns.map(|period| Bandwidth {
-                quota_ns: self.quota_ns,
-                period_ns: Some(period),
-                burst_ns: self.burst_ns,
-            }),
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-struct EndLine {
-    lost: u64,
-    malformed: u64,
-    elapsed_ns: u64,
-}
-
-impl EndLine {
-    fn totals(&self) -> Totals {
-        Totals {
-            lost: self.lost,
-            malformed: self.malformed,
-            elapsed_ns: self.elapsed_ns,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpustat::TimeUnit;
+    use crate::cgroups::Version;
+    use crate::cpustat::{CpuStat, TimeUnit};
+    use crate::records::{Bandwidth, EndReason, EndedStop};
+    use crate::report::Ndjson;
     use crate::report::tests::{MS, ended};
+    use crate::schema::RefusedBackend;
 
-    fn info() -> StartInfo {
-        StartInfo {
+    fn info() -> Start {
+        Start {
             backend: "tracepoint".into(),
             backend_requested: "auto".into(),
             backend_refused: vec![RefusedBackend {
@@ -587,6 +247,7 @@ mod tests {
             cgroups: vec!["/demo".into()],
             disabled: vec!["tasks".into()],
             blind_end_reasons: vec!["cpu_offline".into()],
+            ..Start::default()
         }
     }
 
@@ -646,7 +307,7 @@ mod tests {
                         5 => Some("/system.slice/nginx.service".into()),
                         _ => None,
                     },
-                    cpu_stat: known.then_some(CpuStatDelta {
+                    cpu_stat: known.then_some(CpuStat {
                         unit: TimeUnit::Micros,
                         nr_periods: 4,
                         nr_throttled: 3,
@@ -670,26 +331,42 @@ mod tests {
             .collect()
     }
 
-    fn totals() -> Totals {
-        Totals {
+    fn totals() -> End {
+        End {
             lost: 2,
             malformed: 1,
             elapsed_ns: 12_300 * MS,
         }
     }
 
+    /// A text report and a recording of it into a file.
+    fn recording_report(text: &mut Vec<u8>) -> (Report<'_>, tempfile::TempPath) {
+        let file = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+        let sinks: Vec<Box<dyn crate::report::Sink + '_>> = vec![
+            Box::new(Text::to(text)),
+            Box::new(Ndjson::recording(&file).unwrap()),
+        ];
+        (Report::new(info(), sinks), file)
+    }
+
     /// Runs `events` through a text report recording to a file; returns the text and the file.
     fn record(events: &[Event], reports: &[CgroupReport]) -> (String, tempfile::TempPath) {
-        let file = tempfile::NamedTempFile::new().unwrap().into_temp_path();
         let mut text = Vec::new();
-        let mut report = Report::to(false, &mut text);
-        report.start(info());
-        report.record_to(Recorder::create(&file).unwrap());
+        let (mut report, file) = recording_report(&mut text);
         for event in events {
             report.event(event, Some("/demo"));
         }
         report.finish(reports, &totals()).unwrap();
         (String::from_utf8(text).unwrap(), file)
+    }
+
+    /// The text report of a recording read back.
+    fn replayed(recorded: Recorded) -> String {
+        let mut text = Vec::new();
+        Report::new(recorded.start, vec![Box::new(Text::to(&mut text))])
+            .finish(&recorded.reports, &recorded.totals)
+            .unwrap();
+        String::from_utf8(text).unwrap()
     }
 
     #[test]
@@ -699,15 +376,15 @@ mod tests {
         let text = std::fs::read_to_string(&file).unwrap();
         let lines: Vec<Line> = text
             .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .map(|l| Line::parse(l).unwrap_or_else(|e| panic!("{e}: {l}")))
             .collect();
         assert!(matches!(lines.first(), Some(Line::Start(_))));
         assert!(matches!(lines.last(), Some(Line::End(_))));
         let back: Vec<Event> = lines
-            .into_iter()
+            .iter()
             .filter_map(|l| l.event().ok().flatten())
             .map(|(event, path)| {
-                assert_eq!(path.as_deref(), Some("/demo"));
+                assert_eq!(path, Some("/demo"));
                 event
             })
             .collect();
@@ -724,11 +401,7 @@ mod tests {
         assert!(recorded.complete);
         assert_eq!(recorded.reports, reports);
         assert_eq!(recorded.totals, totals());
-        let mut text = Vec::new();
-        let mut report = Report::to(false, &mut text);
-        report.start(recorded.info);
-        report.finish(&recorded.reports, &recorded.totals).unwrap();
-        assert_eq!(String::from_utf8(text).unwrap(), live_text);
+        assert_eq!(replayed(recorded), live_text);
         // The text has what the offline report must rebuild.
         for needle in [
             "backend auto chose tracepoint; refused before it: fentry (EPERM)",
@@ -770,11 +443,8 @@ mod tests {
                 }
             })
             .collect();
-        let file = tempfile::NamedTempFile::new().unwrap().into_temp_path();
         let mut live_text = Vec::new();
-        let mut report = Report::to(false, &mut live_text);
-        report.start(info());
-        report.record_to(Recorder::create(&file).unwrap());
+        let (mut report, file) = recording_report(&mut live_text);
         for e in &ends {
             report.ancestor_stop(e, Some("/pod"), &[11]);
         }
@@ -789,11 +459,7 @@ mod tests {
         assert_eq!(recorded.reports, reports);
         let a = &recorded.reports[0].summary.stopped_by_ancestor[0];
         assert_eq!((a.cgroup_id, a.stops, a.stopped_ns), (10, 3, 135 * MS));
-        let mut text = Vec::new();
-        let mut report = Report::to(false, &mut text);
-        report.start(recorded.info);
-        report.finish(&recorded.reports, &recorded.totals).unwrap();
-        assert_eq!(String::from_utf8(text).unwrap(), live_text);
+        assert_eq!(replayed(recorded), live_text);
     }
 
     #[test]

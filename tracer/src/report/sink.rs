@@ -1,0 +1,154 @@
+//! Where the report's output goes: a [`Sink`] takes the run's [`Line`]s as they happen and
+//! writes its end. [`Ndjson`] is the NDJSON stream (`--json` on stdout, or every line into a
+//! `--record` file, each flushed so that a killed run leaves every line it made); [`Text`] is
+//! the summary printed at the end.
+//!
+//! A write error does not end the run (a closed `| head` must not lose the recording): the
+//! sink keeps the first one, skips later writes and returns it from [`Sink::finish`].
+
+use std::fs::File;
+use std::io::{self, LineWriter, Write};
+use std::path::{Path, PathBuf};
+
+use super::{CgroupReport, text};
+use crate::error::Failure;
+use crate::schema::{End, Line, Start};
+
+/// One destination of the report.
+pub trait Sink {
+    /// Whether it takes the lines as they happen; the report makes a line only if a sink does.
+    fn takes_lines(&self) -> bool;
+    /// One line of the run.
+    fn line(&mut self, line: &Line);
+    /// The end of the run; returns the first write error of the run.
+    fn finish(
+        self: Box<Self>,
+        start: &Start,
+        reports: &[CgroupReport],
+        totals: &End,
+    ) -> io::Result<()>;
+}
+
+/// The NDJSON stream.
+pub struct Ndjson<W: Write> {
+    out: W,
+    /// The stream on stdout shows the ended stops not under `--min-stop` (ns) and leaves off
+    /// the `stop_begin` lines, which only a rebuild of the report needs; `None`: a recording,
+    /// which keeps every line so that it rebuilds the whole summary.
+    shown: Option<u64>,
+    /// The recording's file, named in its write errors.
+    file: Option<PathBuf>,
+    failed: Option<io::Error>,
+}
+
+impl Ndjson<io::Stdout> {
+    /// `--json`: NDJSON on stdout, without stops shorter than `min_stop_ns`.
+    pub fn stdout(min_stop_ns: u64) -> Self {
+        Self::to(io::stdout(), Some(min_stop_ns))
+    }
+}
+
+impl Ndjson<LineWriter<File>> {
+    /// `--record FILE`: creates `path` (or empties it), for every line of the run.
+    pub fn recording(path: &Path) -> Result<Self, Failure> {
+        let file = File::create(path).map_err(|e| {
+            Failure::usage(
+                format!("cannot create the recording {}: {e}", path.display()),
+                "--record takes the path of a file to write, in a directory that exists",
+            )
+        })?;
+        let mut sink = Self::to(LineWriter::new(file), None);
+        sink.file = Some(path.to_owned());
+        Ok(sink)
+    }
+}
+
+impl<W: Write> Ndjson<W> {
+    /// NDJSON into `out`: the lines a `--json` stream shows if `shown` is the minimum stop
+    /// length, every line if it is `None`.
+    pub fn to(out: W, shown: Option<u64>) -> Self {
+        Self {
+            out,
+            shown,
+            file: None,
+            failed: None,
+        }
+    }
+
+    fn shows(&self, line: &Line) -> bool {
+        let Some(min_stop_ns) = self.shown else {
+            return true;
+        };
+        match line {
+            Line::StopBegin(_) => false,
+            Line::Stop(s) | Line::AncestorStop(crate::schema::AncestorStop { stop: s, .. }) => {
+                s.end_ns.saturating_sub(s.started.start_ns) >= min_stop_ns
+            }
+            _ => true,
+        }
+    }
+}
+
+impl<W: Write> Sink for Ndjson<W> {
+    fn takes_lines(&self) -> bool {
+        true
+    }
+
+    fn line(&mut self, line: &Line) {
+        if self.failed.is_none()
+            && self.shows(line)
+            && let Err(e) = writeln!(self.out, "{}", line.to_json())
+        {
+            self.failed = Some(e);
+        }
+    }
+
+    fn finish(mut self: Box<Self>, _: &Start, _: &[CgroupReport], _: &End) -> io::Result<()> {
+        let result = match self.failed.take() {
+            Some(e) => Err(e),
+            None => self.out.flush(),
+        };
+        match &self.file {
+            Some(file) => result.map_err(|e| {
+                io::Error::new(e.kind(), format!("the recording {}: {e}", file.display()))
+            }),
+            None => result,
+        }
+    }
+}
+
+/// The text summary, written at the end.
+pub struct Text<W: Write> {
+    out: W,
+}
+
+impl Text<io::Stdout> {
+    pub fn stdout() -> Self {
+        Self::to(io::stdout())
+    }
+}
+
+impl<W: Write> Text<W> {
+    pub fn to(out: W) -> Self {
+        Self { out }
+    }
+}
+
+impl<W: Write> Sink for Text<W> {
+    fn takes_lines(&self) -> bool {
+        false
+    }
+
+    fn line(&mut self, _: &Line) {}
+
+    fn finish(
+        mut self: Box<Self>,
+        start: &Start,
+        reports: &[CgroupReport],
+        totals: &End,
+    ) -> io::Result<()> {
+        self.out
+            .write_all(text::render(start, reports, totals).as_bytes())?;
+        self.out.flush()
+    }
+}

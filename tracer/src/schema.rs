@@ -1,0 +1,584 @@
+//! The NDJSON schema: one type per line kind, each both written (the report's NDJSON sinks:
+//! stdout with `--json`, the `--record` file) and read (`replay`, for `throttle-tracer report
+//! FILE`, and the tests). A stable interface: fields may be added, never renamed or retyped;
+//! missing values are `null`, never a sentinel number. The full field list is docs/ndjson.md.
+//!
+//! Lines, `"type"` first: `start` (once), `stop_begin` (per per-CPU stop, when it begins),
+//! `stop` (per ended per-CPU stop), `ancestor_stop` (an ended stop of an ancestor traced only
+//! for the selected descendants it stopped), `unseen_start_stop` (per stop that began before
+//! tracing and ended during it), `summary` (per cgroup, at the end), `end` (last). Every record
+//! the aggregate takes is a line, in the order it took them, so a recording rebuilds the
+//! report. All `*_ns` fields are ns; timestamps (`start_ns`, `end_ns`) are CLOCK_MONOTONIC
+//! (`"clock":"monotonic"` in `start`); `kernel_ns` is the kernel's `rq->clock` length of the stop;
+//! `kernel_start_clock_ns` is `cfs_rq->throttled_clock` on the kernel's rq clock (sched_clock).
+//! `*_log2_ms` arrays count durations in [2^i, 2^(i+1)) ms at index i (index 0 also holds < 1 ms).
+//!
+//! `name` (on `stop`, `stop_begin`, `unseen_start_stop` and `summary`) is what users call the
+//! cgroup ([`Name`]), a function of the `cgroup` path: written for readers, and derived again
+//! from the path when a line is read back ([`Line::parse`]).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::{Attributed, OpenStop};
+use crate::cgroups::Version;
+use crate::cpustat::CpuStat;
+use crate::names::Name;
+use crate::records::{Bandwidth, EndReason, EndedStop, Event, RecordError, Task};
+
+/// One NDJSON line.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Line {
+    Start(Start),
+    StopBegin(StopFields),
+    Stop(Stop),
+    AncestorStop(AncestorStop),
+    UnseenStartStop(UnseenStartStop),
+    Summary(Box<Summary>),
+    End(End),
+    /// A line type this version does not know (from a newer tracer): read, never written.
+    #[serde(other, skip_serializing)]
+    #[cfg_attr(test, proptest(skip))]
+    Other,
+}
+
+impl Line {
+    /// Parses one line and derives the `name` of its cgroup path.
+    pub fn parse(text: &str) -> serde_json::Result<Self> {
+        let mut line: Self = serde_json::from_str(text)?;
+        line.derive_name();
+        Ok(line)
+    }
+
+    /// Sets `name` to that of the `cgroup` path, as the tracer writes it.
+    fn derive_name(&mut self) {
+        let (cgroup, name) = match self {
+            Self::StopBegin(s) => (&s.cgroup, &mut s.name),
+            Self::Stop(s) => (&s.started.cgroup, &mut s.started.name),
+            Self::AncestorStop(a) => (&a.stop.started.cgroup, &mut a.stop.started.name),
+            Self::UnseenStartStop(u) => (&u.cgroup, &mut u.name),
+            Self::Summary(s) => (&s.cgroup, &mut s.name),
+            Self::Start(_) | Self::End(_) | Self::Other => return,
+        };
+        *name = cgroup.as_deref().and_then(Name::of);
+    }
+
+    /// The line as JSON, without its newline. The line types hold only strings, integers,
+    /// finite floats (a ratio of two non-zero integers) and maps with string keys, which
+    /// always serialize; [`Line::Other`] is never made by the tracer.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            serde_json::json!({"type": "error", "error": e.to_string()}).to_string()
+        })
+    }
+
+    /// The line of a ring-buffer record; `cgroup` is its cgroup's path if it resolved.
+    pub fn of_event(event: &Event, cgroup: Option<&str>) -> Self {
+        match event {
+            Event::Start(stop) => Self::StopBegin(StopFields::of(stop, cgroup)),
+            Event::End(end) => Self::Stop(Stop::of(end, cgroup)),
+            Event::UnseenStartEnd {
+                cgroup_id,
+                cpu,
+                end_ns,
+                kernel_ns,
+            } => Self::UnseenStartStop(UnseenStartStop {
+                cgroup_id: *cgroup_id,
+                cgroup: cgroup.map(str::to_owned),
+                name: cgroup.and_then(Name::of),
+                cpu: *cpu,
+                end_ns: *end_ns,
+                kernel_ns: *kernel_ns,
+            }),
+        }
+    }
+
+    /// The record a `stop_begin`, `stop` or `unseen_start_stop` line holds, with its cgroup's
+    /// path; `None` for the other lines.
+    pub fn event(&self) -> Result<Option<(Event, Option<&str>)>, RecordError> {
+        Ok(Some(match self {
+            Self::StopBegin(s) => (Event::Start(s.record()), s.cgroup.as_deref()),
+            Self::Stop(s) => (Event::End(s.ended()?), s.started.cgroup.as_deref()),
+            Self::UnseenStartStop(u) => (
+                Event::UnseenStartEnd {
+                    cgroup_id: u.cgroup_id,
+                    cpu: u.cpu,
+                    end_ns: u.end_ns,
+                    kernel_ns: u.kernel_ns,
+                },
+                u.cgroup.as_deref(),
+            ),
+            _ => return Ok(None),
+        }))
+    }
+}
+
+/// The clock of every timestamp in the stream.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    #[default]
+    Monotonic,
+}
+
+/// `start`: what the run is, printed first (also the text report's header).
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    pub tracer_version: String,
+    /// The probe backend, e.g. "kprobe".
+    pub backend: String,
+    /// `uname -r`.
+    pub kernel: String,
+    pub clock: Clock,
+    pub cgroup_version: Option<Version>,
+    /// The cpu hierarchy's mount point.
+    #[cfg_attr(
+        test,
+        proptest(
+            strategy = "proptest::strategy::Strategy::prop_map(\"[a-z/,]{0,24}\", PathBuf::from)"
+        )
+    )]
+    pub cgroup_root: PathBuf,
+    /// The cgroup paths the run is limited to; empty = all cgroups.
+    #[serde(rename = "cgroup_filter")]
+    pub cgroups: Vec<String>,
+    /// Probe features this kernel cannot support, so their fields are absent or 0.
+    #[serde(rename = "disabled_features")]
+    pub disabled: Vec<String>,
+    /// End reasons the probes cannot tell apart on this kernel ([`EndReason`] names); such
+    /// ends count as "unknown".
+    pub blind_end_reasons: Vec<String>,
+    /// What `--backend` asked for: "auto" or a backend's name.
+    pub backend_requested: String,
+    /// The backends `auto` tried before `backend`, in order, each with why it was refused.
+    pub backend_refused: Vec<RefusedBackend>,
+}
+
+/// A backend `--backend auto` passed over.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedBackend {
+    pub backend: String,
+    /// The one-line cause.
+    pub reason: String,
+}
+
+/// What `stop_begin`, `stop` and `ancestor_stop` lines all say of a per-CPU stop: all that
+/// is known when it begins ([`crate::records::Stop`], flattened).
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopFields {
+    pub cgroup_id: u64,
+    pub cgroup: Option<String>,
+    #[serde(skip_deserializing)]
+    #[cfg_attr(test, proptest(value = "None"))]
+    pub name: Option<Name>,
+    pub cpu: u32,
+    pub start_ns: u64,
+    /// `quota_ns` `null` = no limit ("max").
+    #[serde(flatten)]
+    pub bandwidth: Bandwidth,
+    pub tasks: u32,
+    pub pid: Option<u32>,
+    pub tid: Option<u32>,
+    pub comm: Option<String>,
+    pub parked: u32,
+    pub park_ns: Option<u64>,
+    pub kernel_start_clock_ns: Option<u64>,
+    /// The stopped task's own cgroup when it is a descendant of `cgroup_id` (whose quota
+    /// stopped it); `null` if no task was seen or it sat in `cgroup_id` itself.
+    pub descendant_cgroup_id: Option<u64>,
+    /// The direct children of `cgroup_id` with tasks queued on the stopped CPU at the
+    /// throttle: the stop counts for each of them (their cpu.stat.local), at most 8. Absent
+    /// from recordings made before stops listed every child.
+    #[serde(default)]
+    pub descendant_cgroup_ids: Vec<u64>,
+    /// Children stopped too but not listed (more than 8); a lower bound past 16 children.
+    #[serde(default)]
+    pub descendants_unlisted: u32,
+}
+
+impl StopFields {
+    pub fn of(s: &crate::records::Stop, cgroup: Option<&str>) -> Self {
+        Self {
+            cgroup_id: s.cgroup_id,
+            cgroup: cgroup.map(str::to_owned),
+            name: cgroup.and_then(Name::of),
+            cpu: s.cpu,
+            start_ns: s.start_ns,
+            bandwidth: s.bandwidth,
+            tasks: s.tasks,
+            pid: s.task.as_ref().map(|t| t.pid),
+            tid: s.task.as_ref().map(|t| t.tid),
+            comm: s.task.as_ref().map(|t| t.comm.clone()),
+            parked: s.parked,
+            park_ns: s.park_ns,
+            kernel_start_clock_ns: s.kernel_start_clock,
+            descendant_cgroup_id: s.descendant,
+            descendant_cgroup_ids: s.children.clone(),
+            descendants_unlisted: s.children_unlisted,
+        }
+    }
+
+    /// The record these fields were made from.
+    pub fn record(&self) -> crate::records::Stop {
+        let task = match (self.pid, self.tid, &self.comm) {
+            (Some(pid), Some(tid), Some(comm)) => Some(Task {
+                pid,
+                tid,
+                comm: comm.clone(),
+            }),
+            _ => None,
+        };
+        crate::records::Stop {
+            cgroup_id: self.cgroup_id,
+            cpu: self.cpu,
+            start_ns: self.start_ns,
+            bandwidth: self.bandwidth,
+            tasks: self.tasks,
+            task,
+            parked: self.parked,
+            park_ns: self.park_ns,
+            kernel_start_clock: self.kernel_start_clock_ns,
+            descendant: self.descendant_cgroup_id,
+            children: self.descendant_cgroup_ids.clone(),
+            children_unlisted: self.descendants_unlisted,
+        }
+    }
+}
+
+/// `stop`: one ended per-CPU stop.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stop {
+    #[serde(flatten)]
+    pub started: StopFields,
+    pub end_ns: u64,
+    /// `end_ns − start_ns`: written for readers, not needed to read a line back.
+    #[serde(default)]
+    pub duration_ns: u64,
+    pub kernel_ns: Option<u64>,
+    /// Absent in no recording the tracer wrote; read as "unknown" if it is.
+    #[serde(default)]
+    pub end: EndReason,
+}
+
+impl Stop {
+    pub fn of(end: &EndedStop, cgroup: Option<&str>) -> Self {
+        Self {
+            started: StopFields::of(&end.stop, cgroup),
+            end_ns: end.end_ns,
+            duration_ns: end.duration_ns(),
+            kernel_ns: end.kernel_ns,
+            end: end.reason,
+        }
+    }
+
+    /// The ended stop this line holds; an error if it ends before it starts.
+    pub fn ended(&self) -> Result<EndedStop, RecordError> {
+        let start_ns = self.started.start_ns;
+        if self.end_ns < start_ns {
+            return Err(RecordError::EndBeforeStart {
+                cpu: self.started.cpu,
+                start_ns,
+                end_ns: self.end_ns,
+            });
+        }
+        Ok(EndedStop {
+            stop: self.started.record(),
+            end_ns: self.end_ns,
+            kernel_ns: self.kernel_ns,
+            reason: self.end,
+        })
+    }
+}
+
+/// `ancestor_stop`: an ended per-CPU stop of a cgroup that is not traced itself (an ancestor
+/// of a selected cgroup): the `stop` line's fields and the selected descendants it stopped,
+/// which it counts for. Its own type keeps readers of `stop` lines to the selected cgroups.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AncestorStop {
+    #[serde(flatten)]
+    pub stop: Stop,
+    /// The traced cgroups it stopped (their `stopped_by_ancestor`).
+    pub credited_cgroup_ids: Vec<u64>,
+}
+
+/// `unseen_start_stop`: a stop that began before tracing; only its end and its
+/// kernel-accounted length are known.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnseenStartStop {
+    pub cgroup_id: u64,
+    pub cgroup: Option<String>,
+    #[serde(skip_deserializing)]
+    #[cfg_attr(test, proptest(value = "None"))]
+    pub name: Option<Name>,
+    pub cpu: u32,
+    pub end_ns: u64,
+    pub kernel_ns: Option<u64>,
+}
+
+/// `summary`: one cgroup's figures at the end of the run (definitions: docs/definitions.md).
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub cgroup_id: u64,
+    pub cgroup: Option<String>,
+    #[serde(skip_deserializing)]
+    #[cfg_attr(test, proptest(value = "None"))]
+    pub name: Option<Name>,
+    pub stops: u64,
+    pub group_stops: u64,
+    pub cpu_stop_ns: u64,
+    pub kernel_stop_ns: u64,
+    pub kernel_unknown_stops: u64,
+    pub wall_stop_ns: u64,
+    pub p50_ns: Option<u64>,
+    pub p90_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+    pub group_p50_ns: Option<u64>,
+    pub group_p90_ns: Option<u64>,
+    pub group_p99_ns: Option<u64>,
+    pub group_max_ns: Option<u64>,
+    pub stops_log2_ms: Vec<u32>,
+    pub group_stops_log2_ms: Vec<u32>,
+    /// Ended stops per [`EndReason`] name.
+    pub end_reasons: BTreeMap<String, u64>,
+    pub open: usize,
+    pub open_stops: Vec<OpenStop>,
+    pub unseen_start_stops: u64,
+    pub unseen_start_kernel_ns: u64,
+    pub unseen_start_kernel_unknown: u64,
+    /// kernel_stop_ns + unseen_start_kernel_ns: the trace's account of the cpu.stat delta.
+    pub kernel_accounted_ns: u64,
+    pub unmatched_ends: u64,
+    pub restarted: u64,
+    pub cpu_stat: Option<CpuStat>,
+    #[cfg_attr(test, proptest(strategy = "proptest::option::of(0.0f64..1e12)"))]
+    pub overcount: Option<f64>,
+    /// Settings from the control files at the end; `quota_ns` null = no limit, and all
+    /// three null when they could not be read.
+    #[serde(flatten)]
+    pub settings: Bandwidth,
+    /// For a quota owner: its stops that stopped each descendant's tasks.
+    pub descendants: Vec<Attributed>,
+    /// For a descendant: the stops of each ancestor's quota that stopped its tasks (not in the
+    /// figures above, which are the group's own quota's).
+    pub stopped_by_ancestor: Vec<Attributed>,
+    /// For a quota owner: stops that stopped more children than a stop line lists.
+    pub children_unlisted_stops: u64,
+    /// kernel_accounted_ns + Σ stopped_by_ancestor kernel_ns: the trace's account of the
+    /// cpu.stat.local throttled delta (6.6+).
+    pub local_accounted_ns: u64,
+}
+
+/// `end`: whole-run counters, the last line.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct End {
+    /// Records the kernel could not put in the full ring buffer.
+    pub lost: u64,
+    /// Records that did not decode (`records::RecordError`).
+    pub malformed: u64,
+    /// CLOCK_MONOTONIC ns from attach to the end of the trace.
+    pub elapsed_ns: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::report::tests::{MS, ended};
+
+    fn parse(line: &Line) -> Value {
+        let text = line.to_json();
+        assert!(!text.contains('\n'));
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn start_line() {
+        let v = parse(&Line::Start(Start {
+            backend: "kprobe".into(),
+            kernel: "6.1.0-47-cloud-amd64".into(),
+            cgroup_version: Some(Version::V1),
+            cgroup_root: "/sys/fs/cgroup/cpu".into(),
+            cgroups: vec![],
+            disabled: vec!["tasks".into(), "pid".into()],
+            blind_end_reasons: vec!["cpu_offline".into()],
+            backend_requested: "auto".into(),
+            backend_refused: vec![RefusedBackend {
+                backend: "fentry".into(),
+                reason: "EPERM".into(),
+            }],
+            ..Start::default()
+        }));
+        assert_eq!(v["type"], "start");
+        assert_eq!(v["backend"], "kprobe");
+        assert_eq!(v["kernel"], "6.1.0-47-cloud-amd64");
+        assert_eq!(v["clock"], "monotonic");
+        assert_eq!(v["cgroup_version"], "v1");
+        assert_eq!(v["cgroup_root"], "/sys/fs/cgroup/cpu");
+        assert_eq!(v["cgroup_filter"], serde_json::json!([]));
+        assert_eq!(v["disabled_features"], serde_json::json!(["tasks", "pid"]));
+        assert_eq!(v["blind_end_reasons"], serde_json::json!(["cpu_offline"]));
+        assert_eq!(v["backend_requested"], "auto");
+        assert_eq!(
+            v["backend_refused"],
+            serde_json::json!([{"backend": "fentry", "reason": "EPERM"}])
+        );
+        assert!(parse(&Line::Start(Start::default()))["cgroup_version"].is_null());
+    }
+
+    #[test]
+    fn stop_line_with_and_without_optional_values() {
+        let e = ended(3, 100, 180);
+        let v = parse(&Line::Stop(Stop::of(&e, Some("/demo"))));
+        assert_eq!(v["type"], "stop");
+        assert_eq!(v["cgroup_id"], 4242);
+        assert_eq!(v["cgroup"], "/demo");
+        assert!(v["name"].is_null(), "/demo is nothing users would know");
+        assert_eq!(v["cpu"], 3);
+        assert_eq!(v["start_ns"], 100 * MS);
+        assert_eq!(v["end_ns"], 180 * MS);
+        assert_eq!(v["duration_ns"], 80 * MS);
+        assert_eq!(v["kernel_ns"], 80 * MS + 1_000);
+        assert_eq!(v["end"], "refill");
+        assert_eq!(v["quota_ns"], 20 * MS);
+        assert_eq!(v["period_ns"], 100 * MS);
+        assert_eq!(v["burst_ns"], 0);
+        assert_eq!(v["tasks"], 2);
+        assert_eq!(
+            (&v["pid"], &v["tid"], &v["comm"]),
+            (&Value::from(100), &Value::from(101), &Value::from("stress"))
+        );
+
+        assert_eq!(v["parked"], 1);
+        assert_eq!(v["park_ns"], 100 * MS + 2_000);
+        assert_eq!(v["kernel_start_clock_ns"], 5_000 * MS);
+
+        let mut e = e;
+        e.kernel_ns = None;
+        e.stop.bandwidth.quota_ns = None;
+        e.stop.task = None;
+        e.stop.parked = 0;
+        e.stop.park_ns = None;
+        e.stop.kernel_start_clock = None;
+        let v = parse(&Line::Stop(Stop::of(&e, None)));
+        for key in [
+            "cgroup",
+            "name",
+            "kernel_ns",
+            "quota_ns",
+            "pid",
+            "tid",
+            "comm",
+            "park_ns",
+            "kernel_start_clock_ns",
+        ] {
+            assert!(v[key].is_null(), "{key} should be null: {v}");
+        }
+        assert!(v["duration_ns"].is_u64());
+        assert_eq!(v["parked"], 0);
+    }
+
+    #[test]
+    fn ancestor_stop_line_is_a_stop_line_with_the_cgroups_it_counts_for() {
+        let e = ended(1, 100, 140);
+        let stop = parse(&Line::Stop(Stop::of(&e, Some("/pod"))));
+        let mut v = parse(&Line::AncestorStop(AncestorStop {
+            stop: Stop::of(&e, Some("/pod")),
+            credited_cgroup_ids: vec![11, 12],
+        }));
+        assert_eq!(v["type"], "ancestor_stop");
+        assert_eq!(v["credited_cgroup_ids"], serde_json::json!([11, 12]));
+        let fields = v.as_object_mut().unwrap();
+        fields.remove("credited_cgroup_ids");
+        fields.insert("type".into(), "stop".into());
+        assert_eq!(v, stop);
+    }
+
+    #[test]
+    fn end_line() {
+        let v = parse(&Line::End(End {
+            lost: 2,
+            malformed: 1,
+            elapsed_ns: 5 * MS,
+        }));
+        assert_eq!(
+            v,
+            serde_json::json!({"type": "end", "lost": 2, "malformed": 1, "elapsed_ns": 5 * MS})
+        );
+    }
+
+    #[test]
+    fn records_turn_into_lines_and_back() {
+        let mut bare = ended(1, 20, 100);
+        bare.kernel_ns = None;
+        bare.stop.task = None;
+        bare.stop.children = vec![7, 8];
+        for event in [
+            Event::Start(ended(0, 0, 80).stop),
+            Event::End(ended(0, 0, 80)),
+            Event::End(bare),
+            Event::UnseenStartEnd {
+                cgroup_id: 9,
+                cpu: 1,
+                end_ns: 5,
+                kernel_ns: None,
+            },
+        ] {
+            let line = Line::parse(&Line::of_event(&event, Some("/demo")).to_json()).unwrap();
+            assert_eq!(line.event().unwrap(), Some((event, Some("/demo"))));
+        }
+    }
+
+    /// Recordings made before this module existed (tests/golden.rs has their story).
+    #[test]
+    fn lines_of_earlier_recordings_are_written_back_byte_for_byte() {
+        for text in [
+            include_str!("../tests/data/golden/all.ndjson"),
+            include_str!("../tests/data/golden/child.ndjson"),
+        ] {
+            for l in text.lines() {
+                let line = Line::parse(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+                assert!(line != Line::Other, "{l}");
+                assert_eq!(line.to_json(), l);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_line_kind_parses_back_to_itself(mut line in any::<Line>()) {
+            line.derive_name();
+            let text = line.to_json();
+            prop_assert!(!text.contains('\n'));
+            let back = Line::parse(&text).map_err(|e| TestCaseError::fail(format!("{e}: {text}")))?;
+            prop_assert_eq!(&back, &line);
+            prop_assert_eq!(back.to_json(), text);
+        }
+
+        #[test]
+        fn paths_that_name_containers_keep_their_names(id in "[0-9a-f]{64}", cpu in 0u32..64) {
+            let path = format!("/docker/{id}");
+            let mut e = ended(cpu, 0, 80);
+            e.stop.cgroup_id = 1;
+            let line = Line::Stop(Stop::of(&e, Some(&path)));
+            let back = Line::parse(&line.to_json()).unwrap();
+            prop_assert_eq!(&back, &line);
+            prop_assert!(matches!(&back, Line::Stop(s) if s.started.name.is_some()));
+        }
+    }
+}
