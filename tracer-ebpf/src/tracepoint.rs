@@ -1,5 +1,5 @@
 //! The tracepoint backend: scheduler, hrtimer and CSD tracepoints only (tp_btf), for kernels
-//! without kprobes or fentry (kernel-facts.md §6).
+//! without kprobes or fentry (docs/kernel.md §2, §8).
 //!
 //! START: the first time `cfs_rq->throttled == 1` is observed — at sched_switch (prev and next),
 //! sched_wakeup(_new) (the task's whole se → cfs_rq chain, bounded), and at every CFS period or
@@ -16,7 +16,7 @@
 //! `quota_change` when the group's quota/period/burst differ from the start's, else `unknown`.
 //! END (cgroup gone): at cgroup_rmdir (and again at cgroup_release) every open stop of the
 //! removed cgroup ends as `cgroup_gone`. The kernel may never unthrottle those cfs_rqs
-//! (`destroy_cfs_bandwidth` only flushes pending CSD unthrottles, kernel-facts §1.3), and a
+//! (`destroy_cfs_bandwidth` only flushes pending CSD unthrottles, docs/kernel.md §2.3), and a
 //! removed cgroup has no task left to stop; a refill that still comes is not a new stop.
 //!
 //! Duration: `start_ns`/`end_ns` are CLOCK_MONOTONIC at the observations. `kernel_ns` is what the

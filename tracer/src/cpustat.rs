@@ -1,6 +1,6 @@
 //! Reading and diffing cpu.stat and cpu.stat.local, and reading a cgroup's quota settings.
 //!
-//! What the kernel counts (kernel-facts §2): `nr_periods` = period-timer ticks with a quota set,
+//! What the kernel counts (docs/kernel.md §3): `nr_periods` = period-timer ticks with a quota set,
 //! `nr_throttled` = those ticks that found at least one throttled cfs_rq (periods, not stops),
 //! `throttled` time = Σ over per-CPU cfs_rqs of each stop's `rq->clock` length — so N CPUs
 //! stopped together add N× the wall time. cpu.stat.local (6.6+) `throttled` time counts the

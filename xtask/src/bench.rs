@@ -25,8 +25,6 @@ use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-/// `perf` (the pipe benchmark).
-const PACKAGES: &[&str] = &["linux-perf"];
 const SCHED_SWITCH_BUDGET_NS: f64 = 150.0;
 const SLOWDOWN_BUDGET_PCT: f64 = 3.0;
 /// The throttled cgroup: 50 ms of CPU per 100 ms period for two busy threads.
@@ -58,9 +56,7 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("--runs and --loops must be at least 1");
     }
     let started = Instant::now();
-    // Building needs rust-src and bpf-linker (setup's); the benchmark needs perf.
-    setup::run()?;
-    setup::install_missing(PACKAGES)?;
+    setup::run(&[setup::Part::Build, setup::Part::Bench])?;
     let mut binaries = binaries::build()?;
     if let Some(tracer) = &args.tracer {
         binaries.tracer.clone_from(tracer);

@@ -76,7 +76,7 @@ struct Run {
     task_based: bool,
     /// The tracepoint backend on a task-based kernel: a throttled task runs on until it returns
     /// to user mode, so a stop may first be seen by the refill timer's walk, which lists no
-    /// children (README, "stopped by ancestor"): a few stops may miss a child, while
+    /// children (docs/definitions.md, "stopped by ancestor"): a few stops may miss a child, while
     /// cpu.stat.local still judges the credit.
     late_sight: bool,
 }

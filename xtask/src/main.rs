@@ -21,8 +21,12 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(about = "throttle-tracer's project tasks")]
 enum Cli {
-    /// Install what building and the VM tests need; fast when nothing is missing.
-    Setup,
+    /// Install what the tasks need (all of it, or the parts named); fast when nothing is missing.
+    Setup {
+        /// Only these parts (none named: all of them).
+        #[arg(value_enum)]
+        parts: Vec<setup::Part>,
+    },
     /// Boot Debian kernels under QEMU and check the tracer against cpu.stat.
     VmTest(vm_test::Args),
     /// Build the tracer and run `throttle-tracer demo` on this machine (the README's main command).
@@ -40,7 +44,8 @@ enum Cli {
 /// when RUST_BACKTRACE is set: the chain says what failed, the frames would only bury it.
 fn main() -> std::process::ExitCode {
     let result = match Cli::parse() {
-        Cli::Setup => setup::run(),
+        Cli::Setup { parts } if parts.is_empty() => setup::run(&setup::Part::ALL),
+        Cli::Setup { parts } => setup::run(&parts),
         Cli::VmTest(args) => vm_test::run(&args),
         Cli::Demo => demo::run(),
         Cli::VmDemo => vm_demo::run(),
@@ -58,7 +63,8 @@ fn main() -> std::process::ExitCode {
 
 /// The README's test command: everything CI checks, host first, then the kernels.
 fn test() -> anyhow::Result<()> {
-    setup::run()?;
+    use setup::Part;
+    setup::run(&[Part::Build, Part::Vm, Part::HostTests])?;
     cmd::run(paths::cargo().args(["fmt", "--all", "--check"]))?;
     cmd::run(paths::cargo().args([
         "clippy",

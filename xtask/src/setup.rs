@@ -1,44 +1,216 @@
-//! `cargo xtask setup`: host packages, rust-src and bpf-linker, each only when missing.
+//! `cargo xtask setup`: what each project task needs, installed only when missing.
+//!
+//! Every task builds the tracer (a C linker, rust-src, bpf-linker); the VM tasks, the host tests
+//! and the benchmark each add their own Debian packages, so `cargo xtask demo` installs no
+//! emulator and no server. apt is asked for a plan first (`apt-get -s`) and nothing is
+//! installed when the plan removes a package the machine had: a set-up must not uninstall.
 use crate::cmd;
 use anyhow::{Context as _, Result, bail};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Debian packages the tests run: QEMU and a static busybox for the VM tasks' initramfs, and
-/// Prometheus (with promtool) for tracer/tests/prometheus.rs.
-const HOST_PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "prometheus"];
 /// The toolchain tracer/build.rs builds the eBPF object with (aya-build's `Toolchain`).
 const TOOLCHAIN: &str = "stable";
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
-pub fn run() -> Result<()> {
-    install_missing(HOST_PACKAGES)?;
-    rust_src()?;
-    bpf_linker()
+/// One set-up, named for the tasks that need it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Part {
+    /// Building the tracer (every task; all `cargo xtask demo` needs).
+    Build,
+    /// Booting kernels under QEMU (vm-test, vm-demo, and so `cargo xtask test`).
+    Vm,
+    /// The host tests' own programs (`cargo test --workspace`, and so `cargo xtask test`).
+    HostTests,
+    /// `cargo xtask bench`.
+    Bench,
 }
 
-/// `apt-get install`s those of the Debian `packages` that are not installed yet.
-pub fn install_missing(packages: &[&str]) -> Result<()> {
-    let missing: Vec<&str> = packages
+impl Part {
+    pub const ALL: [Part; 4] = [Part::Build, Part::Vm, Part::HostTests, Part::Bench];
+
+    fn packages(self) -> &'static [Package] {
+        match self {
+            Part::Build => BUILD,
+            Part::Vm => VM,
+            Part::HostTests => HOST_TESTS,
+            Part::Bench => BENCH,
+        }
+    }
+}
+
+/// rustc links through `cc`, against glibc's crt files (and its static libc for the VM guest's
+/// binaries); llvm-sys, under bpf-linker, compiles C too.
+const BUILD: &[Package] = &[
+    Package::new("gcc").unless_command("cc"),
+    Package::new("libc6-dev"),
+];
+/// QEMU boots the kernels; the initramfs is built around a static busybox, which stands in for
+/// a dynamic busybox package (the same /bin/busybox).
+const VM: &[Package] = &[
+    Package::new("qemu-system-x86").release_of("qemu-utils"),
+    Package::new("busybox-static").replacing("busybox"),
+];
+/// tracer/tests/prometheus.rs runs prometheus and promtool; tracer/tests/live.rs drives the live
+/// view in tmux. The other programs the tests run (setpriv, taskset) are in util-linux, which
+/// every Debian system has.
+const HOST_TESTS: &[Package] = &[Package::new("prometheus"), Package::new("tmux")];
+/// `perf bench sched pipe`.
+const BENCH: &[Package] = &[Package::new("linux-perf")];
+
+/// A Debian package a part needs.
+struct Package {
+    name: &'static str,
+    /// A program whose presence makes the package unnecessary.
+    command: Option<&'static str>,
+    /// An installed package of the same source whose release this one must come from: apt
+    /// takes qemu-system-x86 from the default release, and a newer qemu-utils (bookworm's
+    /// backports: 10.0) `Breaks` that release's qemu-system-common (7.2), so apt would remove
+    /// qemu-utils to satisfy the install.
+    release_of: Option<&'static str>,
+    /// A package this one may replace (it `Provides` and `Replaces` it).
+    replaces: Option<&'static str>,
+}
+
+impl Package {
+    const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            command: None,
+            release_of: None,
+            replaces: None,
+        }
+    }
+
+    const fn unless_command(self, command: &'static str) -> Self {
+        Self {
+            command: Some(command),
+            ..self
+        }
+    }
+
+    const fn release_of(self, sibling: &'static str) -> Self {
+        Self {
+            release_of: Some(sibling),
+            ..self
+        }
+    }
+
+    const fn replacing(self, package: &'static str) -> Self {
+        Self {
+            replaces: Some(package),
+            ..self
+        }
+    }
+}
+
+/// Installs what `parts` need: their Debian packages in one apt transaction, then the build's
+/// Rust pieces.
+pub fn run(parts: &[Part]) -> Result<()> {
+    let missing: Vec<&Package> = parts
         .iter()
-        .copied()
-        .filter(|p| !dpkg_installed(p))
+        .flat_map(|part| part.packages())
+        .filter(|p| !p.present())
         .collect();
-    if missing.is_empty() {
+    install(&missing)?;
+    if parts.contains(&Part::Build) {
+        rust_src()?;
+        bpf_linker()?;
+    }
+    Ok(())
+}
+
+impl Package {
+    fn present(&self) -> bool {
+        self.command
+            .is_some_and(|c| cmd::succeeds(Command::new(c).arg("--version")))
+            || dpkg_installed(self.name)
+    }
+
+    /// What to ask apt for: `name`, or `name/release` to follow an installed sibling.
+    fn request(&self) -> Result<String> {
+        let release = match self.release_of {
+            Some(sibling) if dpkg_installed(sibling) => {
+                let policy = cmd::stdout(Command::new("apt-cache").args(["policy", sibling]))?;
+                installed_release(&policy)
+            }
+            _ => None,
+        };
+        Ok(match release {
+            Some(release) => format!("{}/{release}", self.name),
+            None => self.name.to_owned(),
+        })
+    }
+}
+
+fn install(packages: &[&Package]) -> Result<()> {
+    if packages.is_empty() {
         return Ok(());
     }
     cmd::run(Command::new("apt-get").arg("update"))?;
-    cmd::run(
-        Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    let requests = packages
+        .iter()
+        .map(|p| p.request())
+        .collect::<Result<Vec<_>>>()?;
+    let apt_install = |simulate: bool| {
+        let mut apt = Command::new("apt-get");
+        if simulate {
+            apt.arg("-s");
+        }
+        apt.args(["install", "-y", "--no-install-recommends"])
+            .args(&requests)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        apt
+    };
+    let plan = cmd::stdout(&mut apt_install(true))
+        .with_context(|| format!("apt cannot install {}", requests.join(" ")))?;
+    let lost: Vec<&str> = removals(&plan)
+        .filter(|removed| !packages.iter().any(|p| p.replaces == Some(*removed)))
+        .collect();
+    if !lost.is_empty() {
+        bail!(
+            "installing {} would make apt remove {}; nothing was installed. Install those \
+             packages in versions that keep {} (or remove it yourself), then run this again",
+            requests.join(" "),
+            lost.join(" "),
+            lost.join(" ")
+        );
+    }
+    cmd::run(&mut apt_install(false))
 }
 
 fn dpkg_installed(package: &str) -> bool {
     cmd::stdout(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
         .is_ok_and(|status| status == "install ok installed")
+}
+
+/// The packages an `apt-get -s` plan removes (its `Remv NAME [VERSION]` lines).
+fn removals(plan: &str) -> impl Iterator<Item = &str> {
+    plan.lines()
+        .filter_map(|l| l.strip_prefix("Remv "))
+        .filter_map(|rest| rest.split_whitespace().next())
+}
+
+/// The release (suite) the installed version in `apt-cache policy` output comes from: the first
+/// archive row under its `***` row. None when it comes from no archive (a local .deb).
+fn installed_release(policy: &str) -> Option<String> {
+    policy
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("*** "))
+        .skip(1)
+        .map_while(
+            |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                // `500 http://host/debian bookworm-backports/main amd64 Packages`
+                [_, _, suite, _, "Packages"] => Some(suite.split('/').next()),
+                // `100 /var/lib/dpkg/status`: the installed copy itself.
+                [_, path] if path.starts_with('/') => Some(None),
+                // The next version's row.
+                _ => None,
+            },
+        )
+        .flatten()
+        .next()
+        .map(str::to_owned)
 }
 
 /// `-Z build-std=core` for the BPF target needs the standard library's source.
@@ -138,6 +310,48 @@ fn cache_dir() -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `apt-cache policy qemu-utils` on a bookworm host with qemu-utils from bookworm-backports.
+    const POLICY_BACKPORT: &str = "qemu-utils:
+  Installed: 1:10.0.2+ds-2+deb13u1~bpo12+1
+  Candidate: 1:10.0.2+ds-2+deb13u1~bpo12+1
+  Version table:
+ *** 1:10.0.2+ds-2+deb13u1~bpo12+1 100
+        100 http://mirror.example/debian bookworm-backports/main amd64 Packages
+        100 /var/lib/dpkg/status
+     1:7.2+dfsg-7+deb12u18+b3 500
+        500 http://mirror.example/debian bookworm/main amd64 Packages
+";
+
+    #[test]
+    fn installed_release_follows_the_installed_row() {
+        assert_eq!(
+            installed_release(POLICY_BACKPORT).as_deref(),
+            Some("bookworm-backports")
+        );
+        // Installed from a local .deb: the row has only the status file, then the next version.
+        let local = "qemu-utils:\n  Version table:\n *** 1:11.0-1 100\n        100 /var/lib/dpkg/status\n     \
+            1:7.2+dfsg-7+deb12u18+b3 500\n        500 http://mirror.example/debian bookworm/main amd64 Packages\n";
+        assert_eq!(installed_release(local), None);
+        assert_eq!(
+            installed_release("qemu-utils:\n  Installed: (none)\n"),
+            None
+        );
+    }
+
+    /// `apt-get -s install --no-install-recommends qemu-system-x86` with that qemu-utils.
+    #[test]
+    fn removals_are_the_remv_lines() {
+        let plan = "The following packages will be REMOVED:\n  qemu-utils\n\
+            Remv qemu-utils [1:10.0.2+ds-2+deb13u1~bpo12+1]\n\
+            Inst qemu-system-common (1:7.2+dfsg-7+deb12u18+b3 Debian:12.15/oldstable [amd64])\n\
+            Conf qemu-system-common (1:7.2+dfsg-7+deb12u18+b3 Debian:12.15/oldstable [amd64])\n";
+        assert_eq!(removals(plan).collect::<Vec<_>>(), ["qemu-utils"]);
+        assert_eq!(
+            removals("Inst tmux (3.3a-3 Debian:12.15/oldstable [amd64])\n").count(),
+            0
+        );
+    }
 
     #[test]
     fn llvm_major_from_rustc_vv() {

@@ -11,7 +11,7 @@ const KERNEL: &str = "6.12";
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
 
 pub fn run() -> Result<()> {
-    setup::run()?;
+    setup::run(&[setup::Part::Build, setup::Part::Vm])?;
     let kernel = kernels::by_series(KERNEL)?.fetch()?;
     let binaries = binaries::build()?;
     let vm = paths::vm();

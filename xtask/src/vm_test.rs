@@ -38,7 +38,7 @@ struct Row {
 
 pub fn run(args: &Args) -> Result<()> {
     let started = Instant::now();
-    setup::run()?;
+    setup::run(&[setup::Part::Build, setup::Part::Vm])?;
     let kernels: Vec<&Kernel> = if args.kernels.is_empty() {
         KERNELS.iter().collect()
     } else {
