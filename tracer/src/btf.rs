@@ -324,7 +324,7 @@ macro_rules! at {
     };
 }
 
-/// `either!(slot, root, member, usual, other => marks)`: as [`at!`], with a second shape
+/// `either!(slot, root, member, usual, other => marks)`: as `at!`, with a second shape
 /// that sets `Offsets::marks`.
 macro_rules! either {
     ($slot:ident, $root:literal, $member:literal, $usual:expr, $other:expr => $marks:ident) => {
