@@ -9,15 +9,21 @@
 //!
 //! It never guesses: a field that cannot be resolved exactly is `ABSENT`. A missing required
 //! field is an error; a missing optional one turns its feature off, with the reason in
-//! [`Resolved::disabled`]. Field names and their history are in docs/kernel.md §6.
+//! [`Resolved::disabled`]. Every field is one entry of [`TABLE`], with its names across kernel
+//! versions; [`walk`] does the BTF reading.
 
 use std::{
     fmt,
     path::{Path, PathBuf},
 };
 
-use btf_rs::{Btf, BtfType, Struct, Type};
+use btf_rs::Btf;
 use tracer_common::{BitField, Offsets};
+
+mod walk;
+
+pub use walk::Unresolved;
+use walk::{Kernel, Returns, Shape};
 
 /// The kernel functions the probes care about; [`Resolved::functions`] says which have a BTF
 /// `FUNC` record.
@@ -31,10 +37,6 @@ pub const PROBE_FUNCTIONS: [&str; 8] = [
     "rq_offline_fair",
     "destroy_cfs_bandwidth",
 ];
-
-/// BTF describes no pointer size; every kernel the eBPF side runs on has 64-bit pointers and
-/// the probes read them as `u64`.
-const POINTER_BYTES: u32 = 8;
 
 /// Why the BTF could not be turned into offsets at all.
 #[derive(Debug, thiserror::Error)]
@@ -64,32 +66,6 @@ pub enum BtfError {
         #[source]
         reason: Unresolved,
     },
-}
-
-/// Why one field could not be resolved.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Unresolved {
-    #[error("BTF has no struct {0}")]
-    NoType(String),
-    #[error("struct {root} has no {path}")]
-    NoField { root: String, path: String },
-    #[error("struct {root} field {path} is {found}, expected {expected}")]
-    WrongShape {
-        root: String,
-        path: String,
-        found: String,
-        expected: String,
-    },
-    #[error("struct {root} field {path}: the {count} BTF definitions of struct {root} disagree")]
-    Ambiguous {
-        root: String,
-        path: String,
-        count: usize,
-    },
-    #[error("{0}, and {1}")]
-    Neither(Box<Unresolved>, Box<Unresolved>),
-    #[error("BTF is inconsistent: {0}")]
-    Corrupt(String),
 }
 
 /// An optional part of the output that needs fields some kernels lack.
@@ -217,754 +193,510 @@ pub fn resolve(btf: &Path) -> Result<Resolved, BtfError> {
         path: btf.to_path_buf(),
         source: e.into(),
     })?;
-    resolve_parsed(&Kernel { btf: parsed })
+    resolve_parsed(&Kernel::new(parsed))
 }
 
 fn resolve_parsed(k: &Kernel) -> Result<Resolved, BtfError> {
     let mut o = Offsets::ABSENT;
     let mut disabled = Vec::new();
-
-    // Required: without these no stop can be attributed to a CPU and a cgroup.
-    let required = |field, r: Result<u32, Unresolved>| {
-        r.map_err(|reason| BtfError::Required { field, reason })
-    };
-    o.cfs_rq_rq = required("cfs_rq_rq", k.offset("cfs_rq", &["rq"], Shape::Ptr("rq")))?;
-    o.cfs_rq_tg = required(
-        "cfs_rq_tg",
-        k.offset("cfs_rq", &["tg"], Shape::Ptr("task_group")),
-    )?;
-    o.cfs_rq_throttled = k
-        .flag("cfs_rq", "throttled")
-        .map_err(|reason| BtfError::Required {
-            field: "cfs_rq_throttled",
-            reason,
-        })?;
-    o.rq_cpu = required("rq_cpu", k.offset("rq", &["cpu"], Shape::Int(4)))?;
-    o.tg_cgroup = required(
-        "tg_cgroup",
-        k.offset("task_group", &["css", "cgroup"], Shape::Ptr("cgroup")),
-    )?;
-    o.cgroup_kn = required(
-        "cgroup_kn",
-        k.offset("cgroup", &["kn"], Shape::Ptr("kernfs_node")),
-    )?;
-    let (kn_id, is_union) = k.kn_id().map_err(|reason| BtfError::Required {
-        field: "kn_id",
-        reason,
-    })?;
-    o.kn_id = kn_id;
-    o.kn_id_is_union = u32::from(is_union);
-
-    // Optional groups: each is all or nothing, so the probe never sees half a feature.
-    let mut group = |feature, fields: Vec<(&mut u32, Result<u32, Unresolved>)>| {
-        let reasons: Vec<String> = fields
-            .iter()
-            .filter_map(|(_, r)| r.as_ref().err().map(ToString::to_string))
-            .collect();
-        if reasons.is_empty() {
-            for (slot, r) in fields {
-                if let Ok(v) = r {
-                    *slot = v;
-                }
-            }
-        } else {
-            disabled.push(Disabled {
-                feature,
-                reason: reasons.join("; "),
-            });
-        }
-    };
-
-    group(
-        Feature::KernelDuration,
-        vec![
-            (
-                &mut o.cfs_rq_throttled_clock,
-                k.offset("cfs_rq", &["throttled_clock"], Shape::Int(8)),
-            ),
-            (&mut o.rq_clock, k.offset("rq", &["clock"], Shape::Int(8))),
-        ],
-    );
-
-    // 6.14 renamed h_nr_running to h_nr_queued (6.12.37+ has the rename backported, next to
-    // the new h_nr_runnable). A kernel has one of the two names, so look for the new one first.
-    let nr_tasks = one_of(k, "cfs_rq", ["h_nr_queued", "h_nr_running"], Shape::Int(4));
-    let nr_tasks_field = nr_tasks.as_ref().ok().map(|&(_, name)| name);
-    let nr_tasks = nr_tasks.map(|(v, _)| v);
-    group(Feature::TaskCount, vec![(&mut o.cfs_rq_nr_tasks, nr_tasks)]);
-
-    // 6.14 renamed nr_running to nr_queued (the entities queued on this cfs_rq).
-    let nr_queued = one_of(k, "cfs_rq", ["nr_queued", "nr_running"], Shape::Int(4));
-    let nr_queued_field = nr_queued.as_ref().ok().map(|&(_, name)| name);
-    // 7.x allocates a group's cfs_rqs per CPU: `struct cfs_rq __percpu *cfs_rq` replaced the
-    // array of pointers (BTF may not keep the `__percpu` tag, and no other kernel has a single
-    // `struct cfs_rq *` there).
-    let (tg_cfs_rq, percpu) = match k.offset("task_group", &["cfs_rq"], Shape::PtrPtr("cfs_rq")) {
-        Ok(at) => (Ok(at), false),
-        Err(array) => match k.offset("task_group", &["cfs_rq"], Shape::Ptr("cfs_rq")) {
-            Ok(at) => (Ok(at), true),
-            Err(_) => (Err(array), false),
-        },
-    };
-    o.tg_cfs_rq_percpu = u32::from(percpu);
-    group(
-        Feature::StoppedChildren,
-        vec![
-            (&mut o.cfs_rq_nr_queued, nr_queued.map(|(v, _)| v)),
-            (&mut o.tg_cfs_rq, tg_cfs_rq),
-            (
-                &mut o.tg_children,
-                k.offset("task_group", &["children"], Shape::Struct("list_head")),
-            ),
-            (
-                &mut o.tg_siblings,
-                k.offset("task_group", &["siblings"], Shape::Struct("list_head")),
-            ),
-        ],
-    );
-
-    group(
-        Feature::Bandwidth,
-        vec![
-            (
-                &mut o.tg_period,
-                k.offset("task_group", &["cfs_bandwidth", "period"], Shape::Int(8)),
-            ),
-            (
-                &mut o.tg_quota,
-                k.offset("task_group", &["cfs_bandwidth", "quota"], Shape::Int(8)),
-            ),
-        ],
-    );
-    group(
-        Feature::Burst,
-        vec![(
-            &mut o.tg_burst,
-            k.offset("task_group", &["cfs_bandwidth", "burst"], Shape::Int(8)),
-        )],
-    );
-
-    group(
-        Feature::RunningTask,
-        vec![
-            (
-                &mut o.rq_curr,
-                k.offset("rq", &["curr"], Shape::Ptr("task_struct")),
-            ),
-            (
-                &mut o.task_pid,
-                k.offset("task_struct", &["pid"], Shape::Int(4)),
-            ),
-            (
-                &mut o.task_tgid,
-                k.offset("task_struct", &["tgid"], Shape::Int(4)),
-            ),
-            (
-                &mut o.task_comm,
-                k.offset("task_struct", &["comm"], Shape::Bytes(16)),
-            ),
-            (
-                &mut o.task_se,
-                k.offset("task_struct", &["se"], Shape::Struct("sched_entity")),
-            ),
-            (
-                &mut o.se_cfs_rq,
-                k.offset("sched_entity", &["cfs_rq"], Shape::Ptr("cfs_rq")),
-            ),
-            (
-                &mut o.se_parent,
-                k.offset("sched_entity", &["parent"], Shape::Ptr("sched_entity")),
-            ),
-        ],
-    );
-
-    // The tracepoint backend's fields, and those only newer kernels have. Their absence only
-    // matters to that backend, which names what is missing when it is asked for (on older
-    // kernels it is the kernel's age, not a defect); so here only a field that exists with
-    // another shape is reported as disabled.
-    let mut gated = |feature, fields: Vec<(&mut u32, Result<u32, Unresolved>)>| {
-        let reasons: Vec<String> = fields
-            .iter()
-            .filter_map(|(_, r)| r.as_ref().err())
-            .filter(|e| !matches!(e, Unresolved::NoField { .. } | Unresolved::NoType(_)))
-            .map(ToString::to_string)
-            .collect();
-        if fields.iter().all(|(_, r)| r.is_ok()) {
-            for (slot, r) in fields {
-                if let Ok(v) = r {
-                    *slot = v;
-                }
-            }
-        } else if !reasons.is_empty() {
-            disabled.push(Disabled {
-                feature,
-                reason: reasons.join("; "),
-            });
-        }
-    };
-    gated(
-        Feature::Tracepoint,
-        vec![
-            (
-                &mut o.cfs_rq_runtime_enabled,
-                k.offset("cfs_rq", &["runtime_enabled"], Shape::Int(4)),
-            ),
-            (
-                &mut o.cfs_rq_throttle_count,
-                k.offset("cfs_rq", &["throttle_count"], Shape::Int(4)),
-            ),
-            (
-                &mut o.cfs_rq_throttled_list,
-                k.offset("cfs_rq", &["throttled_list"], Shape::Struct("list_head")),
-            ),
-            (
-                &mut o.cfsb_period_timer,
-                k.offset("cfs_bandwidth", &["period_timer"], Shape::Struct("hrtimer")),
-            ),
-            (
-                &mut o.cfsb_slack_timer,
-                k.offset("cfs_bandwidth", &["slack_timer"], Shape::Struct("hrtimer")),
-            ),
-            (
-                &mut o.cfsb_throttled_cfs_rq,
-                k.offset(
-                    "cfs_bandwidth",
-                    &["throttled_cfs_rq"],
-                    Shape::Struct("list_head"),
-                ),
-            ),
-            (
-                &mut o.hrtimer_function,
-                k.offset("hrtimer", &["function"], Shape::FuncPtr),
-            ),
-            // The walk from a task up its groups (also part of RunningTask).
-            (
-                &mut o.task_se,
-                k.offset("task_struct", &["se"], Shape::Struct("sched_entity")),
-            ),
-            (
-                &mut o.se_cfs_rq,
-                k.offset("sched_entity", &["cfs_rq"], Shape::Ptr("cfs_rq")),
-            ),
-            (
-                &mut o.se_parent,
-                k.offset("sched_entity", &["parent"], Shape::Ptr("sched_entity")),
-            ),
-        ],
-    );
-
-    gated(
-        Feature::SelfTime,
-        vec![
-            (
-                &mut o.cfs_rq_throttled_clock_self,
-                k.offset("cfs_rq", &["throttled_clock_self"], Shape::Int(8)),
-            ),
-            (
-                &mut o.cfs_rq_throttled_clock_self_time,
-                k.offset("cfs_rq", &["throttled_clock_self_time"], Shape::Int(8)),
-            ),
-        ],
-    );
-    gated(
-        Feature::AsyncUnthrottle,
-        vec![
-            (
-                &mut o.rq_cfsb_csd,
-                k.offset("rq", &["cfsb_csd"], Shape::Struct("__call_single_data")),
-            ),
-            (
-                &mut o.rq_cfsb_csd_list,
-                k.offset("rq", &["cfsb_csd_list"], Shape::Struct("list_head")),
-            ),
-            (
-                &mut o.cfs_rq_throttled_csd_list,
-                k.offset(
-                    "cfs_rq",
-                    &["throttled_csd_list"],
-                    Shape::Struct("list_head"),
-                ),
-            ),
-            (
-                &mut o.csd_func,
-                k.offset("__call_single_data", &["func"], Shape::FuncPtr),
-            ),
-        ],
-    );
-    match k.flag("task_struct", "throttled") {
-        Ok(field) => o.task_throttled = field,
-        Err(Unresolved::NoField { .. } | Unresolved::NoType(_)) => {}
-        Err(e) => disabled.push(Disabled {
-            feature: Feature::ParkedTasks,
-            reason: e.to_string(),
-        }),
+    // Which name each field was found under, for the renamed ones' reports.
+    let mut members = Vec::new();
+    for group in TABLE {
+        disabled.extend(group.resolve(k, &mut o, &mut members)?);
     }
+    let member_of = |name: &str| {
+        members
+            .iter()
+            .find(|(field, _)| *field == name)
+            .map(|&(_, member)| member)
+    };
 
-    let throttle_return = k.throttle_return();
+    let throttle_return = throttle_return(k);
     o.throttle_returns_bool = match throttle_return {
         ThrottleReturn::Void => 0,
         // Keep the default for the unknown cases; `throttle_return` tells the caller.
         _ => Offsets::ABSENT.throttle_returns_bool,
     };
 
-    let functions = PROBE_FUNCTIONS
-        .iter()
-        .copied()
-        .filter(|name| !k.funcs(name).is_empty())
-        .collect();
-
     Ok(Resolved {
         offsets: o,
         disabled,
         throttle_return,
-        nr_tasks_field,
-        nr_queued_field,
-        functions,
+        nr_tasks_field: member_of("cfs_rq_nr_tasks"),
+        nr_queued_field: member_of("cfs_rq_nr_queued"),
+        functions: PROBE_FUNCTIONS
+            .iter()
+            .copied()
+            .filter(|name| k.has_func(name))
+            .collect(),
     })
 }
 
-/// The offset of whichever of two names (`[new, old]`) of a renamed field `root` has, the
-/// new name first, and which one it was.
-fn one_of(
-    k: &Kernel,
-    root: &str,
-    [new, old]: [&'static str; 2],
-    shape: Shape,
-) -> Result<(u32, &'static str), Unresolved> {
-    k.offset(root, &[new], shape)
-        .map(|v| (v, new))
-        .or_else(|first| {
-            k.offset(root, &[old], shape)
-                .map(|v| (v, old))
-                .map_err(|second| Unresolved::Neither(Box::new(first), Box::new(second)))
-        })
-}
-
-/// What the probe reads at a field, checked so a field that changed type is not misread.
-#[derive(Debug, Clone, Copy)]
-enum Shape {
-    /// A pointer to the named struct.
-    Ptr(&'static str),
-    /// A pointer to pointers to the named struct (a per-CPU array such as `tg->cfs_rq`).
-    PtrPtr(&'static str),
-    /// An integer (or enum) of this many bytes, not a bit field.
-    Int(u32),
-    /// Any type of this many bytes (e.g. `char comm[16]`).
-    Bytes(u32),
-    /// An embedded struct of this name.
-    Struct(&'static str),
-    /// A pointer to a function.
-    FuncPtr,
-}
-
-impl fmt::Display for Shape {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Shape::Ptr(s) => write!(f, "a pointer to struct {s}"),
-            Shape::PtrPtr(s) => write!(f, "a pointer to pointers to struct {s}"),
-            Shape::Int(n) => write!(f, "a {n}-byte integer"),
-            Shape::Bytes(n) => write!(f, "{n} bytes"),
-            Shape::Struct(s) => write!(f, "struct {s}"),
-            Shape::FuncPtr => write!(f, "a function pointer"),
+fn throttle_return(k: &Kernel) -> ThrottleReturn {
+    let records = k.returns("throttle_cfs_rq");
+    if records.is_empty() {
+        return ThrottleReturn::NotInBtf;
+    }
+    let mut kinds = Vec::new();
+    for record in &records {
+        let kind = match record {
+            Ok(Returns::Void) => ThrottleReturn::Void,
+            Ok(Returns::Bool) => ThrottleReturn::Bool,
+            Ok(Returns::Other(ty)) => ThrottleReturn::Unexpected(format!("returns {ty}")),
+            Err(e) => ThrottleReturn::Unexpected(e.to_string()),
+        };
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
         }
+    }
+    match kinds.len() {
+        1 => kinds.remove(0),
+        _ => ThrottleReturn::Unexpected(format!(
+            "{} FUNC throttle_cfs_rq records disagree: {kinds:?}",
+            records.len()
+        )),
     }
 }
 
-/// A member found by name, with its position from the start of the root struct.
-#[derive(Debug, Clone)]
-struct Found {
-    bit_offset: u32,
-    /// 0 when the member is not a bit field.
-    bitfield_bits: u32,
-    type_id: u32,
+/// Where a resolved offset goes in [`Offsets`].
+type Slot = fn(&mut Offsets) -> &mut u32;
+
+/// One [`Offsets`] field and where the kernel keeps it.
+struct Field {
+    /// The `Offsets` field, as errors name it.
+    name: &'static str,
+    root: &'static str,
+    /// The member's name (dotted through embedded structs) on current kernels.
+    member: &'static str,
+    /// Its earlier names, newest first.
+    formerly: &'static [&'static str],
+    read: Read,
 }
 
-struct Kernel {
-    btf: Btf,
+/// How the probe reads a field, hence what BTF must show there.
+#[derive(Clone, Copy)]
+enum Read {
+    /// A byte offset to a member of this shape.
+    At(Shape, Slot),
+    /// A byte offset to a member of one of two shapes that no kernel has both of: the usual
+    /// one, or the other, which also sets `marks` to 1 so the probe reads it the other way.
+    Either {
+        usual: Shape,
+        other: Shape,
+        at: Slot,
+        marks: Slot,
+    },
+    /// A flag read as "non-zero": an integer or a bit field, through a 32-bit window.
+    Flag(fn(&mut Offsets) -> &mut BitField),
 }
 
-impl Kernel {
-    /// Byte offset of `root.path…` checked against `shape`.
-    fn offset(&self, root: &str, path: &[&str], shape: Shape) -> Result<u32, Unresolved> {
-        let found = self.path(root, path)?;
-        let wrong = |found: String| Unresolved::WrongShape {
-            root: root.to_string(),
-            path: path.join("."),
-            found,
-            expected: shape.to_string(),
-        };
-        if found.bitfield_bits != 0 {
-            return Err(wrong(format!("a {}-bit bit field", found.bitfield_bits)));
-        }
-        if found.bit_offset % 8 != 0 {
-            return Err(wrong(format!("at bit {}", found.bit_offset)));
-        }
-        let ty = self.strip(found.type_id)?;
-        let ok = match (&shape, &ty) {
-            (Shape::Ptr(want), Type::Ptr(p)) => self.points_to_struct(p, want)?,
-            (Shape::PtrPtr(want), Type::Ptr(p)) => {
-                let target = p
-                    .get_type_id()
-                    .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-                match self.strip(target)? {
-                    Type::Ptr(inner) => self.points_to_struct(&inner, want)?,
-                    _ => false,
-                }
-            }
-            (Shape::Int(n), Type::Int(_) | Type::Enum(_) | Type::Enum64(_)) => {
-                self.size(found.type_id)? == Some(*n)
-            }
-            (Shape::Bytes(n), _) => self.size(found.type_id)? == Some(*n),
-            (Shape::Struct(want), Type::Struct(s)) => self.name(s)? == *want,
-            (Shape::FuncPtr, Type::Ptr(p)) => {
-                let target = p
-                    .get_type_id()
-                    .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-                matches!(self.strip(target)?, Type::FuncProto(_))
-            }
-            _ => false,
-        };
-        if !ok {
-            return Err(wrong(self.describe(found.type_id)?));
-        }
-        Ok(found.bit_offset / 8)
-    }
+/// What a missing field costs.
+#[derive(Clone, Copy)]
+enum Need {
+    /// The tracer cannot run: an error.
+    Required,
+    /// The feature is off, with the reason.
+    AllOf(Feature),
+    /// Fields of newer kernels that only the tracepoint backend reads; that backend names what
+    /// is missing when it is asked for (on older kernels it is the kernel's age, not a defect),
+    /// so only a field that exists with another shape turns the feature off here.
+    Newer(Feature),
+}
 
-    /// Whether pointer `p` points to `struct want`.
-    fn points_to_struct(&self, p: &btf_rs::Ptr, want: &str) -> Result<bool, Unresolved> {
-        let target = p
-            .get_type_id()
-            .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-        Ok(match self.strip(target)? {
-            Type::Struct(s) => self.name(&s)? == want,
-            _ => false,
-        })
-    }
+/// Fields that are handed to the probe all together or not at all, so it never sees half a
+/// feature.
+struct Group {
+    need: Need,
+    fields: &'static [Field],
+}
 
-    /// A flag read as "non-zero": `int throttled` before 6.18, `bool throttled:1` since.
-    fn flag(&self, root: &str, name: &str) -> Result<BitField, Unresolved> {
-        let found = self.path(root, &[name])?;
-        let ty = self.strip(found.type_id)?;
-        let wrong = |found: String| Unresolved::WrongShape {
-            root: root.to_string(),
-            path: name.to_string(),
-            found,
-            expected: "an integer of at most 32 bits".to_string(),
-        };
-        if !matches!(ty, Type::Int(_) | Type::Enum(_)) {
-            return Err(wrong(self.describe(found.type_id)?));
+/// `at!(slot, root, member | older_name…, shape)`: `Offsets::slot` is the byte offset of
+/// `root.member`, checked against `shape`.
+macro_rules! at {
+    ($slot:ident, $root:literal, $member:literal $(| $old:literal)*, $shape:expr) => {
+        Field {
+            name: stringify!($slot),
+            root: $root,
+            member: $member,
+            formerly: &[$($old),*],
+            read: Read::At($shape, |o| &mut o.$slot),
         }
-        let bits = match found.bitfield_bits {
-            0 => match self.size(found.type_id)? {
-                Some(bytes) => bytes * 8,
-                None => return Err(wrong(self.describe(found.type_id)?)),
+    };
+}
+
+/// `either!(slot, root, member, usual, other => marks)`: as `at!`, with a second shape
+/// that sets `Offsets::marks`.
+macro_rules! either {
+    ($slot:ident, $root:literal, $member:literal, $usual:expr, $other:expr => $marks:ident) => {
+        Field {
+            name: stringify!($slot),
+            root: $root,
+            member: $member,
+            formerly: &[],
+            read: Read::Either {
+                usual: $usual,
+                other: $other,
+                at: |o| &mut o.$slot,
+                marks: |o| &mut o.$marks,
             },
-            bits => bits,
-        };
-        let root_size = self.root_size(root)?;
-        bit_window(found.bit_offset, bits, root_size).ok_or_else(|| {
-            wrong(format!(
-                "{bits} bits at bit {} that no 32-bit read inside the struct covers",
-                found.bit_offset
-            ))
-        })
-    }
+        }
+    };
+}
 
-    /// `kernfs_node.id`: `u64` since 5.5, `union kernfs_node_id` on 5.4 (inode in the low half).
-    fn kn_id(&self) -> Result<(u32, bool), Unresolved> {
-        let found = self.path("kernfs_node", &["id"])?;
-        let is_union = matches!(self.strip(found.type_id)?, Type::Union(_));
-        let shape = if is_union {
-            // Size-only check: the union's layout was fixed for its whole life.
-            Shape::Bytes(8)
-        } else {
+/// `flag!(slot, root, member)`: `Offsets::slot` is the window of the flag `root.member`.
+macro_rules! flag {
+    ($slot:ident, $root:literal, $member:literal) => {
+        Field {
+            name: stringify!($slot),
+            root: $root,
+            member: $member,
+            formerly: &[],
+            read: Read::Flag(|o| &mut o.$slot),
+        }
+    };
+}
+
+// The walk from a task up its groups: part of RunningTask and of the tracepoint backend.
+const TASK_SE: Field = at!(task_se, "task_struct", "se", Shape::Struct("sched_entity"));
+const SE_CFS_RQ: Field = at!(se_cfs_rq, "sched_entity", "cfs_rq", Shape::Ptr("cfs_rq"));
+const SE_PARENT: Field = at!(
+    se_parent,
+    "sched_entity",
+    "parent",
+    Shape::Ptr("sched_entity")
+);
+
+/// Every kernel field the probes read. Groups are resolved in this order, which is the order
+/// of [`Resolved::disabled`]; the first missing required field is the error.
+const TABLE: &[Group] = &[
+    // Without these no stop can be attributed to a CPU and a cgroup.
+    Group {
+        need: Need::Required,
+        fields: &[
+            at!(cfs_rq_rq, "cfs_rq", "rq", Shape::Ptr("rq")),
+            at!(cfs_rq_tg, "cfs_rq", "tg", Shape::Ptr("task_group")),
+            // `int throttled` before 6.18, `bool throttled:1` since.
+            flag!(cfs_rq_throttled, "cfs_rq", "throttled"),
+            at!(rq_cpu, "rq", "cpu", Shape::Int(4)),
+            at!(tg_cgroup, "task_group", "css.cgroup", Shape::Ptr("cgroup")),
+            at!(cgroup_kn, "cgroup", "kn", Shape::Ptr("kernfs_node")),
+            // `u64` since 5.5, `union kernfs_node_id` on 5.4 (the inode in its low half). Only
+            // the union's size is checked: its layout was fixed for its whole life.
+            either!(kn_id, "kernfs_node", "id", Shape::Int(8), Shape::Union(8) => kn_id_is_union),
+        ],
+    },
+    Group {
+        need: Need::AllOf(Feature::KernelDuration),
+        fields: &[
+            at!(
+                cfs_rq_throttled_clock,
+                "cfs_rq",
+                "throttled_clock",
+                Shape::Int(8)
+            ),
+            at!(rq_clock, "rq", "clock", Shape::Int(8)),
+        ],
+    },
+    Group {
+        need: Need::AllOf(Feature::TaskCount),
+        // 6.14 renamed h_nr_running to h_nr_queued (6.12.37+ has the rename backported, next
+        // to the new h_nr_runnable). A kernel has one of the two names.
+        fields: &[at!(
+            cfs_rq_nr_tasks,
+            "cfs_rq",
+            "h_nr_queued" | "h_nr_running",
+            Shape::Int(4)
+        )],
+    },
+    Group {
+        need: Need::AllOf(Feature::StoppedChildren),
+        fields: &[
+            // 6.14 renamed nr_running to nr_queued (the entities queued on this cfs_rq).
+            at!(
+                cfs_rq_nr_queued,
+                "cfs_rq",
+                "nr_queued" | "nr_running",
+                Shape::Int(4)
+            ),
+            // 7.x allocates a group's cfs_rqs per CPU: `struct cfs_rq __percpu *cfs_rq`
+            // replaced the array of pointers (BTF may not keep the `__percpu` tag, and no other
+            // kernel has a single `struct cfs_rq *` there).
+            either!(
+                tg_cfs_rq,
+                "task_group",
+                "cfs_rq",
+                Shape::PtrPtr("cfs_rq"),
+                Shape::Ptr("cfs_rq") => tg_cfs_rq_percpu
+            ),
+            at!(
+                tg_children,
+                "task_group",
+                "children",
+                Shape::Struct("list_head")
+            ),
+            at!(
+                tg_siblings,
+                "task_group",
+                "siblings",
+                Shape::Struct("list_head")
+            ),
+        ],
+    },
+    Group {
+        need: Need::AllOf(Feature::Bandwidth),
+        fields: &[
+            at!(
+                tg_period,
+                "task_group",
+                "cfs_bandwidth.period",
+                Shape::Int(8)
+            ),
+            at!(tg_quota, "task_group", "cfs_bandwidth.quota", Shape::Int(8)),
+        ],
+    },
+    Group {
+        need: Need::AllOf(Feature::Burst),
+        // 5.14+.
+        fields: &[at!(
+            tg_burst,
+            "task_group",
+            "cfs_bandwidth.burst",
             Shape::Int(8)
-        };
-        Ok((self.offset("kernfs_node", &["id"], shape)?, is_union))
-    }
+        )],
+    },
+    Group {
+        need: Need::AllOf(Feature::RunningTask),
+        fields: &[
+            at!(rq_curr, "rq", "curr", Shape::Ptr("task_struct")),
+            at!(task_pid, "task_struct", "pid", Shape::Int(4)),
+            at!(task_tgid, "task_struct", "tgid", Shape::Int(4)),
+            at!(task_comm, "task_struct", "comm", Shape::Bytes(16)),
+            TASK_SE,
+            SE_CFS_RQ,
+            SE_PARENT,
+        ],
+    },
+    Group {
+        need: Need::Newer(Feature::Tracepoint),
+        fields: &[
+            at!(
+                cfs_rq_runtime_enabled,
+                "cfs_rq",
+                "runtime_enabled",
+                Shape::Int(4)
+            ),
+            at!(
+                cfs_rq_throttle_count,
+                "cfs_rq",
+                "throttle_count",
+                Shape::Int(4)
+            ),
+            at!(
+                cfs_rq_throttled_list,
+                "cfs_rq",
+                "throttled_list",
+                Shape::Struct("list_head")
+            ),
+            at!(
+                cfsb_period_timer,
+                "cfs_bandwidth",
+                "period_timer",
+                Shape::Struct("hrtimer")
+            ),
+            at!(
+                cfsb_slack_timer,
+                "cfs_bandwidth",
+                "slack_timer",
+                Shape::Struct("hrtimer")
+            ),
+            at!(
+                cfsb_throttled_cfs_rq,
+                "cfs_bandwidth",
+                "throttled_cfs_rq",
+                Shape::Struct("list_head")
+            ),
+            at!(hrtimer_function, "hrtimer", "function", Shape::FuncPtr),
+            TASK_SE,
+            SE_CFS_RQ,
+            SE_PARENT,
+        ],
+    },
+    Group {
+        need: Need::Newer(Feature::SelfTime),
+        // 6.6+.
+        fields: &[
+            at!(
+                cfs_rq_throttled_clock_self,
+                "cfs_rq",
+                "throttled_clock_self",
+                Shape::Int(8)
+            ),
+            at!(
+                cfs_rq_throttled_clock_self_time,
+                "cfs_rq",
+                "throttled_clock_self_time",
+                Shape::Int(8)
+            ),
+        ],
+    },
+    Group {
+        need: Need::Newer(Feature::AsyncUnthrottle),
+        // 6.2+.
+        fields: &[
+            at!(
+                rq_cfsb_csd,
+                "rq",
+                "cfsb_csd",
+                Shape::Struct("__call_single_data")
+            ),
+            at!(
+                rq_cfsb_csd_list,
+                "rq",
+                "cfsb_csd_list",
+                Shape::Struct("list_head")
+            ),
+            at!(
+                cfs_rq_throttled_csd_list,
+                "cfs_rq",
+                "throttled_csd_list",
+                Shape::Struct("list_head")
+            ),
+            at!(csd_func, "__call_single_data", "func", Shape::FuncPtr),
+        ],
+    },
+    Group {
+        need: Need::Newer(Feature::ParkedTasks),
+        // 6.18: a task parked by the task-based throttle.
+        fields: &[flag!(task_throttled, "task_struct", "throttled")],
+    },
+];
 
-    fn throttle_return(&self) -> ThrottleReturn {
-        let funcs = self.funcs("throttle_cfs_rq");
-        if funcs.is_empty() {
-            return ThrottleReturn::NotInBtf;
-        }
-        let mut kinds = Vec::new();
-        for func in &funcs {
-            let kind = match self.return_kind(func) {
-                Ok(kind) => kind,
-                Err(e) => ThrottleReturn::Unexpected(e.to_string()),
-            };
-            if !kinds.contains(&kind) {
-                kinds.push(kind);
-            }
-        }
-        match kinds.len() {
-            1 => kinds.remove(0),
-            _ => ThrottleReturn::Unexpected(format!(
-                "{} FUNC throttle_cfs_rq records disagree: {kinds:?}",
-                funcs.len()
-            )),
-        }
-    }
-
-    fn return_kind(&self, func: &btf_rs::Func) -> Result<ThrottleReturn, Unresolved> {
-        let proto = self
-            .btf
-            .resolve_chained_type(func)
-            .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-        let Type::FuncProto(proto) = proto else {
-            return Err(Unresolved::Corrupt(
-                "FUNC throttle_cfs_rq does not point to a FUNC_PROTO".into(),
-            ));
-        };
-        let ret = proto.return_type_id();
-        if ret == 0 {
-            return Ok(ThrottleReturn::Void);
-        }
-        Ok(match self.strip(ret)? {
-            Type::Int(i) if i.is_bool() || matches!(self.name(&i)?.as_str(), "_Bool" | "bool") => {
-                ThrottleReturn::Bool
-            }
-            _ => ThrottleReturn::Unexpected(format!("returns {}", self.describe(ret)?)),
-        })
-    }
-
-    fn funcs(&self, name: &str) -> Vec<btf_rs::Func> {
-        // btf-rs reports "no such name" as an error; that only means "none".
-        self.btf
-            .resolve_types_by_name(name)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|t| match t {
-                Type::Func(f) => Some(f),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Every full definition (not forward declaration) of `struct name`.
-    fn structs(&self, name: &str) -> Result<Vec<Struct>, Unresolved> {
-        let structs: Vec<Struct> = self
-            .btf
-            .resolve_types_by_name(name)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|t| match t {
-                Type::Struct(s) => Some(s),
-                _ => None,
-            })
-            .collect();
-        if structs.is_empty() {
-            return Err(Unresolved::NoType(name.to_string()));
-        }
-        Ok(structs)
-    }
-
-    fn root_size(&self, root: &str) -> Result<u32, Unresolved> {
-        let sizes: Vec<usize> = self.structs(root)?.iter().map(Struct::size).collect();
-        match sizes.as_slice() {
-            [first, rest @ ..] if rest.iter().all(|s| s == first) => u32::try_from(*first)
-                .map_err(|_| Unresolved::Corrupt(format!("struct {root} size {first}"))),
-            _ => Err(Unresolved::Ambiguous {
-                root: root.to_string(),
-                path: String::new(),
-                count: sizes.len(),
-            }),
-        }
-    }
-
-    /// Finds `root.path…` in every definition of `struct root`; all that have it must agree,
-    /// since a deduplicated vmlinux BTF normally has one and two different layouts under one
-    /// name leave no way to know which the probed object uses.
-    fn path(&self, root: &str, path: &[&str]) -> Result<Found, Unresolved> {
-        let mut results: Vec<Found> = Vec::new();
-        let structs = self.structs(root)?;
-        for s in &structs {
-            if let Some(found) = self.descend(s, path)? {
-                let differs = results.first().is_some_and(|first| {
-                    first.bit_offset != found.bit_offset
-                        || first.bitfield_bits != found.bitfield_bits
-                        || self.describe(first.type_id).ok() != self.describe(found.type_id).ok()
-                });
-                if differs {
-                    return Err(Unresolved::Ambiguous {
-                        root: root.to_string(),
-                        path: path.join("."),
-                        count: structs.len(),
-                    });
+impl Group {
+    /// Hands the group's fields to `o` when all of them resolve; otherwise says what that
+    /// costs: an error for a required group, else the feature turned off (or, for fields only
+    /// newer kernels have, nothing when they are simply absent).
+    fn resolve(
+        &self,
+        k: &Kernel,
+        o: &mut Offsets,
+        members: &mut Vec<(&'static str, &'static str)>,
+    ) -> Result<Option<Disabled>, BtfError> {
+        let mut stores = Vec::new();
+        let mut missing = Vec::new();
+        for field in self.fields {
+            match field.find(k) {
+                Ok(found) => {
+                    // What a field's layout says (its name, which of two shapes) is kept even
+                    // when the group is not handed to the probe.
+                    members.push((field.name, found.member));
+                    if let Some(marks) = found.marks {
+                        *marks(o) = 1;
+                    }
+                    stores.push(found.store);
                 }
-                results.push(found);
+                Err(why) => missing.push((field.name, why)),
             }
         }
-        results
-            .into_iter()
-            .next()
-            .ok_or_else(|| Unresolved::NoField {
-                root: root.to_string(),
-                path: path.join("."),
+        if missing.is_empty() {
+            for store in stores {
+                store.apply(o);
+            }
+            return Ok(None);
+        }
+        let (feature, newer) = match self.need {
+            Need::Required => {
+                let (field, reason) = missing.remove(0);
+                return Err(BtfError::Required { field, reason });
+            }
+            Need::AllOf(feature) => (feature, false),
+            Need::Newer(feature) => (feature, true),
+        };
+        let reasons: Vec<String> = missing
+            .iter()
+            .map(|(_, why)| why)
+            .filter(|why| {
+                !(newer && matches!(why, Unresolved::NoField { .. } | Unresolved::NoType(_)))
             })
-    }
-
-    /// Follows `path` through embedded structs/unions, adding offsets.
-    fn descend(&self, s: &Struct, path: &[&str]) -> Result<Option<Found>, Unresolved> {
-        let Some((first, rest)) = path.split_first() else {
-            return Ok(None);
-        };
-        let Some(found) = self.member(s, first)? else {
-            return Ok(None);
-        };
-        if rest.is_empty() {
-            return Ok(Some(found));
-        }
-        if found.bitfield_bits != 0 {
-            return Ok(None);
-        }
-        let inner = match self.strip(found.type_id)? {
-            Type::Struct(inner) | Type::Union(inner) => inner,
-            _ => return Ok(None),
-        };
-        Ok(self.descend(&inner, rest)?.map(|deeper| Found {
-            bit_offset: found.bit_offset + deeper.bit_offset,
-            ..deeper
+            .map(ToString::to_string)
+            .collect();
+        Ok((!reasons.is_empty()).then(|| Disabled {
+            feature,
+            reason: reasons.join("; "),
         }))
     }
+}
 
-    /// A member named `name` of `s`, also inside its anonymous structs and unions (C puts
-    /// their members in the enclosing scope, so a name appears at most once).
-    fn member(&self, s: &Struct, name: &str) -> Result<Option<Found>, Unresolved> {
-        for m in &s.members {
-            let type_id = m
-                .get_type_id()
-                .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-            let member_name = self.name(m)?;
-            if member_name == name {
-                return Ok(Some(Found {
-                    bit_offset: m.bit_offset(),
-                    bitfield_bits: m.bitfield_size().unwrap_or(0),
-                    type_id,
-                }));
-            }
-            if member_name.is_empty()
-                && let Type::Struct(inner) | Type::Union(inner) = self.strip(type_id)?
-                && let Some(found) = self.member(&inner, name)?
-            {
-                return Ok(Some(Found {
-                    bit_offset: m.bit_offset() + found.bit_offset,
-                    ..found
-                }));
-            }
+/// A field found in this kernel's BTF.
+struct Found {
+    /// The name it was found under.
+    member: &'static str,
+    store: Store,
+    /// Set to 1 when the member has its other shape.
+    marks: Option<Slot>,
+}
+
+enum Store {
+    Offset(Slot, u32),
+    Flag(fn(&mut Offsets) -> &mut BitField, BitField),
+}
+
+impl Store {
+    fn apply(self, o: &mut Offsets) {
+        match self {
+            Store::Offset(slot, at) => *slot(o) = at,
+            Store::Flag(slot, window) => *slot(o) = window,
         }
-        Ok(None)
-    }
-
-    /// The type behind typedefs and qualifiers (const, volatile, restrict, type tags).
-    fn strip(&self, mut id: u32) -> Result<Type, Unresolved> {
-        // A bound, so a malformed cycle cannot hang the agent.
-        for _ in 0..64 {
-            let ty = self
-                .btf
-                .resolve_type_by_id(id)
-                .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-            match &ty {
-                Type::Typedef(t) | Type::TypeTag(t) => {
-                    id = t
-                        .get_type_id()
-                        .map_err(|e| Unresolved::Corrupt(e.to_string()))?
-                }
-                Type::Const(t) | Type::Volatile(t) | Type::Restrict(t) => {
-                    id = t
-                        .get_type_id()
-                        .map_err(|e| Unresolved::Corrupt(e.to_string()))?
-                }
-                _ => return Ok(ty),
-            }
-        }
-        Err(Unresolved::Corrupt(format!("type {id}: chain too long")))
-    }
-
-    /// Size in bytes, or None for types without one (void, functions).
-    fn size(&self, id: u32) -> Result<Option<u32>, Unresolved> {
-        let bytes = match self.strip(id)? {
-            Type::Int(t) => t.size(),
-            Type::Struct(t) | Type::Union(t) => t.size(),
-            Type::Enum(t) => t.size(),
-            Type::Enum64(t) => t.size(),
-            Type::Float(t) => t.size(),
-            Type::Ptr(_) => return Ok(Some(POINTER_BYTES)),
-            Type::Array(a) => {
-                let elem = a
-                    .get_type_id()
-                    .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-                let Some(elem) = self.size(elem)? else {
-                    return Ok(None);
-                };
-                return Ok(u32::try_from(a.len())
-                    .ok()
-                    .and_then(|n| n.checked_mul(elem)));
-            }
-            _ => return Ok(None),
-        };
-        Ok(u32::try_from(bytes).ok())
-    }
-
-    /// A short human description of a type, for error messages.
-    fn describe(&self, id: u32) -> Result<String, Unresolved> {
-        let ty = self.strip(id)?;
-        let named = |t: &dyn BtfType| self.name(t).unwrap_or_default();
-        Ok(match &ty {
-            Type::Ptr(p) => match p.get_type_id() {
-                Ok(target) => format!("a pointer to {}", self.describe(target)?),
-                Err(_) => "a pointer".to_string(),
-            },
-            Type::Struct(s) => format!("struct {}", named(s)),
-            Type::Union(u) => format!("union {}", named(u)),
-            Type::Int(i) => format!("{} ({} bytes)", named(i), i.size()),
-            other => match self.size(id)? {
-                Some(n) => format!("a {} of {n} bytes", other.name()),
-                None => format!("a {}", other.name()),
-            },
-        })
-    }
-
-    fn name(&self, t: &(impl BtfType + ?Sized)) -> Result<String, Unresolved> {
-        self.btf
-            .resolve_name(t)
-            .map_err(|e| Unresolved::Corrupt(e.to_string()))
     }
 }
 
-/// The 32-bit window that holds `bits` bits starting `bit_offset` bits into a struct of
-/// `struct_size` bytes: prefer a 4-byte-aligned window (one aligned load), else start at the
-/// field's first byte. None when no window inside the struct holds the whole field.
-fn bit_window(bit_offset: u32, bits: u32, struct_size: u32) -> Option<BitField> {
-    if bits == 0 || bits > 32 {
-        return None;
-    }
-    let fits = |start_byte: u32| {
-        let rel = bit_offset - start_byte * 8;
-        (rel + bits <= 32 && start_byte.checked_add(4)? <= struct_size).then_some(rel)
-    };
-    let aligned = bit_offset / 32 * 4;
-    let (start, rel) = match fits(aligned) {
-        Some(rel) => (aligned, rel),
-        None => {
-            let byte = bit_offset / 8;
-            (byte, fits(byte)?)
+impl Field {
+    /// Looks the field up under each of its names, newest first; when none resolves, says why
+    /// for each.
+    fn find(&self, k: &Kernel) -> Result<Found, Unresolved> {
+        let mut why = match self.find_as(k, self.member) {
+            Ok(found) => return Ok(found),
+            Err(e) => e,
+        };
+        for &old in self.formerly {
+            match self.find_as(k, old) {
+                Ok(found) => return Ok(found),
+                Err(e) => why = Unresolved::Neither(Box::new(why), Box::new(e)),
+            }
         }
-    };
-    // BTF counts bits from the first byte's least significant bit on little-endian machines
-    // and from its most significant bit on big-endian ones; the agent runs on the kernel's
-    // machine, so its own byte order is the kernel's.
-    let shift = if cfg!(target_endian = "big") {
-        32 - rel - bits
-    } else {
-        rel
-    };
-    Some(BitField {
-        offset: start,
-        shift,
-        bits,
-    })
+        Err(why)
+    }
+
+    fn find_as(&self, k: &Kernel, member: &'static str) -> Result<Found, Unresolved> {
+        let path: Vec<&str> = member.split('.').collect();
+        let found = |store, marks| Found {
+            member,
+            store,
+            marks,
+        };
+        match self.read {
+            Read::At(shape, slot) => {
+                let at = k.offset(self.root, &path, shape)?;
+                Ok(found(Store::Offset(slot, at), None))
+            }
+            Read::Either {
+                usual,
+                other,
+                at: slot,
+                marks,
+            } => match k.offset(self.root, &path, usual) {
+                Ok(at) => Ok(found(Store::Offset(slot, at), None)),
+                // The usual shape's mismatch is the one worth reporting.
+                Err(why) => match k.offset(self.root, &path, other) {
+                    Ok(at) => Ok(found(Store::Offset(slot, at), Some(marks))),
+                    Err(_) => Err(why),
+                },
+            },
+            Read::Flag(slot) => {
+                let window = k.flag(self.root, &path)?;
+                Ok(found(Store::Flag(slot, window), None))
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1212,7 +944,7 @@ mod tests {
         assert_eq!(r.functions, vec!["unthrottle_cfs_rq"]);
     }
 
-    const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+    pub(super) const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
     fn host() -> Option<Resolved> {
         if !Path::new(VMLINUX).exists() {
@@ -1220,84 +952,6 @@ mod tests {
             return None;
         }
         Some(resolve(Path::new(VMLINUX)).expect("host BTF resolves"))
-    }
-
-    /// Writes `value` into `mem` the way the compiler lays out a bit field at `bit_offset`
-    /// (little-endian bit numbering, as BTF describes it on x86-64 and arm64).
-    fn store_bits(mem: &mut [u8], bit_offset: u32, bits: u32, value: u64) {
-        for i in 0..bits {
-            let bit = bit_offset + i;
-            let byte = (bit / 8) as usize;
-            let mask = 1u8 << (bit % 8);
-            if value >> i & 1 == 1 {
-                mem[byte] |= mask;
-            } else {
-                mem[byte] &= !mask;
-            }
-        }
-    }
-
-    #[cfg(target_endian = "little")]
-    #[test]
-    fn window_extracts_int_and_bit_fields() {
-        // (bit offset, width, value): a plain int, 1-bit flags at several positions (the
-        // 6.18 layout has `throttled` at 3328 and a neighbour at 3329), a field that would
-        // straddle an aligned window, and a bool-sized int.
-        let cases = [
-            (3328, 32, 0xdead_beef_u64),
-            (3328, 32, 1),
-            (3328, 1, 1),
-            (3329, 1, 1),
-            (3335, 1, 1),
-            (3336, 1, 1),
-            (3359, 1, 1),
-            (3358, 4, 0b1011),
-            (3357, 20, 0xabcde),
-            (3336, 8, 0x5a),
-        ];
-        for (bit_offset, bits, value) in cases {
-            // Surround the field with ones so a wrong shift or mask shows up.
-            let mut mem = vec![0xffu8; 512];
-            store_bits(&mut mem, bit_offset, bits, value);
-            let w = bit_window(bit_offset, bits, 512).expect("a window exists");
-            assert!(w.offset * 8 <= bit_offset, "window starts after the field");
-            assert!(w.shift + w.bits <= 32);
-            let at = w.offset as usize;
-            let window = u32::from_le_bytes(mem[at..at + 4].try_into().unwrap());
-            assert_eq!(
-                u64::from(w.extract(window)),
-                value,
-                "field at bit {bit_offset}, {bits} bits: window {w:?}"
-            );
-            // And zero reads as zero with all neighbours set.
-            store_bits(&mut mem, bit_offset, bits, 0);
-            let window = u32::from_le_bytes(mem[at..at + 4].try_into().unwrap());
-            assert_eq!(w.extract(window), 0, "zeroed field at {bit_offset}: {w:?}");
-        }
-    }
-
-    #[test]
-    fn window_positions() {
-        // 6.18 `bool throttled:1` at bit 3328: byte 416, bit 0.
-        let w = bit_window(3328, 1, 512).unwrap();
-        assert_eq!((w.offset, w.bits), (416, 1));
-        // An aligned window is preferred even when the field starts mid-word.
-        let w = bit_window(3329 + 8, 1, 512).unwrap();
-        assert_eq!(w.offset, 416);
-        // A field crossing an aligned 32-bit boundary falls back to its first byte.
-        let w = bit_window(3358, 4, 512).unwrap();
-        assert_eq!(w.offset, 3358 / 8);
-        // A plain int: the whole window, shift 0.
-        let w = bit_window(100 * 8, 32, 512).unwrap();
-        assert_eq!((w.offset, w.bits), (100, 32));
-        if cfg!(target_endian = "little") {
-            assert_eq!(w.shift, 0);
-        }
-        // No window: too wide, or would read past the struct.
-        assert_eq!(bit_window(0, 33, 512), None);
-        assert_eq!(bit_window(0, 0, 512), None);
-        assert_eq!(bit_window(509 * 8, 8, 510), None);
-        assert_eq!(bit_window(3357, 29, 512), None);
     }
 
     #[test]
@@ -1323,7 +977,7 @@ mod tests {
     /// Expected values come from `bpftool btf dump file /sys/kernel/btf/vmlinux` and
     /// `pahole -C <struct> /sys/kernel/btf/vmlinux` (Debian bpftool 7.1.0, dwarves 1.24) on the
     /// 6.18.44 host, independently of btf-rs: cfs_rq `'throttled' type_id=70 bits_offset=3328
-    /// bitfield_size=1` (docs/kernel.md §6 says the same), pahole `bool throttled:1; /* 416: 0 1 */`.
+    /// bitfield_size=1` (kernel-facts.md B1 says the same), pahole `bool throttled:1; /* 416: 0 1 */`.
     #[test]
     fn host_6_18_layout() {
         let Some(r) = host() else { return };
@@ -1398,9 +1052,7 @@ mod tests {
             (224, 416, 432, 16)
         );
         // `cfs_rq` is a pointer to pointers: neither a pointer to the struct nor an int.
-        let k = Kernel {
-            btf: Btf::from_file(VMLINUX).unwrap(),
-        };
+        let k = Kernel::new(Btf::from_file(VMLINUX).unwrap());
         assert!(matches!(
             k.offset("task_group", &["cfs_rq"], Shape::Ptr("cfs_rq")),
             Err(Unresolved::WrongShape { .. })
@@ -1409,45 +1061,6 @@ mod tests {
             k.offset("task_group", &["children"], Shape::PtrPtr("cfs_rq")),
             Err(Unresolved::WrongShape { .. })
         ));
-    }
-
-    /// 6.18 has no `h_nr_running` (renamed in 6.14): resolving it must fail, not fall back.
-    #[test]
-    fn host_has_no_h_nr_running() {
-        if !Path::new(VMLINUX).exists() {
-            println!("skipped: {VMLINUX} is absent");
-            return;
-        }
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        if !release.starts_with("6.18.") {
-            println!("skipped: not a 6.18 kernel");
-            return;
-        }
-        let k = Kernel {
-            btf: Btf::from_file(VMLINUX).unwrap(),
-        };
-        assert_eq!(
-            k.offset("cfs_rq", &["h_nr_running"], Shape::Int(4)),
-            Err(Unresolved::NoField {
-                root: "cfs_rq".into(),
-                path: "h_nr_running".into()
-            })
-        );
-        assert!(k.offset("cfs_rq", &["h_nr_queued"], Shape::Int(4)).is_ok());
-        // Shape checks bite: `rq` is a pointer, not an int; `curr` sits in an anonymous union.
-        assert!(matches!(
-            k.offset("cfs_rq", &["rq"], Shape::Int(8)),
-            Err(Unresolved::WrongShape { .. })
-        ));
-        assert!(matches!(
-            k.offset("cfs_rq", &["throttled"], Shape::Int(4)),
-            Err(Unresolved::WrongShape { .. })
-        ));
-        assert!(k.offset("rq", &["curr"], Shape::Ptr("task_struct")).is_ok());
-        assert_eq!(
-            k.offset("no_such_struct_here", &["x"], Shape::Int(4)),
-            Err(Unresolved::NoType("no_such_struct_here".into()))
-        );
     }
 
     /// A kernel without the tracepoint backend's structs (the synthetic 5.4 has none of them):
@@ -1539,9 +1152,7 @@ mod tests {
             }
         );
         // The hrtimer callback is a function pointer; an int at the same place is refused.
-        let k = Kernel {
-            btf: Btf::from_file(VMLINUX).unwrap(),
-        };
+        let k = Kernel::new(Btf::from_file(VMLINUX).unwrap());
         assert!(matches!(
             k.offset("hrtimer", &["function"], Shape::Int(8)),
             Err(Unresolved::WrongShape { .. })

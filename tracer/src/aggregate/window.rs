@@ -1,0 +1,182 @@
+//! The live interval: what ended since the last tick, for live views.
+//!
+//! For live views, [`Aggregate::with_intervals`] also records every ended stop and every final
+//! group stop into a per-interval window that [`Aggregate::take_interval`] hands out and empties:
+//! the same stop logic feeds both, and an interval holds what *ended* in it (a stop spanning a
+//! tick counts whole in the interval it ends in; a group stop in the one where it became final).
+//!
+//! [`Aggregate::with_intervals`]: super::Aggregate::with_intervals
+//! [`Aggregate::take_interval`]: super::Aggregate::take_interval
+
+use std::collections::HashMap;
+
+use super::durations::{DurationSummary, Durations};
+use super::episodes::{Attributed, sort_attributed};
+use crate::records::{EndedStop, Event};
+
+/// What one cgroup's stops did in one interval (see
+/// [`Aggregate::take_interval`](super::Aggregate::take_interval)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntervalSummary {
+    pub cgroup_id: u64,
+    /// Per-CPU stops that ended in the interval; `sum_ns` is their per-CPU stopped time.
+    pub stops: DurationSummary,
+    /// Group stops that became final in the interval; `sum_ns` is their wall-clock time.
+    pub group_stops: DurationSummary,
+    /// Ancestors' per-CPU stops that ended in the interval and stopped this cgroup's tasks
+    /// (not in `stops`, which are its own quota's).
+    pub ancestor_stops: DurationSummary,
+    /// The same stops by quota owner, most stopped first (`path` left `None`).
+    pub by_ancestor: Vec<Attributed>,
+}
+
+/// One cgroup's stops in the current interval.
+#[derive(Debug, Default)]
+struct InWindow {
+    stops: Durations,
+    group_stops: Durations,
+    ancestor_stops: Durations,
+    by_ancestor: HashMap<u64, Attributed>,
+}
+
+/// The current interval's per-CPU stops, group stops and ancestors' stops, per cgroup; only
+/// those at least `min_ns` long.
+#[derive(Debug, Default)]
+pub(super) struct Window {
+    min_ns: u64,
+    cgroups: HashMap<u64, InWindow>,
+}
+
+impl Window {
+    pub(super) fn new(min_ns: u64) -> Self {
+        Self {
+            min_ns,
+            cgroups: HashMap::new(),
+        }
+    }
+
+    /// Each cgroup's stops in the interval; the next one begins empty.
+    pub(super) fn take(&mut self) -> Vec<IntervalSummary> {
+        std::mem::take(&mut self.cgroups)
+            .into_iter()
+            .map(|(cgroup_id, c)| {
+                let mut by_ancestor: Vec<Attributed> = c.by_ancestor.into_values().collect();
+                sort_attributed(&mut by_ancestor);
+                IntervalSummary {
+                    cgroup_id,
+                    stops: c.stops.summary(),
+                    group_stops: c.group_stops.summary(),
+                    ancestor_stops: c.ancestor_stops.summary(),
+                    by_ancestor,
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn record(&mut self, event: &Event, closed: Option<u64>) {
+        let (cgroup_id, ended) = match event {
+            Event::Start(stop) => (stop.cgroup_id, None),
+            Event::End(end) => (end.stop.cgroup_id, Some(end.duration_ns())),
+            Event::UnseenStartEnd { .. } => return,
+        };
+        let ended = ended.filter(|&ns| ns >= self.min_ns);
+        let closed = closed.filter(|&ns| ns >= self.min_ns);
+        if ended.is_none() && closed.is_none() {
+            return;
+        }
+        let c = self.cgroups.entry(cgroup_id).or_default();
+        if let Some(ns) = ended {
+            c.stops.record(ns);
+        }
+        if let Some(ns) = closed {
+            c.group_stops.record(ns);
+        }
+    }
+
+    /// The ended stop `end` of an ancestor's quota, for `descendant`.
+    pub(super) fn credit(&mut self, end: &EndedStop, descendant: u64) {
+        let ns = end.duration_ns();
+        if ns < self.min_ns {
+            return;
+        }
+        let c = self.cgroups.entry(descendant).or_default();
+        c.ancestor_stops.record(ns);
+        c.by_ancestor
+            .entry(end.stop.cgroup_id)
+            .or_insert_with(|| Attributed {
+                cgroup_id: end.stop.cgroup_id,
+                ..Attributed::default()
+            })
+            .add(end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::aggregate::Aggregate;
+    use crate::aggregate::tests::{MS, end, end_with_children, start};
+    use crate::records::Event;
+
+    #[test]
+    fn intervals_hold_what_ended_in_them_above_the_minimum() {
+        let mut agg = Aggregate::watching(&[]).with_intervals(5 * MS);
+        for e in [
+            start(1, 0, 0),
+            end(1, 0, 0, 80 * MS),
+            start(1, 0, 100 * MS), // the episode [0, 80] is final here
+            start(2, 0, 0),
+            end(2, 0, 0, 2 * MS), // shorter than 5 ms: whole-run figures only
+        ] {
+            agg.ingest(&e);
+        }
+        let first = agg.take_interval();
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0].cgroup_id, 1);
+        assert_eq!((first[0].stops.count, first[0].stops.sum_ns), (1, 80 * MS));
+        assert_eq!(first[0].group_stops.sum_ns, 80 * MS);
+        // The stop open across the tick counts whole in the interval it ends in.
+        agg.ingest(&end(1, 0, 100 * MS, 190 * MS));
+        let second = agg.take_interval();
+        assert_eq!(second[0].stops.sum_ns, 90 * MS);
+        assert_eq!(second[0].stops.percentiles.unwrap().max_ns, 90 * MS);
+        assert_eq!(second[0].group_stops.count, 0, "still held back");
+        assert!(agg.take_interval().is_empty());
+        let all = agg.finish(1_000 * MS);
+        assert_eq!(all.iter().map(|s| s.stops.count).sum::<u64>(), 3);
+        assert!(Aggregate::default().take_interval().is_empty());
+    }
+
+    #[test]
+    fn intervals_hold_the_ancestors_stops_of_each_descendant() {
+        let mut agg = Aggregate::watching(&[]).with_intervals(5 * MS);
+        for (cpu, (s, e)) in [
+            (0, (0, 50 * MS)),
+            (1, (10 * MS, 40 * MS)),
+            (0, (60 * MS, 62 * MS)),
+        ] {
+            let Event::End(end) = end_with_children(10, (None, &[11, 12], 0), cpu, (s, e)) else {
+                unreachable!()
+            };
+            agg.credit_only(&end, |d| d == 11);
+        }
+        let interval = agg.take_interval();
+        assert_eq!(interval.len(), 1, "only the credited child: {interval:?}");
+        let c = &interval[0];
+        assert_eq!(c.cgroup_id, 11);
+        assert_eq!(
+            (c.stops.count, c.group_stops.count),
+            (0, 0),
+            "no stop of its own"
+        );
+        // The 2 ms stop is under the minimum.
+        assert_eq!(
+            (c.ancestor_stops.count, c.ancestor_stops.sum_ns),
+            (2, 80 * MS)
+        );
+        assert_eq!(c.ancestor_stops.percentiles.unwrap().max_ns, 50 * MS);
+        let by = &c.by_ancestor;
+        assert_eq!((by.len(), by[0].cgroup_id, by[0].stops), (1, 10, 2));
+        assert_eq!(by[0].stopped_ns, 80 * MS);
+        assert!(agg.take_interval().is_empty());
+    }
+}
