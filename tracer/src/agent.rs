@@ -21,7 +21,7 @@ use crate::{
     aggregate::Aggregate,
     btf,
     cgroups::{Hierarchy, Version},
-    cli::Options,
+    cli::{RunArgs, TracingArgs},
     cpustat::Baseline,
     error::Failure,
     filter::{Ancestors, Selection, Traced},
@@ -35,7 +35,7 @@ use crate::{
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
 const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 
-pub async fn run(options: Options) -> Result<(), Failure> {
+pub async fn run(options: RunArgs) -> Result<(), Failure> {
     let min_stop_ns = options
         .min_stop
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
@@ -48,18 +48,7 @@ pub async fn run(options: Options) -> Result<(), Failure> {
     if let Some(path) = &options.record {
         sinks.push(Box::new(Ndjson::recording(path)?));
     }
-    // A machine without a cpu hierarchy selects nothing here; `Session::start` says why.
-    let selection = match Hierarchy::discover() {
-        Ok(h) => Selection::parse(&h, &options.cgroups, &options.containers, &options.pids)?,
-        Err(_) => Selection::default(),
-    };
-    let mut session = Session::start(Request {
-        backend: options.backend,
-        btf: &options.btf,
-        cgroups: selection.exact_paths().unwrap_or_default(),
-        sinks,
-    })?;
-    let selected = session.select(selection);
+    let (mut session, selected) = Session::start_selected(&options.tracing, sinks)?;
     let mut interrupts = Interrupts::new()?;
     let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
     match options.interval {
@@ -315,9 +304,30 @@ impl Session {
         })
     }
 
+    /// Starts tracing what `tracing` selects (as [`Session::start`]); returns the session and
+    /// the cgroups selected now (none when every cgroup is traced).
+    pub fn start_selected(
+        tracing: &TracingArgs,
+        sinks: Vec<Box<dyn Sink>>,
+    ) -> Result<(Self, Vec<u64>), Failure> {
+        // A machine without a cpu hierarchy selects nothing here; `Session::start` says why.
+        let selection = match Hierarchy::discover() {
+            Ok(h) => Selection::parse(&h, &tracing.cgroups, &tracing.containers, &tracing.pids)?,
+            Err(_) => Selection::default(),
+        };
+        let mut session = Self::start(Request {
+            backend: tracing.probes.backend,
+            btf: &tracing.probes.btf,
+            cgroups: selection.exact_paths().unwrap_or_default(),
+            sinks,
+        })?;
+        let selected = session.select(selection);
+        Ok((session, selected))
+    }
+
     /// Applies `selection` in userspace when the kernel-side filter could not (globs, container
     /// ids). Returns the cgroups selected now (none when every cgroup is traced).
-    pub fn select(&mut self, selection: Selection) -> Vec<u64> {
+    fn select(&mut self, selection: Selection) -> Vec<u64> {
         if selection.is_all() {
             return Vec::new();
         }

@@ -18,6 +18,16 @@ pub struct Options {
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// A tracing run and its output: the default command's options, and `top`'s.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub tracing: TracingArgs,
+
     /// Print NDJSON (one JSON object per line) instead of the text report.
     #[arg(long)]
     pub json: bool,
@@ -27,6 +37,27 @@ pub struct Options {
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
 
+    /// Live view: refresh a table of the cgroups stopped in each interval (e.g. 1s) until
+    /// Ctrl-C or --duration, then print the full summary. Redraws in place on a terminal (keys:
+    /// s sorts by wall time, stops, p99 or name; / filters by path or name; Enter shows the first
+    /// row's histograms; q quits), prints timestamped blocks when piped. `top` is the same with 1s.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, conflicts_with = "json")]
+    pub interval: Option<Duration>,
+
+    /// Hide stops shorter than this (e.g. 10ms) from the live view and the NDJSON stop lines;
+    /// the summary at the end still counts every stop.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub min_stop: Option<Duration>,
+
+    /// Stop after this long (e.g. 10s, 1m30s); default: until Ctrl-C or SIGTERM.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+}
+
+/// What to trace and how: the options every tracing command shares (the default command, `top`,
+/// `serve`).
+#[derive(Debug, clap::Args)]
+pub struct TracingArgs {
     /// Trace only this cgroup, as seen under the cgroup mount that holds the cpu controller
     /// (e.g. /system.slice/docker-abc.scope, or /demo), or the cgroups a glob matches (`*` and
     /// `?` within one path component: '/system.slice/docker-*.scope'; new cgroups are matched
@@ -44,22 +75,13 @@ pub struct Options {
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
 
-    /// Live view: refresh a table of the cgroups stopped in each interval (e.g. 1s) until
-    /// Ctrl-C or --duration, then print the full summary. Redraws in place on a terminal (keys:
-    /// s sorts by wall time, stops, p99 or name; / filters by path or name; Enter shows the first
-    /// row's histograms; q quits), prints timestamped blocks when piped. `top` is the same with 1s.
-    #[arg(long, value_name = "DURATION", value_parser = positive_duration, conflicts_with = "json")]
-    pub interval: Option<Duration>,
+    #[command(flatten)]
+    pub probes: ProbeArgs,
+}
 
-    /// Hide stops shorter than this (e.g. 10ms) from the live view and the NDJSON stop lines;
-    /// the summary at the end still counts every stop.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub min_stop: Option<Duration>,
-
-    /// Stop after this long (e.g. 10s, 1m30s); default: until Ctrl-C or SIGTERM.
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub duration: Option<Duration>,
-
+/// How stops are observed: also `demo`'s, which picks its own cgroup.
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
     /// How to observe stops; auto takes the first of fentry, kprobe, tracepoint that works and
     /// says why it passed over the others.
     #[arg(long, value_enum, default_value = "auto")]
@@ -88,7 +110,7 @@ pub enum Command {
     /// with each cgroup's own cpu.stat counters beside them, for Prometheus at /metrics.
     Serve(ServeArgs),
     /// The live view: the tracing options with `--interval 1s` unless another is given.
-    Top(TopArgs),
+    Top(RunArgs),
     /// Prints the end report of a run recorded with --record FILE again, from the file alone:
     /// the summary, the histograms and the cpu.stat comparison, as the run printed them.
     Report {
@@ -106,13 +128,8 @@ pub struct DemoArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub duration: Duration,
 
-    /// How to observe stops (as for tracing).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendChoice,
-
-    /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux.
-    #[arg(long, value_name = "FILE", default_value = "/sys/kernel/btf/vmlinux")]
-    pub btf: PathBuf,
+    #[command(flatten)]
+    pub probes: ProbeArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -132,41 +149,8 @@ pub struct ServeArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
     pub gone_after: Duration,
 
-    /// Trace only this cgroup (as for tracing). Repeatable.
-    #[arg(long = "cgroup", value_name = "PATH")]
-    pub cgroups: Vec<String>,
-
-    /// How to observe stops (as for tracing).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendChoice,
-
-    /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux.
-    #[arg(long, value_name = "FILE", default_value = "/sys/kernel/btf/vmlinux")]
-    pub btf: PathBuf,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct TopArgs {
-    /// Any of the tracing options (--cgroup, --container, --pid, --interval, ...).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "OPTIONS"
-    )]
-    pub args: Vec<String>,
-}
-
-impl TopArgs {
-    /// The tracing options `top` stands for; exits with clap's usage error if they are wrong.
-    pub fn options(&self) -> Options {
-        let interval = |a: &String| a == "--interval" || a.starts_with("--interval=");
-        let mut argv = vec!["throttle-tracer top".to_owned()];
-        if !self.args.iter().any(interval) {
-            argv.extend(["--interval".to_owned(), "1s".to_owned()]);
-        }
-        argv.extend(self.args.iter().cloned());
-        Options::parse_from(argv)
-    }
+    #[command(flatten)]
+    pub tracing: TracingArgs,
 }
 
 /// A duration longer than zero.
@@ -189,4 +173,43 @@ pub struct DemoWorkloadArgs {
     /// How long bursts keep arriving.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Options {
+        Options::try_parse_from(std::iter::once("throttle-tracer").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn every_tracing_command_takes_the_same_selection() {
+        let selection = [
+            "--cgroup",
+            "/kubepods.slice/*",
+            "--container",
+            "3f2a",
+            "--pid",
+            "1",
+            "--backend",
+            "tracepoint",
+        ];
+        let check = |t: &TracingArgs| {
+            assert_eq!(t.cgroups, ["/kubepods.slice/*"]);
+            assert_eq!(t.containers, ["3f2a"]);
+            assert_eq!(t.pids, [1]);
+            assert_eq!(t.probes.backend, BackendChoice::Tracepoint);
+        };
+        check(&parse(&selection).run.tracing);
+        for command in ["top", "serve"] {
+            let args: Vec<&str> = std::iter::once(command).chain(selection).collect();
+            match parse(&args).command {
+                Some(Command::Top(run)) => check(&run.tracing),
+                Some(Command::Serve(serve)) => check(&serve.tracing),
+                other => panic!("{command}: {other:?}"),
+            }
+        }
+    }
 }

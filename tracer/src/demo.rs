@@ -97,8 +97,8 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
     }
     // Attached before anything is printed, so a machine that cannot trace gets only the error.
     let mut session = Session::start(Request {
-        backend: args.backend,
-        btf: &args.btf,
+        backend: args.probes.backend,
+        btf: &args.probes.btf,
         cgroups: vec![demo.path.clone()],
         sinks: vec![Box::new(Text::stdout())],
     })?;

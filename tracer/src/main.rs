@@ -25,14 +25,11 @@ mod workload;
 use clap::Parser as _;
 
 fn main() {
-    let mut options = cli::Options::parse();
-    if let Some(cli::Command::Top(top)) = &options.command {
-        options = top.options();
-    }
+    let options = cli::Options::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();
-    let command = match options.command.take() {
+    let command = match options.command {
         Some(cli::Command::Doctor { json }) => std::process::exit(doctor::run(json)),
         Some(cli::Command::DemoWorkload(args)) => std::process::exit(demo::workload_main(args)),
         Some(cli::Command::Report { file }) => std::process::exit(replay::main(&file)),
@@ -51,7 +48,12 @@ fn main() {
     let result = match command {
         Some(cli::Command::Demo(args)) => runtime.block_on(demo::run(args)),
         Some(cli::Command::Serve(args)) => runtime.block_on(serve::run(args)).map(|()| 0),
-        _ => runtime.block_on(agent::run(options)).map(|()| 0),
+        Some(cli::Command::Top(mut run)) => {
+            run.interval
+                .get_or_insert(std::time::Duration::from_secs(1));
+            runtime.block_on(agent::run(run)).map(|()| 0)
+        }
+        _ => runtime.block_on(agent::run(options.run)).map(|()| 0),
     };
     match result {
         Ok(0) => {}

@@ -19,7 +19,7 @@ use log::debug;
 use tokio::net::TcpListener;
 
 use crate::{
-    agent::{self, Ended, Interrupts, Session},
+    agent::{Ended, Interrupts, Session},
     cli::ServeArgs,
     error::Failure,
     report::{
@@ -44,17 +44,13 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             "choose another address or port with --listen, e.g. --listen 127.0.0.1:9465",
         )
     })?;
-    let mut session = Session::start(agent::Request {
-        backend: args.backend,
-        btf: &args.btf,
-        cgroups: args.cgroups.clone(),
-        sinks: vec![Box::new(Text::stdout())],
-    })?;
+    let (mut session, selected) =
+        Session::start_selected(&args.tracing, vec![Box::new(Text::stdout())])?;
     let exporter = Exporter::new(
         Config {
             max_cgroups: args.max_cgroups,
             gone_after: args.gone_after,
-            named: args.cgroups.clone(),
+            named: selected,
         },
         session.cgroup_version(),
     );

@@ -147,8 +147,8 @@ pub struct Config {
     pub max_cgroups: usize,
     /// How long a removed cgroup keeps its series.
     pub gone_after: Duration,
-    /// Cgroup paths to track from the start, stops or not (`--cgroup`).
-    pub named: Vec<String>,
+    /// Cgroups to track from the start, stops or not (those the selection names).
+    pub named: Vec<u64>,
 }
 
 /// A cgroup with series.
@@ -426,10 +426,8 @@ impl Exporter {
     /// lost-record count, and drops the cgroups gone for longer than `gone_after`. Returns
     /// their ids, for the aggregate to forget.
     pub fn refresh(&mut self, hierarchy: &mut Hierarchy, lost: u64, now: Instant) -> Vec<u64> {
-        for path in std::mem::take(&mut self.config.named) {
-            if let Ok(id) = hierarchy.id_of(&path) {
-                self.track(id, hierarchy);
-            }
+        for id in std::mem::take(&mut self.config.named) {
+            self.track(id, hierarchy);
         }
         self.families
             .lost
@@ -838,10 +836,10 @@ pub(crate) mod tests {
 
     #[test]
     fn named_cgroups_have_series_before_they_stop() {
-        let (_dir, mut h, _) = tree();
+        let (_dir, mut h, demo) = tree();
         let mut e = Exporter::new(
             Config {
-                named: vec!["/demo".into()],
+                named: vec![demo],
                 ..config(10)
             },
             Version::V1,
