@@ -23,6 +23,13 @@ static STOP_SCRATCH: PerCpuArray<StopEvent> = PerCpuArray::with_max_entries(1, 0
 /// Most children of one group looked at when a stop is recorded.
 const MAX_SIBLINGS: usize = 16;
 
+/// CLOCK_MONOTONIC ns.
+#[inline(always)]
+pub fn now() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
 #[inline(always)]
 pub fn read<T>(base: u64, offset: u32) -> Option<T> {
     if offset == ABSENT || base == 0 {
@@ -297,8 +304,7 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
     let ev = unsafe { &mut *ev };
     *ev = StopEvent {
         kind: EVENT_START,
-        // SAFETY: helper without preconditions.
-        start_ns: unsafe { bpf_ktime_get_ns() },
+        start_ns: now(),
         kernel_ns: KERNEL_NS_UNKNOWN,
         ..StopEvent::default()
     };
@@ -308,7 +314,7 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
     ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
     running_task(o, cfs_rq, ev);
     stopped_children(o, cfs_rq, ev);
-    // By reference, not a stack copy (see tracepoint::start).
+    // By reference, not a stack copy (see tracepoint::stop::start).
     let record: &StopEvent = ev;
     if OPEN.insert(cfs_rq, record, 0).is_err() {
         bump(&OPEN_FULL);
@@ -320,8 +326,7 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
 /// `cfs_rq` has just been unthrottled; `throttled_clock` is its `throttled_clock` from before
 /// the unthrottle reset it. Close its stop and emit END (or an unseen-start END).
 pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
-    // SAFETY: helper without preconditions.
-    let end_ns = unsafe { bpf_ktime_get_ns() };
+    let end_ns = now();
     // unthrottle_cfs_rq updated rq->clock and added exactly `rq->clock - throttled_clock` to
     // cfs_b->throttled_time (nothing if throttled_clock was 0, 6.6+); nothing updates the
     // clock again before it returns.

@@ -977,7 +977,7 @@ mod tests {
     /// Expected values come from `bpftool btf dump file /sys/kernel/btf/vmlinux` and
     /// `pahole -C <struct> /sys/kernel/btf/vmlinux` (Debian bpftool 7.1.0, dwarves 1.24) on the
     /// 6.18.44 host, independently of btf-rs: cfs_rq `'throttled' type_id=70 bits_offset=3328
-    /// bitfield_size=1` (kernel-facts.md B1 says the same), pahole `bool throttled:1; /* 416: 0 1 */`.
+    /// bitfield_size=1`, pahole `bool throttled:1; /* 416: 0 1 */`.
     #[test]
     fn host_6_18_layout() {
         let Some(r) = host() else { return };

@@ -1,5 +1,5 @@
 //! The tracepoint backend: scheduler, hrtimer and CSD tracepoints only (tp_btf), for kernels
-//! without kprobes and fentry. The eBPF side (tracer-ebpf/src/tracepoint.rs) observes each
+//! without kprobes and fentry. The eBPF side (tracer-ebpf/src/tracepoint/) observes each
 //! cfs_rq's `throttled` flag at sched_switch / sched_wakeup, walks the group's throttled list at
 //! every CFS period/slack timer, and ends stops at the exit of the refill callbacks.
 //!
@@ -20,7 +20,7 @@ use tracer_common::{ABSENT, Offsets};
 use super::Attached;
 use crate::{error::Failure, records};
 
-/// `TP_CONFIG` slots (tracer-ebpf/src/tracepoint.rs `CFG_*`).
+/// `TP_CONFIG` slots (tracer-ebpf/src/tracepoint/config.rs `CFG_*`).
 const CFG_PERIOD_TIMER_FN: u32 = 0;
 const CFG_SLACK_TIMER_FN: u32 = 1;
 const CFG_CSD_UNTHROTTLE_FN: u32 = 2;

@@ -1,0 +1,137 @@
+//! Observation from a task: at a context switch or a wakeup, the task's sched_entity chain is
+//! walked up and each bandwidth-limited cfs_rq on it is compared with its open stop, which the
+//! observation starts, ends, or counts a park on. These are the hot paths (every switch and
+//! wakeup), so the chain is read with direct loads and the clock only where it is used.
+use tracer_common::{ABSENT, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN, Offsets, StopEvent};
+
+use super::stop::{F_EXIT_PENDING, F_REFILL_PENDING, TP_OPEN, TpStop, end, episode_changed, start};
+use crate::stops::{self, load, load_bits, now, read};
+
+/// How long an unthrottle seen outside a refill callback waits for the callback's exit before
+/// it ends the stop itself (the exit never comes, e.g. a teardown flush without tracepoints).
+const EXIT_WAIT_NS: u64 = 100_000_000;
+
+/// Deepest cgroup nesting walked from a task.
+const MAX_DEPTH: usize = 8;
+
+/// A context switch from `prev` to `next` (the tracepoint's BTF-typed task arguments): both
+/// chains are observed, and `prev` counts as parked if the 6.18 throttle work just parked it.
+#[inline(always)]
+pub(super) fn switched(o: &Offsets, prev: u64, next: u64) {
+    let parked = load_bits(prev, &o.task_throttled).unwrap_or(0) != 0;
+    walk(o, prev, parked);
+    walk(o, next, false);
+}
+
+/// Walks `task`'s sched_entity chain up through its parents and observes every cfs_rq with a
+/// bandwidth limit. `parked`: the task was just parked by the 6.18 throttle work.
+/// `task` is the tracepoint's BTF-typed argument, so the chain is read with direct loads.
+#[inline(always)]
+pub(super) fn walk(o: &Offsets, task: u64, parked: bool) {
+    if task == 0 || o.task_se == ABSENT {
+        return;
+    }
+    let mut se = task + o.task_se as u64;
+    for _ in 0..MAX_DEPTH {
+        let Some(cfs_rq) = load::<u64>(se, o.se_cfs_rq) else {
+            return;
+        };
+        if load::<i32>(cfs_rq, o.cfs_rq_runtime_enabled).unwrap_or(0) != 0
+            && let Some(throttled) = load_bits(cfs_rq, &o.cfs_rq_throttled)
+        {
+            observe(o, cfs_rq, throttled != 0, task, parked);
+        }
+        match load::<u64>(se, o.se_parent) {
+            Some(parent) if parent != 0 => se = parent,
+            _ => return,
+        }
+    }
+}
+
+#[inline(always)]
+fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
+    // SAFETY: the entry is only touched by programs holding this cfs_rq's rq lock or running
+    // its refill callback; a racing update loses at most one parked count. Ends are claimed
+    // in `end`, so two observers never both end it.
+    match TP_OPEN.get_ptr_mut(cfs_rq) {
+        Some(ptr) => {
+            // SAFETY: valid map value pointer from the lookup above.
+            let st = unsafe { &mut *ptr };
+            // The clock is read only where it is used: most observations of a throttled
+            // cfs_rq change nothing, and a helper call is the dearest part of them.
+            if throttled {
+                if episode_changed(st, || {
+                    load::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
+                }) {
+                    // The unthrottle (and a new throttle) happened unseen: close the old stop,
+                    // open the new one.
+                    let reason = ended_reason(o, cfs_rq, st);
+                    end(o, cfs_rq, st.ev.start_ns, reason, false);
+                    start(o, cfs_rq, now(), task, parked);
+                } else if parked {
+                    note_park(o, cfs_rq, st, now());
+                    if st.ev.leaf_cgroup_id == 0 {
+                        st.ev.leaf_cgroup_id = stops::leaf_cgroup(o, task);
+                    }
+                }
+                return;
+            }
+            if st.flags & F_EXIT_PENDING != 0 {
+                // A refill callback's exit will end it with the kernel's own clock.
+                let t = now();
+                if st.unthrottled_ns == 0 {
+                    st.unthrottled_ns = t;
+                }
+                if t.saturating_sub(st.unthrottled_ns) < EXIT_WAIT_NS {
+                    return;
+                }
+            }
+            let reason = ended_reason(o, cfs_rq, st);
+            end(o, cfs_rq, st.ev.start_ns, reason, false);
+        }
+        None => {
+            if throttled {
+                start(o, cfs_rq, now(), task, parked);
+            }
+        }
+    }
+}
+
+/// Why the stop `st` of `cfs_rq` ended, seen outside a refill callback's exit.
+#[inline(always)]
+fn ended_reason(o: &Offsets, cfs_rq: u64, st: &TpStop) -> u32 {
+    if st.flags & F_REFILL_PENDING != 0 {
+        END_REFILL
+    } else {
+        non_refill_reason(o, cfs_rq, &st.ev)
+    }
+}
+
+/// An end nobody refilled: a write to the group's bandwidth files unthrottles every CPU; if
+/// the settings differ from the start's, that is what happened. Otherwise we cannot tell
+/// (a write of the same values, CPU offline, group teardown).
+#[inline(always)]
+fn non_refill_reason(o: &Offsets, cfs_rq: u64, ev: &StopEvent) -> u32 {
+    let Some(tg) = read::<u64>(cfs_rq, o.cfs_rq_tg) else {
+        return END_UNKNOWN;
+    };
+    let quota = read::<u64>(tg, o.tg_quota).unwrap_or(u64::MAX);
+    let period = read::<u64>(tg, o.tg_period).unwrap_or(0);
+    let burst = read::<u64>(tg, o.tg_burst).unwrap_or(0);
+    if quota != ev.quota_ns || period != ev.period_ns || burst != ev.burst_ns {
+        END_QUOTA_CHANGE
+    } else {
+        END_UNKNOWN
+    }
+}
+
+#[inline(always)]
+fn note_park(o: &Offsets, cfs_rq: u64, st: &mut TpStop, now: u64) {
+    st.ev.parked += 1;
+    if st.ev.park_ns == 0 {
+        st.ev.park_ns = now;
+    }
+    if st.ev.kernel_start_clock == 0 {
+        st.ev.kernel_start_clock = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
+    }
+}

@@ -1,0 +1,222 @@
+//! The refill callbacks: the CFS period and slack timers (hrtimer) and, from 6.2, the CSD that
+//! unthrottles a remote CPU's cfs_rqs (`__cfsb_csd_unthrottle`). At a callback's entry the
+//! cfs_rqs on the list it works on (`cfs_b->throttled_cfs_rq`, `rq->cfsb_csd_list`) are
+//! remembered per CPU and their stops marked as being refilled; at its exit those now
+//! unthrottled end as refills, with the kernel's clock still the unthrottle's.
+use aya_ebpf::{helpers::bpf_get_smp_processor_id, macros::map, maps::PerCpuArray};
+use tracer_common::{ABSENT, END_REFILL, Offsets};
+
+use super::{
+    config::{CFG_CSD_UNTHROTTLE_FN, CFG_PERIOD_TIMER_FN, CFG_SLACK_TIMER_FN, cfg},
+    stop::{F_EXIT_PENDING, F_REFILL_PENDING, TP_OPEN, cpu_of, end, episode_changed, start},
+};
+use crate::stops::{now, read, read_bits};
+
+/// Longest list walked at a timer or CSD callback (a group's throttled cfs_rqs: one per CPU).
+const MAX_LIST: usize = 32;
+
+#[repr(C)]
+struct Pending {
+    /// The hrtimer or csd whose callback is running; 0 = none.
+    key: u64,
+    n: u64,
+    cfs_rqs: [u64; MAX_LIST],
+}
+
+const SLOT_TIMER: u32 = 0;
+const SLOT_CSD: u32 = 1;
+
+/// Per CPU, the cfs_rqs a refill callback may unthrottle, from its entry to its exit.
+/// Callbacks run in hard IRQ with interrupts off, so they do not nest on one CPU.
+#[map]
+static TP_PENDING: PerCpuArray<Pending> = PerCpuArray::with_max_entries(2, 0);
+
+/// The hrtimer `timer` is about to run its callback: if it is a group's period or slack timer,
+/// its throttled list is what the callback refills.
+#[inline(always)]
+pub(super) fn timer_entry(o: &Offsets, timer: u64) {
+    let Some(function) = read::<u64>(timer, o.hrtimer_function) else {
+        return;
+    };
+    if function == 0 {
+        return;
+    }
+    let timer_offset = if function == cfg(CFG_PERIOD_TIMER_FN) {
+        o.cfsb_period_timer
+    } else if function == cfg(CFG_SLACK_TIMER_FN) {
+        o.cfsb_slack_timer
+    } else {
+        return;
+    };
+    if timer_offset == ABSENT || o.cfsb_throttled_cfs_rq == ABSENT {
+        return;
+    }
+    let head = timer - timer_offset as u64 + o.cfsb_throttled_cfs_rq as u64;
+    collect(SLOT_TIMER, timer, head, o.cfs_rq_throttled_list);
+    refill_entry(o, SLOT_TIMER);
+}
+
+/// The hrtimer `timer`'s callback returned.
+#[inline(always)]
+pub(super) fn timer_exit(o: &Offsets, timer: u64) {
+    refill_exit(o, SLOT_TIMER, timer);
+}
+
+/// The CSD `csd` is about to run its function: if that is `__cfsb_csd_unthrottle`, the csd is
+/// its rq's `cfsb_csd` and the rq's `cfsb_csd_list` is what it unthrottles.
+#[inline(always)]
+pub(super) fn csd_entry(o: &Offsets, csd: u64) {
+    let target = cfg(CFG_CSD_UNTHROTTLE_FN);
+    if target == 0 || read::<u64>(csd, o.csd_func) != Some(target) {
+        return;
+    }
+    if o.rq_cfsb_csd == ABSENT || o.rq_cfsb_csd_list == ABSENT {
+        return;
+    }
+    let rq = csd - o.rq_cfsb_csd as u64;
+    let head = rq + o.rq_cfsb_csd_list as u64;
+    collect(SLOT_CSD, csd, head, o.cfs_rq_throttled_csd_list);
+    refill_entry(o, SLOT_CSD);
+}
+
+/// The CSD `csd`'s function returned.
+#[inline(always)]
+pub(super) fn csd_exit(o: &Offsets, csd: u64) {
+    refill_exit(o, SLOT_CSD, csd);
+}
+
+/// Remembers up to `MAX_LIST` cfs_rqs of the list at `head` (linked through `link` inside each
+/// cfs_rq) in this CPU's `slot`, for the callback `key`.
+#[inline(always)]
+fn collect(slot: u32, key: u64, head: u64, link: u32) {
+    let Some(p) = TP_PENDING.get_ptr_mut(slot) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; refill callbacks do not nest on a CPU.
+    let p = unsafe { &mut *p };
+    p.key = key;
+    p.n = 0;
+    if link == ABSENT {
+        return;
+    }
+    let Some(mut node) = read::<u64>(head, 0) else {
+        return;
+    };
+    for i in 0..MAX_LIST {
+        if node == head || node == 0 {
+            break;
+        }
+        p.cfs_rqs[i] = node - link as u64;
+        p.n = i as u64 + 1;
+        match read::<u64>(node, 0) {
+            Some(next) => node = next,
+            None => break,
+        }
+    }
+}
+
+/// At a refill callback's entry: every listed cfs_rq that is throttled is open (started now if
+/// we had not seen it) and marked as being refilled, its end left to this callback's exit.
+#[inline(always)]
+fn refill_entry(o: &Offsets, slot: u32) {
+    let Some(p) = TP_PENDING.get_ptr(slot) else {
+        return;
+    };
+    // SAFETY: per-CPU slot.
+    let p = unsafe { &*p };
+    let t = now();
+    for i in 0..MAX_LIST {
+        if i as u64 >= p.n {
+            break;
+        }
+        let cfs_rq = p.cfs_rqs[i];
+        if read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(0) == 0 {
+            continue;
+        }
+        // SAFETY: lookup only.
+        if unsafe { TP_OPEN.get(cfs_rq) }.is_none() {
+            start(o, cfs_rq, t, 0, false);
+        }
+        if let Some(st) = TP_OPEN.get_ptr_mut(cfs_rq) {
+            // SAFETY: valid map value pointer.
+            let st = unsafe { &mut *st };
+            st.flags |= F_REFILL_PENDING | F_EXIT_PENDING;
+            if st.ev.kernel_start_clock == 0 {
+                st.ev.kernel_start_clock =
+                    read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
+            }
+        }
+    }
+}
+
+/// At a refill callback's exit: the listed cfs_rqs now unthrottled end as refills. Those still
+/// throttled stay "being refilled" only if an async unthrottle is queued for them, and wait for
+/// its CSD's exit only if that is traced. One throttled again after an unthrottle seen during
+/// the callback ends that stop (its kernel time is known only from 6.6) and starts a new one.
+///
+/// From 6.2 the period timer unthrottles only its own CPU's cfs_rq; the others are unthrottled
+/// by a CSD on their CPU, possibly while this exit runs, and `unthrottle_cfs_rq` clears
+/// `throttled` before it accounts the time (`throttled_clock_self_time`, in tg_unthrottle_up).
+/// Such a cfs_rq, read here without its rq lock, may look unthrottled and unaccounted: its end
+/// is left to the CSD's exit or to the next observation under its rq lock.
+#[inline(always)]
+fn refill_exit(o: &Offsets, slot: u32, key: u64) {
+    let Some(p) = TP_PENDING.get_ptr_mut(slot) else {
+        return;
+    };
+    // SAFETY: per-CPU slot.
+    let p = unsafe { &mut *p };
+    if p.key == 0 || p.key != key {
+        return;
+    }
+    let t = now();
+    let async_kernel = slot == SLOT_TIMER && o.rq_cfsb_csd != ABSENT;
+    // SAFETY: helper without preconditions.
+    let this_cpu = u64::from(unsafe { bpf_get_smp_processor_id() });
+    let csd_traced = cfg(CFG_CSD_UNTHROTTLE_FN) != 0;
+    for i in 0..MAX_LIST {
+        if i as u64 >= p.n {
+            break;
+        }
+        let cfs_rq = p.cfs_rqs[i];
+        let Some(ptr) = TP_OPEN.get_ptr_mut(cfs_rq) else {
+            continue;
+        };
+        // SAFETY: valid map value pointer.
+        let st = unsafe { &mut *ptr };
+        let throttled = read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(1) != 0;
+        if async_kernel && cpu_of(o, cfs_rq) != this_cpu {
+            if throttled && !queued_for_async(o, cfs_rq) {
+                // No runtime for it this time (or its CSD is taking it off the list now; that
+                // CSD's exit ends it all the same).
+                st.flags &= !(F_REFILL_PENDING | F_EXIT_PENDING);
+            } else if !csd_traced {
+                st.flags &= !F_EXIT_PENDING;
+            }
+        } else if !throttled {
+            end(o, cfs_rq, st.ev.start_ns, END_REFILL, true);
+        } else if episode_changed(st, || {
+            read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
+        }) {
+            end(o, cfs_rq, st.ev.start_ns, END_REFILL, false);
+            start(o, cfs_rq, t, 0, false);
+        } else if !queued_for_async(o, cfs_rq) {
+            st.flags &= !(F_REFILL_PENDING | F_EXIT_PENDING);
+        } else if !csd_traced {
+            // Its CSD is not traced: the next observation after it ends the stop.
+            st.flags &= !F_EXIT_PENDING;
+        }
+    }
+    p.key = 0;
+    p.n = 0;
+}
+
+/// Whether `cfs_rq` is on some rq's `cfsb_csd_list` (an async unthrottle is on its way).
+#[inline(always)]
+fn queued_for_async(o: &Offsets, cfs_rq: u64) -> bool {
+    if o.cfs_rq_throttled_csd_list == ABSENT {
+        return false;
+    }
+    let link = cfs_rq + o.cfs_rq_throttled_csd_list as u64;
+    read::<u64>(link, 0).is_some_and(|next| next != link)
+}

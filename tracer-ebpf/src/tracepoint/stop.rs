@@ -1,0 +1,354 @@
+//! The open stops of the tracepoint backend and their two ends: `start` opens one (START), `end`
+//! closes it (END or an unseen-start END) exactly once however many CPUs see the unthrottle, and
+//! `cgroup_gone` closes a removed cgroup's. The state lives here because every observation
+//! point (a task's walk, a refill callback, a cgroup's removal) reads and marks the same entry.
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray},
+};
+use tracer_common::{
+    ABSENT, END_CGROUP_GONE, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN,
+    Offsets, StopEvent,
+};
+
+use super::config::{CFG_ARMED_NS, CFG_NR_CPUS, cfg};
+use crate::{
+    OPEN_FULL,
+    stops::{self, now, read},
+};
+
+/// The stop is a refill in progress: its cfs_rq is on a list a refill callback is working on.
+pub(super) const F_REFILL_PENDING: u32 = 1;
+/// The throttle began before the trace did: the end is an unseen-start end.
+const F_UNSEEN: u32 = 2;
+/// Filtered out (or not a cgroup's): remembered only so the hot path need not describe it again.
+const F_IGNORED: u32 = 4;
+/// `key` is in `TP_BY_GROUP`.
+const F_INDEXED: u32 = 8;
+/// A refill callback whose exit looks at this cfs_rq is running or queued (the CSD of an async
+/// unthrottle): an unthrottle seen elsewhere is left to that exit, which reads the kernel's
+/// clock right after the unthrottle (the only exact `kernel_ns` before 6.6).
+pub(super) const F_EXIT_PENDING: u32 = 16;
+
+/// An open stop: its record so far, and what its end needs.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct TpStop {
+    pub(super) ev: StopEvent,
+    /// `throttled_clock_self_time` at START; `u64::MAX` when the kernel has none (< 6.6).
+    self_time0: u64,
+    pub(super) flags: u32,
+    _pad: u32,
+    /// The first observation of `throttled == 0` that was left to a callback's exit; 0 = none.
+    /// The earliest sign of the end, so it is the END's time.
+    pub(super) unthrottled_ns: u64,
+    /// The group's `struct cgroup *` and this stop's `TP_BY_GROUP` key (with `F_INDEXED`).
+    cgroup: u64,
+    key: GroupCpu,
+}
+
+/// Stops in progress for this backend, by `struct cfs_rq *`.
+#[map]
+pub(super) static TP_OPEN: HashMap<u64, TpStop> = HashMap::with_max_entries(16384, 0);
+
+/// One stop: its cfs_rq and its `start_ns` (two stops of one cfs_rq never share a start).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct StopId {
+    cfs_rq: u64,
+    start_ns: u64,
+}
+
+/// Stops already ended. An unthrottle is seen from several CPUs at once (the refill callback's
+/// exit on the timer's CPU, the CSD's exit and the next context switch on the stopped CPU); the
+/// first to insert the stop here (BPF_NOEXIST, atomic under the bucket lock) ends it, the
+/// others do nothing. LRU: a loser looks within microseconds, old entries can go.
+#[map]
+static TP_ENDED: LruHashMap<StopId, u8> = LruHashMap::with_max_entries(4096, 0);
+
+/// `-EEXIST`: the key is already there (an insert with BPF_NOEXIST).
+const EEXIST: i32 = -17;
+
+/// A cgroup's stop on one CPU: the key of `TP_BY_GROUP`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GroupCpu {
+    cgroup_id: u64,
+    cpu: u64,
+}
+
+/// Every `TP_OPEN` entry (ignored ones too) by cgroup and CPU, so that a removed cgroup's open
+/// stops can be found without walking the kernel's structures: value = `struct cfs_rq *`.
+#[map]
+static TP_BY_GROUP: HashMap<GroupCpu, u64> = HashMap::with_max_entries(16384, 0);
+
+/// A removed cgroup: its `struct cgroup *` and id (ids alone can repeat across v1 hierarchies,
+/// addresses alone are reused after the free).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Gone {
+    cgroup: u64,
+    cgroup_id: u64,
+}
+
+/// Cgroups removed while tracing: a throttled cfs_rq of theirs that a late refill walks over
+/// does not start a new stop. LRU: ids are never reused, old entries can go.
+#[map]
+static TP_GONE: LruHashMap<Gone, u8> = LruHashMap::with_max_entries(1024, 0);
+
+/// Most CPUs swept at a cgroup's removal (`CFG_NR_CPUS` is the real count).
+const MAX_CPUS: u64 = 1024;
+
+/// Scratch space to build a new stop in.
+#[map]
+static TP_SCRATCH: PerCpuArray<TpStop> = PerCpuArray::with_max_entries(1, 0);
+
+/// Whether `cfs_rq`, throttled now, was unthrottled (and throttled again) since `st` began.
+/// 6.6+: `throttled_clock_self_time` grows only when a throttle ends (it is written under the
+/// rq lock, at the unthrottle). Before 6.6 nothing of the kernel's says so reliably
+/// (`throttled_clock` is stored after `throttled`, and a timer's walk reads both without the rq
+/// lock), so only an unthrottle we saw ourselves and left to a callback's exit counts.
+/// `self_time` reads the cfs_rq's `throttled_clock_self_time` now: with a direct load on the
+/// hot path, through the helper where the cfs_rq comes from a map.
+#[inline(always)]
+pub(super) fn episode_changed(st: &TpStop, self_time: impl FnOnce() -> Option<u64>) -> bool {
+    if st.self_time0 != u64::MAX {
+        return self_time().is_some_and(|t| t != st.self_time0);
+    }
+    st.unthrottled_ns != 0
+}
+
+/// `cfs_rq` is throttled and not yet open: open it (emit START unless it predates the trace).
+/// `task` is a task of the group seen at the observation (0 = use the CPU's current task).
+/// Two CPUs may see the same throttle at once: the first to insert it opens it.
+#[inline(never)]
+pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
+    // Built in a per-CPU scratch slot: a StopEvent is too big for the BPF stack here.
+    let Some(st) = TP_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; programs do not nest on a CPU while using it.
+    let st = unsafe { &mut *st };
+    st.ev = StopEvent::default();
+    st.ev.kind = EVENT_START;
+    st.ev.start_ns = now;
+    st.ev.kernel_ns = KERNEL_NS_UNKNOWN;
+    st.ev.cfs_rq = cfs_rq;
+    st.self_time0 = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time).unwrap_or(u64::MAX);
+    st.flags = 0;
+    st.unthrottled_ns = 0;
+    st.cgroup = 0;
+    st.key = GroupCpu {
+        cgroup_id: 0,
+        cpu: 0,
+    };
+    if let Some((cgroup, cgroup_id)) = group_of(o, cfs_rq) {
+        // SAFETY: lookup only.
+        if unsafe { TP_GONE.get(Gone { cgroup, cgroup_id }) }.is_some() {
+            // A removed cgroup's cfs_rq still on the throttled list: its stop already ended.
+            return;
+        }
+        st.cgroup = cgroup;
+        st.key = GroupCpu {
+            cgroup_id,
+            cpu: cpu_of(o, cfs_rq),
+        };
+    }
+    if stops::describe(o, cfs_rq, &mut st.ev) {
+        st.ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
+        if task != 0 {
+            stops::task_ids(o, task, &mut st.ev);
+            // Only here: the refill callbacks' programs call `start` inside their list walk
+            // with `task` 0, and the verifier then prunes this walk from them (it doubled their
+            // verification time). A stop is first seen at a refill only if no context switch
+            // on its CPU saw it first; it then credits the running task's group alone.
+            stops::stopped_children(o, cfs_rq, &mut st.ev);
+        } else {
+            stops::running_task(o, cfs_rq, &mut st.ev);
+        }
+        st.ev.kernel_start_clock = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
+        if parked {
+            st.ev.parked = 1;
+            st.ev.park_ns = now;
+        }
+        if started_before_trace(o, cfs_rq, now) {
+            st.flags |= F_UNSEEN;
+        }
+    } else {
+        st.flags |= F_IGNORED;
+    }
+    // By reference: the map copies from the scratch slot. A value would be copied onto the
+    // BPF stack first, and the frame would no longer fit old kernels' 512-byte call chains.
+    let stop: &TpStop = st;
+    match TP_OPEN.insert(cfs_rq, stop, BPF_NOEXIST.into()) {
+        Ok(()) => {}
+        // Another CPU opened it first.
+        Err(EEXIST) => return,
+        Err(_) => {
+            stops::bump(&OPEN_FULL);
+            return;
+        }
+    }
+    if st.cgroup != 0
+        && TP_BY_GROUP.insert(st.key, cfs_rq, 0).is_ok()
+        && let Some(open) = TP_OPEN.get_ptr_mut(cfs_rq)
+    {
+        // SAFETY: valid map value pointer; only this stop's own entry is marked.
+        let open = unsafe { &mut *open };
+        if open.ev.start_ns == now {
+            open.flags |= F_INDEXED;
+        }
+    }
+    if st.flags & (F_UNSEEN | F_IGNORED) == 0 {
+        stops::emit(&st.ev);
+    }
+}
+
+/// Whether the throttle began before the tracer was armed. Exact when observed before arming;
+/// otherwise judged from the kernel's own start (`throttled_clock_self`, or `throttled_clock`
+/// before 6.6) carried into CLOCK_MONOTONIC through this rq's current clock offset. A throttle
+/// whose accounting has not begun yet (6.18: no task parked) counts as seen now.
+#[inline(always)]
+fn started_before_trace(o: &Offsets, cfs_rq: u64, now: u64) -> bool {
+    let armed = cfg(CFG_ARMED_NS);
+    if armed == 0 {
+        return true;
+    }
+    let since = if o.cfs_rq_throttled_clock_self != ABSENT {
+        read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self)
+    } else {
+        read::<u64>(cfs_rq, o.cfs_rq_throttled_clock)
+    }
+    .unwrap_or(0);
+    if since == 0 {
+        return false;
+    }
+    let Some(clock) = read::<u64>(cfs_rq, o.cfs_rq_rq).and_then(|rq| read::<u64>(rq, o.rq_clock))
+    else {
+        return false;
+    };
+    if clock < since {
+        return false;
+    }
+    now.saturating_sub(clock - since) < armed
+}
+
+/// Closes the stop of `cfs_rq` that started at `start_ns` (now unthrottled) and emits END or an
+/// unseen-start END, unless another CPU is ending it or has ended it: the stop is claimed in
+/// `TP_ENDED` first, then looked up again (the caller's map value may have been freed and
+/// reused since its lookup). `at_exit`: called right after a refill callback, so `rq->clock`
+/// is the unthrottle's clock.
+#[inline(never)]
+pub(super) fn end(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool) {
+    let now = now();
+    // Another program claimed it first. Any other failure (the LRU map could not take the
+    // claim) ends it anyway.
+    if let Err(EEXIST) = TP_ENDED.insert(StopId { cfs_rq, start_ns }, 1, BPF_NOEXIST.into()) {
+        return;
+    }
+    let Some(st) = TP_OPEN.get_ptr_mut(cfs_rq) else {
+        return;
+    };
+    // SAFETY: a valid TP_OPEN value pointer, used before the entry is removed. The claim makes
+    // this program the only one to finish or remove this stop.
+    let st = unsafe { &mut *st };
+    if st.ev.start_ns != start_ns {
+        // That stop is gone and a new one of the same cfs_rq has begun.
+        return;
+    }
+    unindex(st);
+    if st.flags & F_IGNORED != 0 {
+        let _ = TP_OPEN.remove(cfs_rq);
+        return;
+    }
+    let kernel_ns = if reason == END_CGROUP_GONE {
+        // The kernel has not accounted it (and may never); the cfs_rq may be freed already.
+        KERNEL_NS_UNKNOWN
+    } else if st.self_time0 != u64::MAX {
+        // Exact at any observation after the unthrottle, until the next unthrottle.
+        match read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time) {
+            Some(t) if t >= st.self_time0 => t - st.self_time0,
+            _ => KERNEL_NS_UNKNOWN,
+        }
+    } else if at_exit && st.ev.kernel_start_clock != 0 {
+        match read::<u64>(cfs_rq, o.cfs_rq_rq).and_then(|rq| read::<u64>(rq, o.rq_clock)) {
+            Some(clock) if clock >= st.ev.kernel_start_clock => clock - st.ev.kernel_start_clock,
+            _ => KERNEL_NS_UNKNOWN,
+        }
+    } else {
+        KERNEL_NS_UNKNOWN
+    };
+    st.ev.kind = if st.flags & F_UNSEEN != 0 {
+        EVENT_UNSEEN_START_END
+    } else {
+        EVENT_END
+    };
+    // The earliest sight of the unthrottle, if one was left to this exit.
+    st.ev.end_ns = if st.unthrottled_ns != 0 {
+        st.unthrottled_ns
+    } else {
+        now
+    };
+    st.ev.kernel_ns = kernel_ns;
+    st.ev.end_reason = reason;
+    stops::emit(&st.ev);
+    let _ = TP_OPEN.remove(cfs_rq);
+}
+
+/// Drops `st`'s `TP_BY_GROUP` entry, if it has one.
+#[inline(always)]
+fn unindex(st: &mut TpStop) {
+    if st.flags & F_INDEXED != 0 {
+        let _ = TP_BY_GROUP.remove(st.key);
+        st.flags &= !F_INDEXED;
+    }
+}
+
+/// The `struct cgroup *` and cgroup id of the group owning `cfs_rq`; None for groups without
+/// a cgroup (autogroups, the root's `rq->cfs` has one but never a quota).
+#[inline(always)]
+fn group_of(o: &Offsets, cfs_rq: u64) -> Option<(u64, u64)> {
+    let tg = read::<u64>(cfs_rq, o.cfs_rq_tg)?;
+    let cgroup = read::<u64>(tg, o.tg_cgroup)?;
+    Some((cgroup, stops::cgroup_id(o, cgroup)?))
+}
+
+#[inline(always)]
+pub(super) fn cpu_of(o: &Offsets, cfs_rq: u64) -> u64 {
+    let rq = read::<u64>(cfs_rq, o.cfs_rq_rq).unwrap_or(0);
+    read::<u32>(rq, o.rq_cpu).map_or(u64::MAX, u64::from)
+}
+
+/// `cgroup` is being removed: every open stop of its group ends as `cgroup_gone`, and a
+/// throttled cfs_rq of it seen later starts nothing. The stops are found through
+/// `TP_BY_GROUP` and matched by the `struct cgroup *` remembered at their start, so that
+/// nothing of the (possibly freed) cfs_rq is read here.
+#[inline(never)]
+pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
+    let Some(cgroup_id) = stops::cgroup_id(o, cgroup) else {
+        return;
+    };
+    let _ = TP_GONE.insert(Gone { cgroup, cgroup_id }, 1, 0);
+    let cpus = cfg(CFG_NR_CPUS);
+    for cpu in 0..MAX_CPUS {
+        if cpu >= cpus {
+            break;
+        }
+        let key = GroupCpu { cgroup_id, cpu };
+        // SAFETY: the value is copied out.
+        let Some(cfs_rq) = (unsafe { TP_BY_GROUP.get(key) }).copied() else {
+            continue;
+        };
+        let Some(ptr) = TP_OPEN.get_ptr_mut(cfs_rq) else {
+            let _ = TP_BY_GROUP.remove(key);
+            continue;
+        };
+        // SAFETY: valid map value pointer. Ids can repeat across cgroup v1 hierarchies: only
+        // a stop of this very cgroup ends.
+        let (owner, start_ns) = unsafe { ((*ptr).cgroup, (*ptr).ev.start_ns) };
+        if owner == cgroup {
+            end(o, cfs_rq, start_ns, END_CGROUP_GONE, false);
+        }
+    }
+}
