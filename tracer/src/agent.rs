@@ -25,6 +25,7 @@ use crate::{
     cpustat::Baseline,
     error::Failure,
     filter::{Ancestors, Selection, Traced},
+    privileges,
     probes::{BackendChoice, Probes},
     records::{self, Event},
     report::{self, CgroupReport, Ndjson, Report, Sink, Text, live::Live, prometheus::Exporter},
@@ -162,8 +163,9 @@ pub struct Interrupts {
 impl Interrupts {
     pub fn new() -> Result<Self, Failure> {
         let signal = |kind| {
-            tokio::signal::unix::signal(kind)
-                .map_err(|e| Failure::environment(format!("cannot handle signals: {e}"), "none"))
+            tokio::signal::unix::signal(kind).map_err(|e| {
+                Failure::environment_without_hint(format!("cannot handle signals: {e}"))
+            })
         };
         Ok(Self {
             interrupt: signal(SignalKind::interrupt())?,
@@ -196,7 +198,7 @@ impl Session {
     /// Checks the machine, attaches the probes, takes the cpu.stat baseline and starts the
     /// report (NDJSON prints its `start` line here).
     pub fn start(request: Request<'_>) -> Result<Self, Failure> {
-        check_privileges()?;
+        privileges::check()?;
         let resolved = btf::resolve(request.btf).map_err(|e| {
             Failure::environment(
                 e.to_string(),
@@ -376,8 +378,7 @@ impl Session {
         loop {
             tokio::select! {
                 guard = self.reader.fd.readable_mut() => {
-                    let mut guard = guard.map_err(|e| Failure::environment(
-                        format!("cannot poll the ring buffer: {e}"), "none"))?;
+                    let mut guard = guard.map_err(poll_failure)?;
                     guard.clear_ready();
                 }
                 _ = tick.tick() => {}
@@ -430,13 +431,26 @@ struct Reader {
     traced: Traced,
 }
 
+/// Registering the ring buffer's fd with epoll (or waiting on it) failed. The one cause the
+/// user can remove is a full epoll budget; the others (ENOMEM, a runtime shutting down) have
+/// no way out to suggest.
+fn poll_failure(e: std::io::Error) -> Failure {
+    let message = format!("cannot poll the ring buffer: {e}");
+    if e.raw_os_error() == Some(libc::ENOSPC) {
+        Failure::environment(
+            message,
+            "this user's epoll watches are used up: raise the sysctl fs.epoll.max_user_watches",
+        )
+    } else {
+        Failure::environment_without_hint(message)
+    }
+}
+
 impl Reader {
     fn new(ring: RingBuf<MapData>) -> Result<Self, Failure> {
         // SAFETY: the ring buffer owns its map fd and lives inside the AsyncFd until both drop.
-        let fd =
-            unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }.map_err(|e| {
-                Failure::environment(format!("cannot poll the ring buffer: {e}"), "none")
-            })?;
+        let fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|e| poll_failure(e.into_parts().1))?;
         Ok(Self {
             fd,
             malformed: 0,
@@ -489,63 +503,6 @@ impl Reader {
                 }
             }
         }
-    }
-}
-
-/// The capabilities that decide whether tracing programs may load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Capabilities {
-    /// The `CapEff:` mask of /proc/self/status.
-    pub effective: u64,
-}
-
-impl Capabilities {
-    const SYS_ADMIN: u32 = 21;
-    const PERFMON: u32 = 38;
-    const BPF: u32 = 39;
-
-    pub fn of_self() -> Self {
-        let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let effective = status
-            .lines()
-            .find_map(|l| l.strip_prefix("CapEff:"))
-            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-            .unwrap_or(0);
-        Self { effective }
-    }
-
-    fn has(self, cap: u32) -> bool {
-        self.effective & (1 << cap) != 0
-    }
-
-    pub fn sys_admin(self) -> bool {
-        self.has(Self::SYS_ADMIN)
-    }
-
-    pub fn bpf(self) -> bool {
-        self.has(Self::BPF)
-    }
-
-    pub fn perfmon(self) -> bool {
-        self.has(Self::PERFMON)
-    }
-
-    /// CAP_BPF and CAP_PERFMON (5.8+), or CAP_SYS_ADMIN, which covers both.
-    pub fn can_trace(self) -> bool {
-        self.sys_admin() || (self.bpf() && self.perfmon())
-    }
-}
-
-/// Loading tracing programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN before 5.8);
-/// checking first turns the kernel's bare EPERM into advice.
-pub fn check_privileges() -> Result<(), Failure> {
-    if Capabilities::of_self().can_trace() {
-        Ok(())
-    } else {
-        Err(Failure::environment(
-            "tracing needs root, or the capabilities CAP_BPF and CAP_PERFMON",
-            "run it with sudo, or grant them: setcap cap_bpf,cap_perfmon+ep throttle-tracer",
-        ))
     }
 }
 

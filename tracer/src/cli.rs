@@ -59,9 +59,9 @@ pub struct RunArgs {
 #[derive(Debug, clap::Args)]
 pub struct TracingArgs {
     /// Trace only this cgroup, as seen under the cgroup mount that holds the cpu controller
-    /// (e.g. /system.slice/docker-abc.scope, or /demo), or the cgroups a glob matches (`*` and
-    /// `?` within one path component: '/system.slice/docker-*.scope'; new cgroups are matched
-    /// when first seen). Repeatable, with --container and --pid: any of them selects.
+    /// (e.g. /system.slice/docker-abc.scope, or /demo), or the cgroups a glob matches (`*`, `?`
+    /// and `[abc]` within one path component: '/system.slice/docker-*.scope'; new cgroups are
+    /// matched when first seen). Repeatable, with --container and --pid: any of them selects.
     #[arg(long = "cgroup", value_name = "PATH|GLOB")]
     pub cgroups: Vec<String>,
 

@@ -5,7 +5,7 @@
 //!    killed first ([`cgroup::clean_leftovers`]).
 //! 2. A cgroup `/throttle-tracer-demo-<pid>` is made under the hierarchy that holds the cpu
 //!    controller, with a quota of 50 ms per 100 ms period (0.5 CPU) and no burst.
-//! 3. The tracing session of the command line ([`agent::Session`]) is started for that cgroup.
+//! 3. The tracing session of the command line ([`Session`]) is started for that cgroup.
 //! 4. The workload ([`workload::Requests::demo`]: 4 workers, bursts of 20 ms requests, 0.22 CPU on
 //!    average) runs in a child process — this binary re-executed with the hidden `demo-workload`
 //!    subcommand — which moves itself into the cgroup before it starts a thread. It is in its own
@@ -26,10 +26,11 @@ use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::agent::{self, Ended, Interrupts, Request, Session};
+use crate::agent::{Ended, Interrupts, Request, Session};
 use crate::cgroups::{Hierarchy, Version};
 use crate::cli::{DemoArgs, DemoWorkloadArgs};
 use crate::error::Failure;
+use crate::privileges;
 use crate::report::{CgroupReport, Text};
 use crate::workload::{self, Requests};
 use cgroup::{DemoCgroup, Found, Quota};
@@ -62,7 +63,7 @@ const NS_PER_US: u64 = 1_000;
 pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
     // First, so that no SIGINT/SIGTERM can end the process before the cgroup is removed.
     let mut interrupts = Interrupts::new()?;
-    agent::check_privileges()?;
+    privileges::check()?;
     let hierarchy = Hierarchy::discover().map_err(|e| {
         Failure::environment(
             e.to_string(),
@@ -203,7 +204,7 @@ fn workload_status(child: &mut Option<Child>) -> Result<(), Failure> {
         return Ok(());
     };
     let status: Option<ExitStatus> = child.try_wait().map_err(|e| {
-        Failure::environment(format!("cannot wait for the demo workload: {e}"), "none")
+        Failure::environment_without_hint(format!("cannot wait for the demo workload: {e}"))
     })?;
     match status {
         Some(s) if s.success() => Ok(()),

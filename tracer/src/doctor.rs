@@ -8,10 +8,11 @@ use serde::Serialize;
 use tracer_common::Offsets;
 
 use crate::{
-    agent::{Capabilities, kernel_release},
+    agent::kernel_release,
     btf::{self, Feature, ThrottleReturn},
     cgroups::{self, Hierarchy, Version},
     error::Failure,
+    privileges::Capabilities,
     probes::{self, Backend},
 };
 
@@ -165,7 +166,7 @@ fn diagnose() -> Diagnosis {
             let (reason, hint) = match result {
                 Ok(()) => (None, None),
                 Err(Failure::Usage { message, hint } | Failure::Environment { message, hint }) => {
-                    (Some(message), Some(hint))
+                    (Some(message), hint)
                 }
             };
             BackendCheck {

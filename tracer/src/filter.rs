@@ -16,6 +16,8 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 
+use glob::{MatchOptions, Pattern};
+
 use crate::cgroups::{Hierarchy, Version};
 use crate::error::Failure;
 use crate::records::EndedStop;
@@ -25,8 +27,9 @@ use crate::records::EndedStop;
 enum Selector {
     /// A cgroup path matched exactly.
     Path(String),
-    /// A path pattern: `*` matches any run of characters but `/`, `?` one character but `/`.
-    Glob(String),
+    /// A path pattern: `*` matches any run of characters but `/`, `?` one character but `/`,
+    /// `[abc]` one of those characters.
+    Glob(Pattern),
     /// A lowercase hex prefix of a container id.
     Container(String),
 }
@@ -35,7 +38,7 @@ impl Selector {
     fn matches(&self, path: &str) -> bool {
         match self {
             Self::Path(p) => p == path,
-            Self::Glob(g) => glob_match(g, path),
+            Self::Glob(g) => g.matches_with(path, GLOB_OPTIONS),
             Self::Container(prefix) => path
                 .split('/')
                 .scan(None, |parent, component| {
@@ -73,7 +76,17 @@ impl Selection {
                 ));
             }
             selectors.push(if is_glob(c) {
-                Selector::Glob(c.clone())
+                Selector::Glob(Pattern::new(c).map_err(|e| {
+                    Failure::usage(
+                        format!(
+                            "--cgroup {c:?} is not a valid glob: {} at character {}",
+                            e.msg,
+                            e.pos + 1
+                        ),
+                        "`*` and `?` match within one path component, `[abc]` one of the \
+                         characters and `[!abc]` any other; `[[]` is a literal `[`",
+                    )
+                })?)
             } else {
                 Selector::Path(c.clone())
             });
@@ -253,43 +266,16 @@ fn proper_ancestors(path: &str) -> impl Iterator<Item = &str> {
 }
 
 fn is_glob(s: &str) -> bool {
-    s.contains(['*', '?'])
+    s.contains(['*', '?', '['])
 }
 
-/// Shell-style path matching: `*` is any run of characters without `/`, `?` one character
-/// other than `/`; everything else matches itself.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    // Classic backtracking over the last `*`: linear apart from the retries of one star.
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        match p.get(pi) {
-            Some('*') => {
-                star = Some((pi, ti));
-                pi += 1;
-            }
-            Some('?') if t[ti] != '/' => {
-                pi += 1;
-                ti += 1;
-            }
-            Some(&c) if c != '*' && c != '?' && c == t[ti] => {
-                pi += 1;
-                ti += 1;
-            }
-            _ => match star {
-                // The star takes one more character, never a `/`.
-                Some((sp, st)) if t[st] != '/' => {
-                    star = Some((sp, st + 1));
-                    pi = sp + 1;
-                    ti = st + 1;
-                }
-                _ => return false,
-            },
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
-}
+/// `*`, `?` and `[...]` stay within one path component, as in a shell: a glob names cgroups at
+/// one depth of the hierarchy. `**` (any number of components) comes with the crate.
+const GLOB_OPTIONS: MatchOptions = MatchOptions {
+    case_sensitive: true,
+    require_literal_separator: true,
+    require_literal_leading_dot: false,
+};
 
 /// The container id a path component names, if it is one of the runtimes' forms:
 /// `docker-<id>.scope`, `<id>` under `docker`, `cri-containerd-<id>.scope`,
@@ -329,6 +315,10 @@ mod tests {
 
     const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
+    fn glob_match(pattern: &str, path: &str) -> bool {
+        Selector::Glob(Pattern::new(pattern).unwrap()).matches(path)
+    }
+
     #[test]
     fn ancestor_paths_stop_below_the_root() {
         let a: Vec<&str> = proper_ancestors("/kubepods/pod1/ctr").collect();
@@ -358,6 +348,35 @@ mod tests {
         assert!(glob_match("/a*b*c", "/aXbYbZc"));
         assert!(!glob_match("/a*b*c", "/aXbYbZ"));
         assert!(is_glob(g) && !is_glob("/system.slice"));
+    }
+
+    #[test]
+    fn glob_classes_match_one_character_of_a_component() {
+        assert!(glob_match("/demo[12]", "/demo1"));
+        assert!(glob_match("/demo[12]", "/demo2"));
+        assert!(!glob_match("/demo[12]", "/demo3"));
+        assert!(glob_match("/demo[0-9]", "/demo7"));
+        assert!(glob_match("/demo[!12]", "/demo3"));
+        assert!(!glob_match("/demo[!12]", "/demo1"));
+        assert!(!glob_match("/a[/]b", "/a/b"), "a class never matches /");
+        assert!(glob_match("/a[[]b", "/a[b"));
+        assert!(is_glob("/demo[12]"));
+    }
+
+    #[test]
+    fn a_malformed_glob_is_a_usage_error_naming_it() {
+        let h = Hierarchy::at("/nonexistent".into(), Version::V1);
+        for bad in ["/demo[", "/demo[12", "/a**b"] {
+            let failure = Selection::parse(&h, &[bad.into()], &[], &[]).unwrap_err();
+            assert_eq!(failure.exit_code(), 2, "{bad}");
+            let text = failure.to_string();
+            assert!(
+                text.lines()
+                    .next()
+                    .is_some_and(|l| l.contains(&format!("{bad:?}"))),
+                "{text}"
+            );
+        }
     }
 
     #[test]

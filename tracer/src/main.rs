@@ -13,6 +13,7 @@ mod doctor;
 mod error;
 mod filter;
 mod names;
+mod privileges;
 mod probes;
 mod records;
 mod replay;

@@ -56,6 +56,13 @@ fn unknown_cgroup_is_a_usage_error() {
 }
 
 #[test]
+fn malformed_glob_is_a_usage_error_naming_it() {
+    let out = run(&["--cgroup", "/demo-[12", "--duration", "1s"]);
+    assert_failure(&out, 2, "\"/demo-[12\" is not a valid glob");
+    assert_hint(&out, "[abc]");
+}
+
+#[test]
 fn missing_btf_is_an_environment_error() {
     let out = run(&["--btf", "/nonexistent/vmlinux"]);
     assert_failure(&out, 1, "BTF");

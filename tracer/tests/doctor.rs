@@ -1,7 +1,7 @@
 //! `throttle-tracer doctor --json` on the real host, checked against what the machine says
 //! without the tracer: osrelease, the kprobe PMU in sysfs, the cgroup mounts in mountinfo, and
 //! the exit code against the backends it found usable. Also `--backend fentry` refused the
-//! way doctor says it is.
+//! way doctor says it is, and an unprivileged doctor naming the capabilities it lacks.
 use std::{fs, path::Path, process::Command};
 
 use serde_json::Value;
@@ -9,7 +9,12 @@ use serde_json::Value;
 const BIN: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
 fn doctor() -> (Value, Option<i32>) {
-    let out = Command::new(BIN)
+    doctor_as(&mut Command::new(BIN))
+}
+
+/// `doctor --json` through `command`, which runs BIN (directly or under setpriv).
+fn doctor_as(command: &mut Command) -> (Value, Option<i32>) {
+    let out = command
         .args(["doctor", "--json"])
         .output()
         .expect("run throttle-tracer doctor");
@@ -128,4 +133,38 @@ fn fentry_refusal_is_one_line_with_the_cause_and_a_hint() {
         lines[1].starts_with("hint: ") && lines[1].contains("--backend"),
         "{stderr}"
     );
+}
+
+#[test]
+fn unprivileged_doctor_names_the_missing_capabilities() {
+    // setpriv (util-linux) drops to nobody with no capabilities at all: the kernel answers
+    // EPERM to the first map the load creates.
+    let (v, code) = doctor_as(Command::new("setpriv").args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        BIN,
+    ]));
+    assert_eq!(v["privileges"]["cap_eff"], "0000000000000000", "{v}");
+    assert_eq!(v["privileges"]["can_trace"], false, "{v}");
+    assert_eq!(code, Some(1));
+    assert!(v["auto"].is_null(), "{v}");
+    for b in v["backends"].as_array().unwrap() {
+        assert_eq!(b["usable"], false, "{b}");
+        let reason = b["reason"].as_str().unwrap();
+        for needed in [
+            "root",
+            "CAP_BPF",
+            "CAP_PERFMON",
+            "EPERM (Operation not permitted)",
+        ] {
+            assert!(reason.contains(needed), "{needed} in {b}");
+        }
+        assert!(
+            b["hint"].as_str().is_some_and(|h| h.contains("sudo")),
+            "{b}"
+        );
+    }
 }

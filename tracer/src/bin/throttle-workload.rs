@@ -14,92 +14,77 @@
 //! CLOCK_MONOTONIC timestamps and the CPU time burned — the clock the tracer's `start_ns` and
 //! `end_ns` use — so that stops can be matched to rounds. `requests` is the workload of
 //! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use clap::{Parser, Subcommand};
+
 #[path = "../workload.rs"]
 mod workload;
 
-const USAGE: &str = "usage: throttle-workload busy --threads N --seconds S\n       \
-                     throttle-workload spiky --every-ms MS --burn-ms MS --rounds R\n       \
-                     throttle-workload requests --seconds S";
+/// The CPU load the tests put under a quota.
+#[derive(Parser)]
+#[command(name = "throttle-workload")]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+// Times are u32, so that none overflows a u64 of nanoseconds or an Instant.
+#[derive(Subcommand)]
+enum Mode {
+    /// Spins N threads for S seconds of wall time.
+    Busy {
+        /// Spinning threads.
+        #[arg(long, value_name = "N")]
+        threads: usize,
+        /// Wall time to run for.
+        #[arg(long, value_name = "S")]
+        seconds: u32,
+    },
+    /// Phase-locked rounds: a round every MS after a refill, each burning the given CPU time,
+    /// one line per round.
+    Spiky {
+        /// Time from one round's start to the next (a multiple of the period).
+        #[arg(long, value_name = "MS")]
+        every_ms: u32,
+        /// CPU time each round burns.
+        #[arg(long, value_name = "MS")]
+        burn_ms: u32,
+        /// Rounds to run.
+        #[arg(long, value_name = "R")]
+        rounds: u32,
+    },
+    /// The demo's requests (4 workers, bursts of 20 ms requests) for S seconds.
+    Requests {
+        /// Wall time to run for.
+        #[arg(long, value_name = "S")]
+        seconds: u32,
+    },
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("throttle-workload: {message}\n{USAGE}");
-            ExitCode::from(2)
+    match Cli::parse().mode {
+        Mode::Busy { threads, seconds } => busy(threads, Duration::from_secs(seconds.into())),
+        Mode::Spiky {
+            every_ms,
+            burn_ms,
+            rounds,
+        } => spiky(ms_to_ns(every_ms), ms_to_ns(burn_ms), rounds),
+        Mode::Requests { seconds } => {
+            let shape = workload::Requests::demo(Duration::from_secs(seconds.into()));
+            if let Err(e) = workload::run(&shape, &mut std::io::stdout().lock()) {
+                eprintln!("throttle-workload: cannot write the burst lines: {e}");
+                return ExitCode::FAILURE;
+            }
         }
     }
+    ExitCode::SUCCESS
 }
 
-fn run(args: &[String]) -> Result<(), String> {
-    let (mode, rest) = args.split_first().ok_or("no mode given")?;
-    let mut options = Options::parse(rest)?;
-    match mode.as_str() {
-        "busy" => {
-            let threads = options.take("threads")?;
-            let seconds = options.take("seconds")?;
-            options.finish()?;
-            busy(threads, Duration::from_secs(seconds));
-        }
-        "spiky" => {
-            let every_ns = options.take::<u64>("every-ms")? * 1_000_000;
-            let burn_ns = options.take::<u64>("burn-ms")? * 1_000_000;
-            let rounds = options.take("rounds")?;
-            options.finish()?;
-            spiky(every_ns, burn_ns, rounds);
-        }
-        "requests" => {
-            let seconds = options.take("seconds")?;
-            options.finish()?;
-            let shape = workload::Requests::demo(Duration::from_secs(seconds));
-            workload::run(&shape, &mut std::io::stdout().lock())
-                .map_err(|e| format!("cannot write the burst lines: {e}"))?;
-        }
-        other => return Err(format!("unknown mode `{other}`")),
-    }
-    Ok(())
-}
-
-/// `--name value` pairs, each a non-negative integer.
-struct Options(HashMap<String, u64>);
-
-impl Options {
-    fn parse(args: &[String]) -> Result<Self, String> {
-        let mut map = HashMap::new();
-        let mut it = args.iter();
-        while let Some(flag) = it.next() {
-            let name = flag
-                .strip_prefix("--")
-                .ok_or_else(|| format!("unexpected argument `{flag}`"))?;
-            let value = it.next().ok_or_else(|| format!("`{flag}` needs a value"))?;
-            let value = value
-                .parse()
-                .map_err(|_| format!("`{flag} {value}`: not a non-negative integer"))?;
-            map.insert(name.to_owned(), value);
-        }
-        Ok(Self(map))
-    }
-
-    fn take<T: TryFrom<u64>>(&mut self, name: &str) -> Result<T, String> {
-        let value = self
-            .0
-            .remove(name)
-            .ok_or_else(|| format!("--{name} is required"))?;
-        T::try_from(value).map_err(|_| format!("--{name} {value} is out of range"))
-    }
-
-    fn finish(self) -> Result<(), String> {
-        match self.0.keys().next() {
-            Some(name) => Err(format!("unknown option --{name}")),
-            None => Ok(()),
-        }
-    }
+fn ms_to_ns(ms: u32) -> u64 {
+    u64::from(ms) * 1_000_000
 }
 
 /// Spins until the group is stopped and returns the CLOCK_MONOTONIC time it ran again (a
@@ -168,7 +153,7 @@ const SYNC_BURN_NS: u64 = 400_000_000;
 fn spiky(every_ns: u64, burn_ns: u64, rounds: u32) {
     let refill_ns = resume_after_stop();
     for round in 0..rounds {
-        let due_ns = refill_ns + (u64::from(round) + 1) * every_ns;
+        let due_ns = refill_ns.saturating_add((u64::from(round) + 1).saturating_mul(every_ns));
         sleep_until_ns(due_ns);
         let start_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
         let cpu_ns = workload::burn(burn_ns);

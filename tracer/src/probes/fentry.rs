@@ -9,8 +9,14 @@ use aya::{
     programs::{FEntry, FExit, ProgramError},
 };
 
-use super::{Attached, end_contexts};
-use crate::error::Failure;
+use super::{
+    Attached, end_contexts,
+    errno::{self, Cause},
+};
+use crate::{
+    error::Failure,
+    privileges::{self, Capabilities},
+};
 
 /// Which side of the call a program runs on.
 #[derive(Clone, Copy)]
@@ -105,24 +111,22 @@ fn load_failure(e: &ProgramError, function: &str) -> Failure {
             io_error,
             verifier_log,
         } => {
-            let errno = io_error.raw_os_error().unwrap_or(0);
+            let errno = io_error.raw_os_error();
             let before_verifier = format!("{verifier_log:?}").trim().is_empty();
-            let text = std::io::Error::from_raw_os_error(errno).to_string();
-            let text = text.split(" (os error").next().unwrap_or_default();
+            let answer = errno.map_or_else(|| io_error.to_string(), errno::describe);
             let mut message = format!(
                 "the kernel refused to load an fentry/fexit program on {function}: \
-                 BPF_PROG_LOAD failed with {} ({text})",
-                errno_name(errno),
+                 BPF_PROG_LOAD failed with {answer}"
             );
             if before_verifier {
                 message.push_str(", before the verifier ran");
             }
-            let hint = if errno == libc::EPERM {
-                format!(
+            let hint = match Cause::of(errno, Capabilities::of_self()) {
+                Cause::Unprivileged => return privileges::missing(Some(&message)),
+                Cause::Forbidden => format!(
                     "this kernel does not allow fentry/fexit programs, even for root; {fallback}"
-                )
-            } else {
-                format!("{fallback}; RUST_LOG=debug shows the verifier output")
+                ),
+                Cause::Other => format!("{fallback}; RUST_LOG=debug shows the verifier output"),
             };
             log::debug!("verifier output for {function}: {verifier_log:?}");
             Failure::environment(message, hint)
@@ -137,21 +141,5 @@ fn load_failure(e: &ProgramError, function: &str) -> Failure {
             format!("cannot load an fentry/fexit program on {function}: {other}"),
             fallback,
         ),
-    }
-}
-
-/// The symbolic name of the errnos BPF_PROG_LOAD returns for tracing programs.
-fn errno_name(errno: i32) -> String {
-    match errno {
-        libc::EPERM => "EPERM".to_owned(),
-        libc::EACCES => "EACCES".to_owned(),
-        libc::EINVAL => "EINVAL".to_owned(),
-        libc::ENOENT => "ENOENT".to_owned(),
-        libc::ESRCH => "ESRCH".to_owned(),
-        libc::E2BIG => "E2BIG".to_owned(),
-        libc::EOPNOTSUPP => "EOPNOTSUPP".to_owned(),
-        // The kernel's internal ENOTSUPP, which it leaks for missing BPF trampoline support.
-        524 => "ENOTSUPP".to_owned(),
-        n => format!("errno {n}"),
     }
 }

@@ -10,6 +10,7 @@
 //! unloads whatever it had attached: the next backend starts from nothing.
 
 mod end_contexts;
+mod errno;
 mod fentry;
 mod kprobe;
 mod tracepoint;
@@ -22,7 +23,11 @@ use aya_log::EbpfLogger;
 use log::{LevelFilter, warn};
 use tracer_common::Offsets;
 
-use crate::error::Failure;
+use crate::{
+    error::Failure,
+    privileges::{self, Capabilities},
+};
+use errno::Cause;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
 
@@ -97,7 +102,7 @@ pub struct Refusal {
     pub backend: Backend,
     /// The one-line cause, as the error line would say it.
     pub reason: String,
-    pub hint: String,
+    pub hint: Option<String>,
 }
 
 /// The outcome of [`select`]: the first backend that worked, what it gave, and every backend
@@ -168,8 +173,14 @@ fn one_line(failure: Failure) -> Failure {
         None => message,
     };
     match failure {
-        Failure::Usage { message, hint } => Failure::usage(cut(message), hint),
-        Failure::Environment { message, hint } => Failure::environment(cut(message), hint),
+        Failure::Usage { message, hint } => Failure::Usage {
+            message: cut(message),
+            hint,
+        },
+        Failure::Environment { message, hint } => Failure::Environment {
+            message: cut(message),
+            hint,
+        },
     }
 }
 
@@ -312,18 +323,28 @@ fn spawn_logger(logger: EbpfLogger<&'static dyn log::Log>) {
     });
 }
 
+/// Loading creates the maps first: without the capabilities that is where the kernel says
+/// EPERM, and the failure names what is missing.
 fn load_failure(e: &aya::EbpfError) -> Failure {
-    let text = format!("{e}");
-    if text.contains("EPERM") || text.contains("Operation not permitted") {
-        Failure::environment(
-            format!("the kernel refused to load the eBPF programs: {text}"),
-            "run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN",
-        )
-    } else {
-        Failure::environment(
-            format!("the kernel refused to load the eBPF programs: {text}"),
-            "run with RUST_LOG=debug and report the output",
-        )
+    let errno = errno::of(e);
+    let message = match errno {
+        Some(n) => format!(
+            "the kernel refused to load the eBPF programs: {e}: {}",
+            errno::describe(n)
+        ),
+        None => format!("the kernel refused to load the eBPF programs: {e}"),
+    };
+    match Cause::of(errno, Capabilities::of_self()) {
+        Cause::Unprivileged => privileges::missing(Some(&message)),
+        Cause::Forbidden => Failure::environment(
+            message,
+            "the capabilities are there, so a limit refused it: before 5.11 maps count against \
+             the locked-memory limit (raise it: ulimit -l unlimited), and a security module \
+             (lockdown, SELinux) can refuse bpf() even to root",
+        ),
+        Cause::Other => {
+            Failure::environment(message, "run with RUST_LOG=debug and report the output")
+        }
     }
 }
 
@@ -381,12 +402,12 @@ mod tests {
                 Refusal {
                     backend: Backend::Fentry,
                     reason: "fentry refused".into(),
-                    hint: "hint for fentry refused".into(),
+                    hint: Some("hint for fentry refused".into()),
                 },
                 Refusal {
                     backend: Backend::Kprobe,
                     reason: "kprobe refused".into(),
-                    hint: "hint for kprobe refused".into(),
+                    hint: Some("hint for kprobe refused".into()),
                 },
             ]
         );
