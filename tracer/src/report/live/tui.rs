@@ -18,6 +18,11 @@ use ratatui::{
 use super::plain::{self, COLUMNS, HEADER, OWNER, PATH};
 use super::rows::{Row, SortKey, Table};
 
+/// Space between two columns.
+const SPACING: u16 = 2;
+/// Width of the selected row's mark.
+const MARK: u16 = 2;
+
 /// Columns printed left-aligned (text); the others are numbers, right-aligned.
 const LEFT: [usize; 3] = [PATH, OWNER, COLUMNS - 1];
 
@@ -189,15 +194,16 @@ impl View {
             self.rows().iter().map(|r| plain::cells(r, secs)).collect();
         let rows_shown = cells.len();
         let header = HEADER.map(String::from);
-        let widths: Vec<Constraint> = (0..COLUMNS)
+        let widths: Vec<u16> = (0..COLUMNS)
             .map(|i| {
                 let widest = plain::width(std::slice::from_ref(&header), i, 1)
                     .max(plain::width(&cells, i, 1));
-                Constraint::Length(u16::try_from(widest).unwrap_or(u16::MAX))
+                u16::try_from(widest).unwrap_or(u16::MAX)
             })
             .collect();
+        let fit = fitting(&widths, grid_area.width.saturating_sub(MARK));
         let line = |texts: [String; COLUMNS]| {
-            GridRow::new(texts.into_iter().enumerate().map(|(i, t)| {
+            GridRow::new(texts.into_iter().take(fit).enumerate().map(|(i, t)| {
                 let line = Line::from(t);
                 Cell::from(if LEFT.contains(&i) {
                     line
@@ -206,9 +212,10 @@ impl View {
                 })
             }))
         };
+        let widths = widths[..fit].iter().map(|&w| Constraint::Length(w));
         let grid = Grid::new(cells.into_iter().map(line), widths)
             .header(line(header).style(Style::new().add_modifier(Modifier::BOLD)))
-            .column_spacing(2)
+            .column_spacing(SPACING)
             .highlight_symbol("> ")
             .highlight_spacing(HighlightSpacing::Always)
             .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
@@ -224,6 +231,20 @@ impl View {
         *self.selection.offset_mut() = offset;
         frame.render_stateful_widget(grid, grid_area, &mut self.selection);
     }
+}
+
+/// How many of the columns, `widths` wide, fit in `width`: whole columns from the left, as
+/// `top` cuts at the right edge, rather than each squeezed into a misleading part of its text
+/// (a right-aligned `ms/100.0ms`). The cgroup column is always shown.
+fn fitting(widths: &[u16], width: u16) -> usize {
+    let mut used = 0u16;
+    1 + widths[1..]
+        .iter()
+        .take_while(|&&w| {
+            used = used.saturating_add(SPACING + w);
+            widths[0].saturating_add(used) <= width
+        })
+        .count()
 }
 
 #[cfg(test)]
@@ -493,5 +514,31 @@ mod tests {
         let first = screen(&mut View::default(), 120, 5);
         assert_eq!(first[0], "waiting for the first interval");
         assert!(first[4].starts_with("sort: wall"), "{first:#?}");
+    }
+
+    #[test]
+    fn a_narrow_terminal_shows_whole_columns_from_the_left() {
+        assert_eq!(fitting(&[10, 5, 5], 5), 1, "the cgroup column always");
+        assert_eq!(fitting(&[10, 5, 5], 16), 1);
+        assert_eq!(fitting(&[10, 5, 5], 17), 2);
+        assert_eq!(fitting(&[10, 5, 5], 24), 3);
+        let mut view = View::default();
+        view.show(two_rows());
+        let wide = screen(&mut view, 200, 6);
+        assert!(wide[1].ends_with("QUOTA OF  NAME"), "{wide:#?}");
+        // The mark and CGROUP STOPS/s GROUP/s P50 P99 MAX, 2 apart: 50 columns; 59 with PER-CPU.
+        assert!(screen(&mut view, 59, 6)[1].ends_with("PER-CPU"));
+        let narrow = screen(&mut view, 58, 6);
+        let header: Vec<&str> = narrow[1].split_whitespace().collect();
+        assert_eq!(
+            header,
+            ["CGROUP", "STOPS/s", "GROUP/s", "P50", "P99", "MAX"],
+            "{narrow:#?}"
+        );
+        let row: Vec<&str> = narrow[2].split_whitespace().collect();
+        assert_eq!(
+            row,
+            [">", "/web", "10.0", "9.0", "80.0ms", "80.0ms", "80.0ms"]
+        );
     }
 }
