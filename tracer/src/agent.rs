@@ -28,9 +28,12 @@ use crate::{
     privileges,
     probes::{BackendChoice, Probes},
     records::{self, Event},
-    report::{self, CgroupReport, Ndjson, Report, Sink, Text, live::Live, prometheus::Exporter},
+    report::{
+        self, CgroupReport, Ndjson, Report, Sink, Text,
+        live::{Live, Output},
+        prometheus::Exporter,
+    },
     schema::{End, RefusedBackend, Start},
-    terminal::{self, Keys},
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
@@ -87,7 +90,8 @@ fn write_failed(e: std::io::Error) -> Failure {
 /// The live view: a table every `every` until `deadline` or a signal. A table is printed at
 /// every tick, and at the deadline if at least half an interval passed since the last tick;
 /// the rest of the run, and an interrupted interval, are in the summary only. On a terminal, keys
-/// act at once (`report::live`); `q` ends the run like Ctrl-C.
+/// act at once (`report::live`); `q` or Ctrl-C ends the run like SIGINT. The terminal is given
+/// back when `output` drops, before the caller prints the summary.
 async fn live(
     session: &mut Session,
     every: Duration,
@@ -96,26 +100,37 @@ async fn live(
     min_stop_ns: u64,
     interrupts: &mut Interrupts,
 ) -> Result<(), Failure> {
-    let mut view = Live::stdout();
-    let mut keys = Keys::open();
+    let mut rows = Live::on_this_host();
+    let mut output = Output::stdout().map_err(|e| {
+        Failure::environment(
+            format!("cannot take the terminal for the live view: {e}"),
+            "pipe the output (| cat) for plain timestamped tables",
+        )
+    })?;
     session.aggregate = std::mem::take(&mut session.aggregate).with_intervals(min_stop_ns);
-    view.watch(selected, &mut session.hierarchy);
+    rows.watch(selected, &mut session.hierarchy);
     let mut next = tokio::time::Instant::now() + every;
     loop {
         let until = deadline.map_or(next, |d| d.min(next));
-        let mut key = None;
+        let mut event = None;
         let wait = async {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
-                k = terminal::next_key(keys.as_mut()) => key = Some(k),
+                e = output.next_event() => event = Some(e),
             }
         };
         let ended = session.trace_until(wait, interrupts).await?;
         if ended == Ended::Interrupted {
             return Ok(());
         }
-        if let Some(key) = key {
-            if view.key(key).map_err(write_failed)? {
+        if let Some(event) = event {
+            let event = event.map_err(|e| {
+                Failure::environment(
+                    format!("cannot read keys from the terminal: {e}"),
+                    "pipe the output (| cat) for plain timestamped tables",
+                )
+            })?;
+            if output.event(&event).map_err(write_failed)? {
                 return Ok(());
             }
             continue;
@@ -123,8 +138,8 @@ async fn live(
         let last = deadline == Some(until);
         if until == next || (last && next - until <= every / 2) {
             session.drain();
-            let table = view.table(session.aggregate.take_interval(), &mut session.hierarchy);
-            view.show(table).map_err(write_failed)?;
+            let table = rows.table(session.aggregate.take_interval(), &mut session.hierarchy);
+            output.show(table).map_err(write_failed)?;
             next += every;
         }
         if last {

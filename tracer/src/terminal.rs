@@ -1,107 +1,85 @@
-//! Single keys from the terminal for the live view: stdin without line buffering or echo while
-//! a [`Keys`] lives (Ctrl-C still sends SIGINT, so the run ends with its summary), restored on
-//! drop.
+//! The terminal while the live view owns it: raw mode (every key at once, Ctrl-C included, as a
+//! key rather than SIGINT) and the alternate screen, drawn through ratatui; its key and resize
+//! events as a stream for the tokio loop. The terminal is given back on every way out: when the
+//! [`Screen`] drops (the run's end, `q`, a signal, an error), and on a panic in a hook that runs
+//! before the panic message is printed, so the message lands on the normal screen instead of
+//! the alternate one that is about to be left.
 
-use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::io::{self, Stdout};
+use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::io::{Interest, unix::AsyncFd};
+use crossterm::{
+    cursor::Show,
+    event::{Event, EventStream},
+    execute,
+    terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode},
+};
+use futures_util::StreamExt as _;
+use ratatui::{Frame, Terminal, backend::CrosstermBackend};
 
-/// Standard input, for `AsyncFd`.
-struct Stdin;
+/// The terminal is in raw mode on the alternate screen: what [`restore`] undoes, once.
+static TAKEN: AtomicBool = AtomicBool::new(false);
+static PANIC_HOOK: Once = Once::new();
 
-impl AsRawFd for Stdin {
-    fn as_raw_fd(&self) -> RawFd {
-        libc::STDIN_FILENO
-    }
+/// The terminal, taken for the live view until this drops.
+pub struct Screen {
+    /// First, so that it drops first: the terminal is back before anything else goes.
+    _restore: Restore,
+    terminal: Terminal<CrosstermBackend<Stdout>>,
+    events: EventStream,
 }
 
-/// Key presses on a terminal's stdin.
-pub struct Keys {
-    fd: AsyncFd<Stdin>,
-    saved: libc::termios,
-    saved_flags: libc::c_int,
-    /// stdin reached its end: no more keys.
-    closed: bool,
-}
-
-impl Keys {
-    /// Takes single keys from stdin if it is a terminal; `None` otherwise (or if it cannot).
-    pub fn open() -> Option<Self> {
-        // SAFETY: isatty, tcgetattr, tcsetattr and fcntl on fd 0 with a termios we own; fd 0
-        // stays open for the life of the process, past the AsyncFd registered on it.
-        unsafe {
-            if libc::isatty(libc::STDIN_FILENO) != 1 {
-                return None;
-            }
-            let mut saved: libc::termios = std::mem::zeroed();
-            if libc::tcgetattr(libc::STDIN_FILENO, &mut saved) != 0 {
-                return None;
-            }
-            let mut raw = saved;
-            raw.c_lflag &= !(libc::ICANON | libc::ECHO);
-            raw.c_cc[libc::VMIN] = 1;
-            raw.c_cc[libc::VTIME] = 0;
-            let saved_flags = libc::fcntl(libc::STDIN_FILENO, libc::F_GETFL);
-            if saved_flags < 0 || libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &raw) != 0 {
-                return None;
-            }
-            libc::fcntl(
-                libc::STDIN_FILENO,
-                libc::F_SETFL,
-                saved_flags | libc::O_NONBLOCK,
-            );
-            // fd 0 stays open for the life of the process, past this AsyncFd.
-            let fd = AsyncFd::register_with_interest(Stdin, Interest::READABLE).ok()?;
-            let keys = Self {
-                fd,
-                saved,
-                saved_flags,
-                closed: false,
-            };
-            Some(keys)
-        }
+impl Screen {
+    /// Raw mode and the alternate screen; on an error, whatever was set is undone.
+    pub fn open() -> io::Result<Self> {
+        PANIC_HOOK.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                restore();
+                previous(info);
+            }));
+        });
+        TAKEN.store(true, Ordering::SeqCst);
+        let restore = Restore;
+        enable_raw_mode()?;
+        execute!(io::stdout(), EnterAlternateScreen)?;
+        Ok(Self {
+            terminal: Terminal::new(CrosstermBackend::new(io::stdout()))?,
+            events: EventStream::new(),
+            _restore: restore,
+        })
     }
 
-    /// The next key pressed; never returns once stdin is closed.
-    pub async fn next(&mut self) -> u8 {
-        loop {
-            if self.closed {
-                std::future::pending::<()>().await;
-            }
-            let Ok(mut guard) = self.fd.readable_mut().await else {
-                self.closed = true;
-                continue;
-            };
-            let mut byte = 0u8;
-            // SAFETY: reading one byte into a local.
-            let n = unsafe { libc::read(libc::STDIN_FILENO, (&raw mut byte).cast(), 1) };
-            match n {
-                1 => return byte,
-                0 => self.closed = true,
-                _ if io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock => {
-                    guard.clear_ready();
-                }
-                _ => self.closed = true,
-            }
+    /// Draws one frame at the terminal's current size.
+    pub fn draw(&mut self, draw: impl FnOnce(&mut Frame)) -> io::Result<()> {
+        self.terminal.draw(draw).map(drop)
+    }
+
+    /// The next key press or resize; never returns once the terminal's input has ended.
+    pub async fn next(&mut self) -> io::Result<Event> {
+        match self.events.next().await {
+            Some(event) => event,
+            None => std::future::pending().await,
         }
     }
 }
 
-impl Drop for Keys {
+/// Gives the terminal back when dropped.
+struct Restore;
+
+impl Drop for Restore {
     fn drop(&mut self) {
-        // SAFETY: restoring what `open` read from fd 0.
-        unsafe {
-            libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &self.saved);
-            libc::fcntl(libc::STDIN_FILENO, libc::F_SETFL, self.saved_flags);
-        }
+        restore();
     }
 }
 
-/// The next key if there are keys; never otherwise.
-pub async fn next_key(keys: Option<&mut Keys>) -> u8 {
-    match keys {
-        Some(keys) => keys.next().await,
-        None => std::future::pending().await,
+/// Leaves raw mode and the alternate screen, shows the cursor; only the first call after
+/// [`Screen::open`] does anything, so a panic hook and a drop do not both leave the screen.
+fn restore() {
+    if TAKEN.swap(false, Ordering::SeqCst) {
+        // Nothing to do about a terminal that cannot be written while giving it back.
+        let _ = disable_raw_mode();
+        let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
     }
 }

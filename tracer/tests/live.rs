@@ -1,5 +1,7 @@
 //! The live view (`--interval`) on this host, piped: timestamped plain blocks, checked against a
-//! real throttled cgroup v1 and its cpu.stat read here; and the usage errors of the filters.
+//! real throttled cgroup v1 and its cpu.stat read here; on a terminal (tmux): the selection,
+//! the histogram pane, a resize, and the terminal given back after q, Ctrl-C and SIGTERM; and
+//! the usage errors of the filters.
 //! The host test needs root, kernel BTF and the cgroup v1 cpu controller at /sys/fs/cgroup/cpu;
 //! otherwise it prints "skipped: reason".
 mod common;
@@ -322,25 +324,51 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// The pane's text, with its scrollback.
+    fn keys(&self, keys: &[&str]) {
+        Self::run(&[&["send-keys", "-t", &self.0][..], keys].concat());
+    }
+
+    /// The pane's text, with its scrollback (the normal screen's; the alternate screen has none).
     fn capture(&self) -> String {
         Self::run(&["capture-pane", "-p", "-J", "-S", "-500", "-t", &self.0])
     }
 
-    /// Waits (up to 60 s, a guard against hanging) until the pane shows `text`.
-    fn wait_for(&self, text: &str) -> String {
+    /// The pane's visible lines only, as wide as the pane.
+    fn visible(&self) -> String {
+        Self::run(&["capture-pane", "-p", "-t", &self.0])
+    }
+
+    /// Waits (up to 60 s, a guard against hanging) until `done` holds for the pane's text.
+    fn wait_until(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let pane = self.capture();
-            if pane.contains(text) {
+            if done(&pane) {
                 return pane;
             }
-            assert!(
-                Instant::now() < deadline,
-                "no {text:?} in the pane:\n{pane}"
-            );
+            assert!(Instant::now() < deadline, "no {what} in the pane:\n{pane}");
             thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    fn wait_for(&self, text: &str) -> String {
+        self.wait_until(&format!("{text:?}"), |pane| pane.contains(text))
+    }
+
+    /// The tracer running in the pane now (a child of the pane's shell).
+    fn tracer_pid(&self) -> i32 {
+        let shell = Self::run(&["display-message", "-p", "-t", &self.0, "#{pane_pid}"]);
+        let shell = shell.trim();
+        let children = fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+            .expect("children of the pane's shell");
+        children
+            .split_whitespace()
+            .find(|pid| {
+                fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == Path::new(TRACER))
+            })
+            .unwrap_or_else(|| panic!("no tracer among {children:?}"))
+            .parse()
+            .unwrap()
     }
 }
 
@@ -369,8 +397,28 @@ fn tmux() -> Option<()> {
     have().then_some(())
 }
 
+/// The live view's line of keys, at the bottom of its screen (never in the summary).
+const KEYS_LINE: &str = "(s: sort; /: filter;";
+/// The selected row's mark.
+const SELECTED: &str = "> ";
+
+/// The row of `cgroup` on the screen, split in columns (without the selection mark).
+fn row_of<'a>(pane: &'a str, cgroup: &str) -> Option<Vec<&'a str>> {
+    pane.lines().find_map(|l| {
+        let columns: Vec<&str> = l.trim_start_matches(SELECTED).split_whitespace().collect();
+        (columns.first() == Some(&cgroup)).then_some(columns)
+    })
+}
+
+/// The cgroup path of the selected row.
+fn selected(pane: &str) -> Option<&str> {
+    pane.lines()
+        .find_map(|l| l.strip_prefix(SELECTED))
+        .and_then(|l| l.split_whitespace().next())
+}
+
 #[test]
-fn terminal_live_view_redraws_sorts_and_quits_on_keys() {
+fn terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back() {
     if let Some(reason) = common::skip_reason() {
         println!("skipped: {reason}");
         return;
@@ -380,11 +428,28 @@ fn terminal_live_view_redraws_sorts_and_quits_on_keys() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let scene = Throttled::start("tty", 120);
-    let tmux = Tmux(scene.name.clone());
+    // Two throttled cgroups, so that there is a second row; named so that sorting by name puts
+    // tty1 first.
+    let (one, two) = (Throttled::start("tty1", 300), Throttled::start("tty2", 300));
+    let (cg1, cg2) = (format!("/{}", one.name), format!("/{}", two.name));
+    let tmux = Tmux(one.name.clone());
+    let top = format!(
+        "{TRACER} top --backend tracepoint --pid {} --pid {}",
+        one.workload.id(),
+        two.workload.id()
+    );
+    // After each run: its exit code, and whether the terminal is back in its cooked mode.
+    let after = |n: u32| {
+        format!(
+            "echo run{n}-exit-$?; if stty -a | grep -q -w -e -icanon -e -echo; \
+             then echo run{n}-tty-raw; else echo run{n}-tty-cooked; fi"
+        )
+    };
     let command = format!(
-        "{TRACER} top --backend tracepoint --pid {}; echo tracer-exit-$?; sleep 120",
-        scene.workload.id()
+        "{top}; {}; {top}; {}; {top}; {}; sleep 300",
+        after(1),
+        after(2),
+        after(3)
     );
     Tmux::run(&[
         "new-session",
@@ -397,42 +462,139 @@ fn terminal_live_view_redraws_sorts_and_quits_on_keys() {
         "50",
         &command,
     ]);
-    let pane = tmux.wait_for("sort: wall  filter:   (s: sort;");
-    // Redrawn in place: one table on the screen at a time.
-    assert_eq!(pane.matches("CGROUP").count(), 1, "{pane}");
-    Tmux::run(&["send-keys", "-t", &tmux.0, "s"]);
-    let pane = tmux.wait_for("sort: stops");
+    let pane = tmux.wait_for("2 stopped cgroup(s)");
     println!("{pane}");
-    let cgroup = format!("/{}", scene.name);
+    // Redrawn in place: one table on the screen, the keys on its last line.
+    assert_eq!(pane.matches("CGROUP").count(), 1, "{pane}");
+    let visible = tmux.visible();
+    assert_eq!(visible.lines().count(), 50, "{visible}");
     assert!(
-        pane.lines()
-            .any(|l| l.starts_with("CGROUP ") && l.ends_with("NAME")),
+        visible.lines().last().unwrap().starts_with("sort: wall"),
+        "{visible}"
+    );
+    for cgroup in [&cg1, &cg2] {
+        let row = row_of(&pane, cgroup).unwrap_or_else(|| panic!("no row for {cgroup}:\n{pane}"));
+        // Each pinned thread: one stop per 100 ms period.
+        let per_s: f64 = row[STOPS_PER_S].parse().unwrap();
+        assert!((8.0..=12.0).contains(&per_s), "{row:?}");
+    }
+
+    // wall -> stops -> p99 -> name: tty1 first, and selected.
+    tmux.keys(&["s", "s", "s"]);
+    let pane = tmux.wait_for("sort: name");
+    let position = |cgroup: &str| pane.find(&format!(" {cgroup} ")).unwrap();
+    assert!(position(&cg1) < position(&cg2), "{pane}");
+    assert_eq!(selected(&pane), Some(cg1.as_str()), "{pane}");
+
+    // Arrow keys move the selection: down to the second row, up, down again.
+    tmux.keys(&["Down"]);
+    tmux.wait_until("the second row selected", |p| selected(p) == Some(&cg2));
+    tmux.keys(&["Up"]);
+    tmux.wait_until("the first row selected", |p| selected(p) == Some(&cg1));
+    tmux.keys(&["Down"]);
+    tmux.wait_until("the second row selected", |p| selected(p) == Some(&cg2));
+
+    // Enter: the second row's histograms.
+    tmux.keys(&["Enter"]);
+    let title = |cgroup: &str| format!("histograms of {cgroup} in the interval");
+    let pane = tmux.wait_for(&title(&cg2));
+    println!("{pane}");
+    assert!(!pane.contains(&title(&cg1)), "{pane}");
+    assert!(
+        pane.contains("per-CPU stop lengths in the interval:"),
         "{pane}"
     );
-    let row = pane
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(cgroup.as_str()))
-        .unwrap_or_else(|| panic!("no row for {cgroup}:\n{pane}"));
-    let per_s: f64 = row
-        .split_whitespace()
-        .nth(STOPS_PER_S)
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!((8.0..=12.0).contains(&per_s), "{row}");
-    // Filter on the cgroup's name, then its histograms (Enter), then back (Esc).
-    Tmux::run(&["send-keys", "-t", &tmux.0, "/", "tty", "Enter"]);
-    tmux.wait_for("filter: tty  ");
-    Tmux::run(&["send-keys", "-t", &tmux.0, "Enter"]);
-    let pane = tmux.wait_for("per-CPU stop lengths in the interval:");
+    // Quota arithmetic: a stop lasts the period less the runtime used in it, at most
+    // 100 - 20 = 80 ms, and at least 100 - 20 - 20 = 60 ms when the other cgroup on the same CPU
+    // ran its 20 ms first: every stop in the slots 32-63 or 64-127 ms.
+    assert!(
+        pane.contains("32 -> 63") && !pane.contains("128 -> 255"),
+        "{pane}"
+    );
+    // An arrow key with the pane open moves the selection, and the pane follows: its ESC byte
+    // is not taken for the Esc key, which would close the pane.
+    tmux.keys(&["Up"]);
+    let pane = tmux.wait_for(&title(&cg1));
+    assert!(!pane.contains(&title(&cg2)), "{pane}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_until("the pane closed", |p| !p.contains("histograms of /"));
+
+    // A smaller terminal: the view is laid out again for 120 x 30, the keys on its last line.
+    Tmux::run(&["resize-window", "-t", &tmux.0, "-x", "120", "-y", "30"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let visible = loop {
+        let visible = tmux.visible();
+        let lines: Vec<&str> = visible.lines().collect();
+        if lines.len() == 30 && lines[29].starts_with("sort: name") {
+            break visible;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not redrawn at 120x30:\n{visible}"
+        );
+        thread::sleep(Duration::from_millis(200));
+    };
+    println!("{visible}");
+    assert!(
+        visible.lines().all(|l| l.chars().count() <= 120),
+        "{visible}"
+    );
+    assert!(
+        visible
+            .lines()
+            .any(|l| l.trim_start().starts_with("CGROUP")),
+        "{visible}"
+    );
+    assert_eq!(selected(&visible), Some(cg1.as_str()), "{visible}");
+
+    // q: the run ends with its summary, on the normal screen, and the terminal is cooked again.
+    tmux.keys(&["q"]);
+    let pane = tmux.wait_for("run1-tty-");
     println!("{pane}");
-    assert!(pane.contains("64 -> 127"), "80 ms stops: {pane}");
-    Tmux::run(&["send-keys", "-t", &tmux.0, "Escape"]);
-    Tmux::run(&["send-keys", "-t", &tmux.0, "q"]);
-    let pane = tmux.wait_for("tracer-exit-");
-    assert!(pane.contains("tracer-exit-0"), "{pane}");
+    assert!(pane.contains("run1-exit-0"), "{pane}");
+    assert!(pane.contains("run1-tty-cooked"), "{pane}");
+    assert!(
+        !pane.contains(KEYS_LINE),
+        "the alternate screen was not left:\n{pane}"
+    );
     assert!(
         pane.contains("lost records: 0"),
         "no summary after q:\n{pane}"
     );
+    let summary = pane
+        .split("throttle-tracer: CFS bandwidth")
+        .nth(1)
+        .unwrap_or("");
+    assert!(summary.contains(&cg1) && summary.contains(&cg2), "{pane}");
+
+    // Ctrl-C, a key in raw mode: the same end as q.
+    tmux.wait_for(KEYS_LINE);
+    tmux.keys(&["C-c"]);
+    let pane = tmux.wait_for("run2-tty-");
+    assert!(
+        pane.contains("run2-exit-0") && pane.contains("run2-tty-cooked"),
+        "{pane}"
+    );
+    assert!(
+        !pane.contains(KEYS_LINE),
+        "the alternate screen was not left:\n{pane}"
+    );
+    assert_eq!(pane.matches("lost records: 0").count(), 2, "{pane}");
+
+    // SIGTERM: the same.
+    tmux.wait_for(KEYS_LINE);
+    let pid = tmux.tracer_pid();
+    // SAFETY: a signal to the tracer this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let pane = tmux.wait_for("run3-tty-");
+    println!("{pane}");
+    assert!(
+        pane.contains("run3-exit-0") && pane.contains("run3-tty-cooked"),
+        "{pane}"
+    );
+    assert!(
+        !pane.contains(KEYS_LINE),
+        "the alternate screen was not left:\n{pane}"
+    );
+    assert_eq!(pane.matches("lost records: 0").count(), 3, "{pane}");
 }

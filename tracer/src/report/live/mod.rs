@@ -1,0 +1,87 @@
+//! The live view (`--interval`, `top`): every interval, one row per cgroup stopped in it, the
+//! most wall-clock-stopped first. On a terminal ([`tui`]) the table is redrawn in place on the
+//! alternate screen, with a selectable row and keys; piped ([`plain`]), each table is a plain
+//! block under a UTC timestamp line, so logs keep them all. The rows themselves are [`rows`].
+//!
+//! Columns: STOPS/s and GROUP/s, per-CPU stops and group stops per second; P50/P99/MAX of the
+//! interval's per-CPU stops; PER-CPU and WALL, per-CPU and wall-clock stopped time in the
+//! interval (as in the summary); THROTTLED, cpu.stat nr_throttled / nr_periods over the
+//! interval; QUOTA, quota/period(+burst) now; CPU, the group's CPU usage in CPUs; QUOTA OF,
+//! whose quota stopped it. WALL can exceed PER-CPU by a stop at the edges: a group stop is final
+//! one episode late.
+//!
+//! A cgroup stopped only by an ancestor's quota (a container in a pod with the limit) gets a
+//! row too: its stop columns then count the ancestor's per-CPU stops that stopped its tasks
+//! ([`crate::aggregate::IntervalSummary::ancestor_stops`]), GROUP/s and WALL are `-` (they are
+//! the owner's), and QUOTA OF names the owner. A cgroup stopped by both shows its own stops, and
+//! QUOTA OF says `own+` the ancestor.
+
+mod plain;
+mod rows;
+mod tui;
+
+use std::io::{self, IsTerminal as _, Write as _};
+
+use crossterm::event::Event;
+
+use crate::terminal::Screen;
+
+use tui::View;
+
+pub use rows::{Live, Table};
+
+/// Where the tables go: the terminal, or plain blocks on stdout.
+pub struct Output(Kind);
+
+enum Kind {
+    Plain(io::Stdout),
+    /// Boxed: one per run, much larger than stdout's handle.
+    Terminal(Box<(Screen, View)>),
+}
+
+impl Output {
+    /// The terminal if stdout is one (taken until this drops), plain blocks otherwise.
+    pub fn stdout() -> io::Result<Self> {
+        if !io::stdout().is_terminal() {
+            return Ok(Self(Kind::Plain(io::stdout())));
+        }
+        let (mut screen, mut view) = (Screen::open()?, View::default());
+        screen.draw(|frame| view.draw(frame))?;
+        Ok(Self(Kind::Terminal(Box::new((screen, view)))))
+    }
+
+    /// Shows the interval's table.
+    pub fn show(&mut self, table: Table) -> io::Result<()> {
+        match &mut self.0 {
+            Kind::Plain(out) => {
+                out.write_all(plain::render(&table).as_bytes())?;
+                out.flush()
+            }
+            Kind::Terminal(terminal) => {
+                let (screen, view) = &mut **terminal;
+                view.show(table);
+                screen.draw(|frame| view.draw(frame))
+            }
+        }
+    }
+
+    /// The next key or resize on the terminal; never when the output is plain.
+    pub async fn next_event(&mut self) -> io::Result<Event> {
+        match &mut self.0 {
+            Kind::Plain(_) => std::future::pending().await,
+            Kind::Terminal(terminal) => terminal.0.next().await,
+        }
+    }
+
+    /// Acts on `event` and redraws; true when it ends the run.
+    pub fn event(&mut self, event: &Event) -> io::Result<bool> {
+        let Kind::Terminal(terminal) = &mut self.0 else {
+            return Ok(false);
+        };
+        let (screen, view) = &mut **terminal;
+        if view.event(event) {
+            return Ok(true);
+        }
+        screen.draw(|frame| view.draw(frame)).map(|()| false)
+    }
+}
