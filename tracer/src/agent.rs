@@ -20,9 +20,8 @@ use tokio::{
 use crate::{
     aggregate::Aggregate,
     btf,
-    cgroups::{Hierarchy, Version},
+    cgroups::Hierarchy,
     cli::{RunArgs, TracingArgs},
-    cpustat::Baseline,
     error::Failure,
     filter::{Ancestors, Selection, Traced},
     privileges,
@@ -33,6 +32,7 @@ use crate::{
         live::{Live, Output},
         prometheus::Exporter,
     },
+    sampler::{Baseline, Sampler, Snapshot},
     schema::{End, RefusedBackend, Start},
 };
 
@@ -100,7 +100,7 @@ async fn live(
     min_stop_ns: u64,
     interrupts: &mut Interrupts,
 ) -> Result<(), Failure> {
-    let mut rows = Live::on_this_host();
+    let mut rows = Live::default();
     let mut output = Output::stdout().map_err(|e| {
         Failure::environment(
             format!("cannot take the terminal for the live view: {e}"),
@@ -108,7 +108,10 @@ async fn live(
         )
     })?;
     session.aggregate = std::mem::take(&mut session.aggregate).with_intervals(min_stop_ns);
-    rows.watch(selected, &mut session.hierarchy);
+    let Some(watched) = session.sample(selected.to_vec(), interrupts).await? else {
+        return Ok(());
+    };
+    rows.watch(watched);
     let mut next = tokio::time::Instant::now() + every;
     loop {
         let until = deadline.map_or(next, |d| d.min(next));
@@ -138,7 +141,12 @@ async fn live(
         let last = deadline == Some(until);
         if until == next || (last && next - until <= every / 2) {
             session.drain();
-            let table = rows.table(session.aggregate.take_interval(), &mut session.hierarchy);
+            let intervals = session.aggregate.take_interval();
+            let ids = intervals.iter().map(|i| i.cgroup_id).collect();
+            let Some(snapshot) = session.sample(ids, interrupts).await? else {
+                return Ok(());
+            };
+            let table = rows.table(intervals, &snapshot, &mut session.hierarchy);
             output.show(table).map_err(write_failed)?;
             next += every;
         }
@@ -204,6 +212,7 @@ pub struct Session {
     aggregate: Aggregate,
     report: Report<'static>,
     hierarchy: Hierarchy,
+    sampler: Sampler,
     baseline: Baseline,
     started_ns: u64,
     exporter: Option<Exporter>,
@@ -280,7 +289,8 @@ impl Session {
             );
         }
         let ring = probes.take_events()?;
-        let baseline = Baseline::take(&mut hierarchy);
+        let sampler = Sampler::of(&hierarchy);
+        let baseline = Baseline::take(&sampler, &mut hierarchy);
         let started_ns = records::monotonic_now_ns();
         let start = Start {
             tracer_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -315,6 +325,7 @@ impl Session {
             aggregate: Aggregate::watching(&filter),
             report,
             hierarchy,
+            sampler,
             baseline,
             started_ns,
             exporter: None,
@@ -359,27 +370,47 @@ impl Session {
         selected
     }
 
-    /// The version of the cgroup hierarchy that holds the cpu controller.
-    pub fn cgroup_version(&self) -> Version {
-        self.hierarchy.version()
-    }
-
-    /// Feeds `exporter` every record from now on, and refreshes it once now.
-    pub fn export_to(&mut self, exporter: Exporter) -> Result<(), Failure> {
+    /// Feeds `exporter` every record from now on.
+    pub fn export_to(&mut self, exporter: Exporter) {
         self.exporter = Some(exporter);
-        self.refresh_exporter()
     }
 
-    /// Between drains: the exporter's lost-record count and cgroup bookkeeping; the cgroups it
+    /// Between drains: the exporter's lost-record count and cgroup bookkeeping, and the
+    /// tracked cgroups' cpu.stat read by the sampler (draining meanwhile); the cgroups it
     /// dropped as gone are forgotten by the aggregate too, so a long run's memory stays bounded.
-    pub fn refresh_exporter(&mut self) -> Result<(), Failure> {
+    pub async fn refresh_exporter(
+        &mut self,
+        interrupts: &mut Interrupts,
+    ) -> Result<Ended, Failure> {
         let lost = self.probes.lost()?;
+        let Some(exporter) = &mut self.exporter else {
+            return Ok(Ended::Done);
+        };
+        let tracked = exporter.refresh(&mut self.hierarchy, lost);
+        let Some(snapshot) = self.sample(tracked, interrupts).await? else {
+            return Ok(Ended::Interrupted);
+        };
         if let Some(exporter) = &mut self.exporter {
-            for id in exporter.refresh(&mut self.hierarchy, lost, Instant::now()) {
+            for id in exporter.update(&snapshot, Instant::now()) {
                 self.aggregate.forget(id);
             }
         }
-        Ok(())
+        Ok(Ended::Done)
+    }
+
+    /// Reads the files of cgroups `ids` on a blocking thread, draining the ring buffer
+    /// meanwhile; `None` if a signal came first.
+    pub async fn sample(
+        &mut self,
+        ids: Vec<u64>,
+        interrupts: &mut Interrupts,
+    ) -> Result<Option<Snapshot>, Failure> {
+        let targets = Sampler::targets(&mut self.hierarchy, ids);
+        let sampler = self.sampler.clone();
+        let mut snapshot = None;
+        let read = async { snapshot = Some(sampler.read(targets).await) };
+        let ended = self.trace_until(read, interrupts).await?;
+        Ok(snapshot.filter(|_| ended == Ended::Done))
     }
 
     /// Moves records into the aggregate until `until` completes or a signal arrives.
@@ -420,7 +451,12 @@ impl Session {
         let now_ns = records::monotonic_now_ns();
         // cpu.stat is read while the probes are still attached, right after the last drain, so a
         // stop is in one and not the other only if it ended in the microseconds between the two.
-        let reports = report::collect(self.aggregate, now_ns, &mut self.hierarchy, &self.baseline);
+        let summaries = self.aggregate.finish(now_ns);
+        let ids = summaries.iter().map(|s| s.cgroup_id);
+        let end = self
+            .sampler
+            .read_now(&Sampler::targets(&mut self.hierarchy, ids));
+        let reports = report::collect(summaries, &mut self.hierarchy, &self.baseline, &end);
         let totals = End {
             lost: self.probes.lost()?,
             malformed: self.reader.malformed,

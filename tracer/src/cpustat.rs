@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cgroups::{Hierarchy, Version};
+use crate::cgroups::Version;
 use crate::records::Bandwidth;
 
 const NS_PER_US: u64 = 1_000;
@@ -34,6 +34,8 @@ pub enum CpuStatError {
     Missing { path: PathBuf, field: &'static str },
     #[error("cpu.stat {field} went backwards (was the cgroup recreated?)")]
     WentBackwards { field: &'static str },
+    #[error("cpu.stat could not be read at the start of the trace")]
+    NoBaseline,
 }
 
 /// The unit the kernel printed a time in; values here are always ns. Serialized as its
@@ -128,7 +130,7 @@ pub struct CpuStat {
 
 impl CpuStat {
     /// The reading of a cgroup that did not exist yet: the kernel starts every counter at 0.
-    fn zero(unit: TimeUnit) -> Self {
+    pub fn zero(unit: TimeUnit) -> Self {
         Self {
             unit,
             nr_periods: 0,
@@ -321,54 +323,11 @@ pub fn read_bandwidth(dir: &Path, version: Version) -> Result<Bandwidth, CpuStat
     }
 }
 
-/// cpu.stat of every cgroup at the start of the trace, so the end can report deltas for
-/// whichever cgroups turn out to stop.
-#[derive(Debug)]
-pub struct Baseline {
-    version: Version,
-    /// `None`: the cgroup existed but could not be read. Absent: created after the start.
-    at_start: HashMap<u64, Option<CpuStat>>,
-}
-
-impl Baseline {
-    /// Reads every cgroup of the hierarchy (one walk; a few ms for thousands of cgroups).
-    pub fn take(hierarchy: &mut Hierarchy) -> Self {
-        let version = hierarchy.version();
-        let cgroups: Vec<(u64, String)> = hierarchy
-            .all()
-            .map(|(id, path)| (id, path.to_owned()))
-            .collect();
-        let at_start = cgroups
-            .into_iter()
-            .map(|(id, path)| {
-                let stat = hierarchy
-                    .dir_of(&path)
-                    .ok()
-                    .and_then(|dir| CpuStat::read(&dir, version).ok());
-                (id, stat)
-            })
-            .collect();
-        Self { version, at_start }
-    }
-
-    /// What cgroup `id` (directory `dir`) did since the baseline. A cgroup created after the
-    /// baseline is diffed against zero, which is where the kernel started its counters.
-    pub fn delta(&self, id: u64, dir: &Path) -> Result<CpuStat, CpuStatError> {
-        let now = CpuStat::read(dir, self.version)?;
-        match self.at_start.get(&id) {
-            Some(Some(start)) => now.since(start),
-            Some(None) => Err(CpuStatError::Missing {
-                path: dir.join("cpu.stat"),
-                field: "baseline reading",
-            }),
-            None => now.since(&CpuStat::zero(now.unit)),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroups::Hierarchy;
+    use crate::sampler::{Baseline, Sampler};
 
     /// 6.18 (this host), v1 child after a busy loop under 20 ms / 100 ms.
     const V1_BURST: &str = "\
@@ -565,10 +524,12 @@ throttled_usec 80001
             let bw = read_bandwidth(h.root(), version).unwrap();
             assert_eq!(bw.quota_ns, None, "the root cgroup is never limited");
         }
-        let base = Baseline::take(&mut h);
+        let base = Baseline::take(&Sampler::of(&h), &mut h);
         if version == Version::V1 {
             let root_id = h.id_of("/").unwrap();
-            let d = base.delta(root_id, h.root()).unwrap();
+            let d = base
+                .delta(root_id, &CpuStat::read(h.root(), version).unwrap())
+                .unwrap();
             assert_eq!(d.unit, TimeUnit::Nanos);
         }
         // A child we create (needs root); else any existing child with the controller.
@@ -603,7 +564,7 @@ throttled_usec 80001
             assert_eq!((s.nr_periods, s.nr_throttled, s.throttled_ns), (0, 0, 0));
             // A cgroup created after the baseline diffs against zero.
             let id = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&child).unwrap());
-            assert_eq!(base.delta(id, &child).unwrap().throttled_ns, 0);
+            assert_eq!(base.delta(id, &s).unwrap().throttled_ns, 0);
         }
         // cgroupfs removes a cgroup with rmdir, not by deleting its files: let TempDir's
         // recursive removal fail quietly and do it ourselves.

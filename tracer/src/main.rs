@@ -18,6 +18,7 @@ mod probes;
 mod records;
 mod replay;
 mod report;
+mod sampler;
 mod schema;
 mod serve;
 mod terminal;

@@ -46,27 +46,26 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     })?;
     let (mut session, selected) =
         Session::start_selected(&args.tracing, vec![Box::new(Text::stdout())])?;
-    let exporter = Exporter::new(
-        Config {
-            max_cgroups: args.max_cgroups,
-            gone_after: args.gone_after,
-            named: selected,
-        },
-        session.cgroup_version(),
-    );
+    let exporter = Exporter::new(Config {
+        max_cgroups: args.max_cgroups,
+        gone_after: args.gone_after,
+        named: selected,
+    });
     let scraper = exporter.scraper();
-    session.export_to(exporter)?;
+    session.export_to(exporter);
     let address = listener.local_addr().unwrap_or(args.listen);
     tokio::spawn(accept(listener, scraper));
     eprintln!("throttle-tracer: serving metrics on http://{address}/metrics");
 
     let mut interrupts = Interrupts::new()?;
-    while session
-        .trace_until(tokio::time::sleep(REFRESH_INTERVAL), &mut interrupts)
-        .await?
-        == Ended::Done
-    {
-        session.refresh_exporter()?;
+    loop {
+        if session.refresh_exporter(&mut interrupts).await? == Ended::Interrupted {
+            break;
+        }
+        let pause = tokio::time::sleep(REFRESH_INTERVAL);
+        if session.trace_until(pause, &mut interrupts).await? == Ended::Interrupted {
+            break;
+        }
     }
     session.finish().map(|_| ())
 }
@@ -256,7 +255,6 @@ mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
-    use crate::cgroups::Version;
     use crate::report::prometheus::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, tests::families};
 
     /// What Prometheus 2.42 sends without and with `--enable-feature=native-histograms`.
@@ -318,14 +316,11 @@ mod tests {
 
     /// The response to a GET of /metrics with `accept`: its content type and body.
     async fn scrape(accept: &str) -> (String, Bytes) {
-        let exporter = Exporter::new(
-            Config {
-                max_cgroups: 10,
-                gone_after: Duration::from_secs(300),
-                named: Vec::new(),
-            },
-            Version::V1,
-        );
+        let exporter = Exporter::new(Config {
+            max_cgroups: 10,
+            gone_after: Duration::from_secs(300),
+            named: Vec::new(),
+        });
         let request = Request::get("/metrics")
             .header(header::ACCEPT, accept)
             .body(())

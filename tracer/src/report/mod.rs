@@ -30,11 +30,12 @@ use std::io;
 
 pub use sink::{Ndjson, Sink, Text};
 
-use crate::aggregate::{Aggregate, CgroupSummary, DurationSummary};
+use crate::aggregate::{CgroupSummary, DurationSummary};
 use crate::cgroups::Hierarchy;
-use crate::cpustat::{self, Baseline, CpuStat};
+use crate::cpustat::CpuStat;
 use crate::names::Name;
 use crate::records::{Bandwidth, EndedStop, Event};
+use crate::sampler::{Baseline, Sample, Snapshot};
 use crate::schema::{self, End, Line, Start};
 
 /// One cgroup's measurements and its cgroup-file readings at the end of the trace.
@@ -50,12 +51,14 @@ pub struct CgroupReport {
 }
 
 impl CgroupReport {
-    /// Reads the cgroup's end-of-trace state. Failures (the cgroup was removed, the v2 root has
-    /// no cpu.max, ...) leave the field `None`: the report still has the trace's own figures.
+    /// Joins the summary with the cgroup's end-of-trace reading. What could not be read (the
+    /// cgroup was removed, the v2 root has no cpu.max, ...) is `None`: the report still has the
+    /// trace's own figures.
     pub fn collect(
         mut summary: CgroupSummary,
         hierarchy: &mut Hierarchy,
         baseline: &Baseline,
+        end: Option<&Sample>,
     ) -> Self {
         for a in summary
             .descendants
@@ -65,14 +68,10 @@ impl CgroupReport {
             a.path = hierarchy.path_of(a.cgroup_id).map(str::to_owned);
         }
         let path = hierarchy.path_of(summary.cgroup_id).map(str::to_owned);
-        let dir = path.as_deref().and_then(|p| hierarchy.dir_of(p).ok());
-        let (cpu_stat, settings) = match &dir {
-            Some(dir) => (
-                baseline.delta(summary.cgroup_id, dir).ok(),
-                cpustat::read_bandwidth(dir, hierarchy.version()).ok(),
-            ),
-            None => (None, None),
-        };
+        let cpu_stat = end
+            .and_then(|e| e.stat.as_ref())
+            .and_then(|now| baseline.delta(summary.cgroup_id, now).ok());
+        let settings = end.and_then(|e| e.settings);
         Self {
             summary,
             path,
@@ -153,18 +152,20 @@ impl CgroupReport {
     }
 }
 
-/// One [`CgroupReport`] per cgroup the trace saw, most stopped first: finishes the aggregate at
-/// `now_ns` (CLOCK_MONOTONIC) and reads each cgroup's files.
+/// One [`CgroupReport`] per cgroup the trace saw, most stopped first, from the summaries and
+/// each cgroup's end-of-trace reading in `end`.
 pub fn collect(
-    aggregate: Aggregate,
-    now_ns: u64,
+    summaries: Vec<CgroupSummary>,
     hierarchy: &mut Hierarchy,
     baseline: &Baseline,
+    end: &Snapshot,
 ) -> Vec<CgroupReport> {
-    aggregate
-        .finish(now_ns)
+    summaries
         .into_iter()
-        .map(|summary| CgroupReport::collect(summary, hierarchy, baseline))
+        .map(|summary| {
+            let sample = end.get(&summary.cgroup_id);
+            CgroupReport::collect(summary, hierarchy, baseline, sample)
+        })
         .collect()
 }
 
@@ -384,7 +385,8 @@ pub(crate) mod tests {
         std::fs::write(child.join("cpu.cfs_quota_us"), "20000\n").unwrap();
         std::fs::write(child.join("cpu.cfs_period_us"), "100000\n").unwrap();
         let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
-        let baseline = Baseline::take(&mut h);
+        let sampler = crate::sampler::Sampler::at(&h, None);
+        let baseline = Baseline::take(&sampler, &mut h);
         std::fs::write(
             child.join("cpu.stat"),
             "nr_periods 3\nnr_throttled 2\nthrottled_time 9\n",
@@ -392,14 +394,23 @@ pub(crate) mod tests {
         .unwrap();
         let mut summary = demo_report().summary;
         summary.cgroup_id = h.id_of("/demo").unwrap();
-        let r = CgroupReport::collect(summary.clone(), &mut h, &baseline);
+        let end = sampler.read_now(&crate::sampler::Sampler::targets(
+            &mut h,
+            [summary.cgroup_id],
+        ));
+        let r = CgroupReport::collect(
+            summary.clone(),
+            &mut h,
+            &baseline,
+            end.get(&summary.cgroup_id),
+        );
         assert_eq!(r.path.as_deref(), Some("/demo"));
         let d = r.cpu_stat.unwrap();
         assert_eq!((d.nr_periods, d.nr_throttled, d.throttled_ns), (2, 1, 4));
         assert_eq!(r.settings.unwrap().quota_ns, Some(20 * MS));
 
         summary.cgroup_id = u64::MAX;
-        let r = CgroupReport::collect(summary, &mut h, &baseline);
+        let r = CgroupReport::collect(summary, &mut h, &baseline, None);
         assert_eq!((r.path, r.cpu_stat, r.settings), (None, None, None));
     }
 

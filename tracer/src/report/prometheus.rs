@@ -36,7 +36,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -55,10 +54,11 @@ use prometheus_client::metrics::histogram::{
 };
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::cgroups::{Hierarchy, Version};
+use crate::cgroups::Hierarchy;
 use crate::cpustat::CpuStat;
 use crate::names::Name;
 use crate::records::{EndedStop, Event};
+use crate::sampler::Snapshot;
 
 /// Histogram bounds: 1 ms × 2^k for k = 0..=12, i.e. up to 4.096 s (then +Inf).
 const BUCKET_START_S: f64 = 0.001;
@@ -155,16 +155,15 @@ pub struct Config {
 #[derive(Debug)]
 struct Tracked {
     labels: CgroupLabels,
-    /// Its directory; `None` if the id never resolved to a path.
-    dir: Option<PathBuf>,
-    /// When its directory was first found missing.
+    /// Its cpu.stat at the sampler's last reading; `None` before the first or if unreadable.
+    stat: Option<CpuStat>,
+    /// When the sampler first found it missing.
     gone_since: Option<Instant>,
 }
 
 /// The tracked cgroups, shared with the scrape-time cpu.stat collector.
 #[derive(Debug)]
 struct Shared {
-    version: Version,
     cgroups: HashMap<u64, Tracked>,
 }
 
@@ -247,11 +246,9 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// An exporter for the cpu hierarchy of `version`.
-    pub fn new(config: Config, version: Version) -> Self {
+    pub fn new(config: Config) -> Self {
         let families = Families::new();
         let shared = Arc::new(Mutex::new(Shared {
-            version,
             cgroups: HashMap::new(),
         }));
         let mut registry = Registry::with_prefix("throttle_tracer");
@@ -396,7 +393,6 @@ impl Exporter {
         }
         self.refused.remove(&id);
         let path = hierarchy.path_of(id).map(str::to_owned);
-        let dir = path.as_deref().and_then(|p| hierarchy.dir_of(p).ok());
         let labels = CgroupLabels::of(path.unwrap_or_else(|| format!("id:{id}")));
         // A removed cgroup whose path was reused: the new one continues its series.
         let previous: Vec<u64> = shared
@@ -414,7 +410,7 @@ impl Exporter {
             id,
             Tracked {
                 labels: labels.clone(),
-                dir,
+                stat: None,
                 gone_since: None,
             },
         );
@@ -422,10 +418,9 @@ impl Exporter {
         Some(labels)
     }
 
-    /// Between drains (about once a second): tracks the named cgroups, takes the kernel's
-    /// lost-record count, and drops the cgroups gone for longer than `gone_after`. Returns
-    /// their ids, for the aggregate to forget.
-    pub fn refresh(&mut self, hierarchy: &mut Hierarchy, lost: u64, now: Instant) -> Vec<u64> {
+    /// Between drains (about once a second): tracks the named cgroups and takes the kernel's
+    /// lost-record count. Returns the tracked cgroups, for the sampler to read.
+    pub fn refresh(&mut self, hierarchy: &mut Hierarchy, lost: u64) -> Vec<u64> {
         for id in std::mem::take(&mut self.config.named) {
             self.track(id, hierarchy);
         }
@@ -433,15 +428,28 @@ impl Exporter {
             .lost
             .inc_by(lost.saturating_sub(self.lost_seen));
         self.lost_seen = self.lost_seen.max(lost);
+        lock(&self.shared).cgroups.keys().copied().collect()
+    }
 
+    /// Takes the sampler's reading of the tracked cgroups, which scrapes then serve, and drops
+    /// the cgroups missing from it (no path, or no directory) for longer than `gone_after`.
+    /// Returns their ids, for the aggregate to forget.
+    pub fn update(&mut self, snapshot: &Snapshot, now: Instant) -> Vec<u64> {
         let mut shared = lock(&self.shared);
         let mut gone = Vec::new();
         for (id, t) in &mut shared.cgroups {
-            if t.dir.as_ref().is_some_and(|d| d.is_dir()) {
-                t.gone_since = None;
-            } else if now.duration_since(*t.gone_since.get_or_insert(now)) >= self.config.gone_after
-            {
-                gone.push(*id);
+            match snapshot.get(id).filter(|s| s.exists) {
+                Some(sample) => {
+                    t.stat.clone_from(&sample.stat);
+                    t.gone_since = None;
+                }
+                None => {
+                    t.stat = None;
+                    let since = *t.gone_since.get_or_insert(now);
+                    if now.duration_since(since) >= self.config.gone_after {
+                        gone.push(*id);
+                    }
+                }
             }
         }
         for id in &gone {
@@ -481,7 +489,8 @@ impl Scraper {
     }
 }
 
-/// Reads cpu.stat of every tracked cgroup at scrape time.
+/// Serves the sampler's last reading of every tracked cgroup's cpu.stat at scrape time (no I/O
+/// under the lock, nor on the task that drains the ring buffer).
 #[derive(Debug)]
 struct CpuStatCollector {
     shared: SharedRef,
@@ -489,17 +498,11 @@ struct CpuStatCollector {
 
 impl Collector for CpuStatCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let stats: Vec<(CgroupLabels, CpuStat)> = {
-            let shared = lock(&self.shared);
-            shared
-                .cgroups
-                .values()
-                .filter_map(|t| {
-                    let stat = CpuStat::read(t.dir.as_ref()?, shared.version).ok()?;
-                    Some((t.labels.clone(), stat))
-                })
-                .collect()
-        };
+        let stats: Vec<(CgroupLabels, CpuStat)> = lock(&self.shared)
+            .cgroups
+            .values()
+            .filter_map(|t| Some((t.labels.clone(), t.stat.clone()?)))
+            .collect();
         let mut family = |name: &'static str,
                           help: &str,
                           unit: Option<Unit>,
@@ -549,6 +552,7 @@ pub(crate) mod tests {
     use prost::Message;
 
     use super::*;
+    use crate::cgroups::Version;
     use crate::report::tests::{MS, ended};
 
     fn tree() -> (tempfile::TempDir, Hierarchy, u64) {
@@ -563,6 +567,14 @@ pub(crate) mod tests {
         let h = Hierarchy::at(dir.path().to_owned(), Version::V1);
         let id = h.id_of("/demo").unwrap();
         (dir, h, id)
+    }
+
+    /// The run loop's refresh: bookkeeping, then the sampler's reading of the tracked cgroups.
+    fn refreshed(e: &mut Exporter, h: &mut Hierarchy, lost: u64, now: Instant) -> Vec<u64> {
+        let tracked = e.refresh(h, lost);
+        let sampler = crate::sampler::Sampler::at(h, None);
+        let snapshot = sampler.read_now(&crate::sampler::Sampler::targets(h, tracked));
+        e.update(&snapshot, now)
     }
 
     fn config(max_cgroups: usize) -> Config {
@@ -597,9 +609,9 @@ pub(crate) mod tests {
     #[test]
     fn series_are_the_aggregates_figures_and_cpu_stat() {
         let (_dir, mut h, id) = tree();
-        let mut e = Exporter::new(config(10), Version::V1);
+        let mut e = Exporter::new(config(10));
         let agg = feed(&mut e, &mut h, id);
-        e.refresh(&mut h, 3, Instant::now());
+        refreshed(&mut e, &mut h, 3, Instant::now());
         let (ty, text) = e.scraper().encode(false).unwrap();
         assert_eq!(ty, TEXT_CONTENT_TYPE);
         let l = r#"{cgroup="/demo"}"#;
@@ -700,7 +712,7 @@ pub(crate) mod tests {
     #[test]
     fn protobuf_has_native_buckets_beside_the_classic_ones() {
         let (_dir, mut h, id) = tree();
-        let mut e = Exporter::new(config(10), Version::V1);
+        let mut e = Exporter::new(config(10));
         feed(&mut e, &mut h, id);
         let families = families(&e.scraper().protobuf().unwrap());
         let histogram = |name: &str| {
@@ -745,7 +757,7 @@ pub(crate) mod tests {
             std::fs::create_dir(dir.path().join("demo").join(c)).unwrap();
             children.push(h.id_of(&format!("/demo/{c}")).unwrap());
         }
-        let mut e = Exporter::new(config(10), Version::V1);
+        let mut e = Exporter::new(config(10));
         let mut stop = ended(0, 0, 80);
         stop.stop.cgroup_id = id;
         stop.stop.children = children;
@@ -776,7 +788,7 @@ pub(crate) mod tests {
         let (dir, mut h, id) = tree();
         std::fs::create_dir(dir.path().join("other")).unwrap();
         let other = h.id_of("/other").unwrap();
-        let mut e = Exporter::new(config(1), Version::V1);
+        let mut e = Exporter::new(config(1));
         feed(&mut e, &mut h, id);
         feed(&mut e, &mut h, other);
         let (_, text) = e.scraper().encode(false).unwrap();
@@ -788,12 +800,12 @@ pub(crate) mod tests {
         // /demo disappears: kept for the grace period, then dropped; /other gets its place.
         std::fs::remove_dir_all(dir.path().join("demo")).unwrap();
         let t0 = Instant::now();
-        assert!(e.refresh(&mut h, 0, t0).is_empty());
-        assert!(
-            e.refresh(&mut h, 0, t0 + Duration::from_secs(299))
-                .is_empty()
+        assert!(refreshed(&mut e, &mut h, 0, t0).is_empty());
+        assert!(refreshed(&mut e, &mut h, 0, t0 + Duration::from_secs(299)).is_empty());
+        assert_eq!(
+            refreshed(&mut e, &mut h, 0, t0 + Duration::from_secs(300)),
+            [id]
         );
-        assert_eq!(e.refresh(&mut h, 0, t0 + Duration::from_secs(300)), [id]);
         let (_, text) = e.scraper().encode(false).unwrap();
         assert!(!text.contains(r#"cgroup="/demo""#), "{text}");
         assert_eq!(sample(&text, gone), 1.0);
@@ -816,7 +828,7 @@ pub(crate) mod tests {
         std::fs::create_dir_all(dir.path().join(&leaf)).unwrap();
         let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
         let cg = h.id_of(&format!("/{leaf}")).unwrap();
-        let mut e = Exporter::new(config(10), Version::V1);
+        let mut e = Exporter::new(config(10));
         feed(&mut e, &mut h, cg);
         let (_, text) = e.scraper().encode(false).unwrap();
         let series = format!(
@@ -837,14 +849,11 @@ pub(crate) mod tests {
     #[test]
     fn named_cgroups_have_series_before_they_stop() {
         let (_dir, mut h, demo) = tree();
-        let mut e = Exporter::new(
-            Config {
-                named: vec![demo],
-                ..config(10)
-            },
-            Version::V1,
-        );
-        e.refresh(&mut h, 0, Instant::now());
+        let mut e = Exporter::new(Config {
+            named: vec![demo],
+            ..config(10)
+        });
+        refreshed(&mut e, &mut h, 0, Instant::now());
         let (_, text) = e.scraper().encode(false).unwrap();
         assert_eq!(
             sample(&text, r#"throttle_tracer_stops_total{cgroup="/demo"}"#),

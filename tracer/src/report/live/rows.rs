@@ -1,20 +1,18 @@
 //! The live view's rows: one per cgroup stopped in the interval, from the aggregate's interval
-//! window ([`crate::aggregate::IntervalSummary`]: what ended in the interval) and the cgroup's
-//! files. cpu.stat and the CPU usage (v2 `usage_usec`; v1 `cpuacct.usage` of the same path in
+//! window ([`crate::aggregate::IntervalSummary`]: what ended in the interval) and the sampler's
+//! reading of the cgroup's files at the tick (no I/O here). cpu.stat and the CPU usage (v2 `usage_usec`; v1 `cpuacct.usage` of the same path in
 //! the cpuacct hierarchy, which is the cpu hierarchy when they are co-mounted `cpu,cpuacct`; `-`
 //! when that cgroup does not exist there) are diffed against this view's previous reading of the
 //! same cgroup, so a cgroup's first row has `-` there unless the run selected it at the start.
 
 use std::collections::HashMap;
-use std::fs;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::aggregate::{DurationSummary, IntervalSummary};
-use crate::cgroups::{self, Hierarchy, Version};
-use crate::cpustat::{self, CpuStat};
+use crate::cgroups::Hierarchy;
 use crate::names::Name;
 use crate::records::Bandwidth;
+use crate::sampler::{Sample, Snapshot};
 
 /// One cgroup in one interval.
 #[derive(Clone, Debug, PartialEq)]
@@ -133,48 +131,35 @@ pub struct Table {
     pub rows: Vec<Row>,
 }
 
-/// A cgroup's counters at one moment, for the next interval's deltas.
-#[derive(Clone, Debug)]
-struct Reading {
-    at: Instant,
-    stat: CpuStat,
-    usage_ns: Option<u64>,
-}
 /// The rows' state between refreshes: the previous reading of each cgroup.
 pub struct Live {
     last_tick: Instant,
-    readings: HashMap<u64, Reading>,
-    /// cgroup v1: the cpuacct hierarchy's mount (the cpu hierarchy's when co-mounted); `None`:
-    /// look in the cgroup's own directory.
-    cpuacct: Option<PathBuf>,
+    readings: HashMap<u64, Sample>,
 }
 
-impl Live {
-    /// Reads CPU usage from this host's cpuacct hierarchy (v1) or cpu.stat (v2).
-    pub fn on_this_host() -> Self {
-        Self::with_cpuacct(cgroups::v1_mount_of("cpuacct"))
-    }
-
-    fn with_cpuacct(cpuacct: Option<PathBuf>) -> Self {
+impl Default for Live {
+    fn default() -> Self {
         Self {
             last_tick: Instant::now(),
             readings: HashMap::new(),
-            cpuacct,
         }
     }
+}
 
-    /// Takes the counters of `ids` now, so that their first row already has deltas.
-    pub fn watch(&mut self, ids: &[u64], hierarchy: &mut Hierarchy) {
-        let now = Instant::now();
-        for &id in ids {
-            if let Some(r) = read(id, hierarchy, self.cpuacct.as_deref(), now) {
-                self.readings.insert(id, r);
-            }
-        }
+impl Live {
+    /// The readings of the selected cgroups at the start, so that their first row already has
+    /// deltas.
+    pub fn watch(&mut self, snapshot: Snapshot) {
+        self.readings.extend(snapshot);
     }
 
     /// Builds the interval's table from the aggregate's interval window and the cgroup files.
-    pub fn table(&mut self, intervals: Vec<IntervalSummary>, hierarchy: &mut Hierarchy) -> Table {
+    pub fn table(
+        &mut self,
+        intervals: Vec<IntervalSummary>,
+        snapshot: &Snapshot,
+        hierarchy: &mut Hierarchy,
+    ) -> Table {
         let now = Instant::now();
         let interval = now.duration_since(self.last_tick);
         self.last_tick = now;
@@ -186,19 +171,16 @@ impl Live {
                     a.path = hierarchy.path_of(a.cgroup_id).map(str::to_owned);
                 }
                 let path = hierarchy.path_of(id).map(str::to_owned);
-                let reading = read(id, hierarchy, self.cpuacct.as_deref(), now);
-                let (periods, cpus) = match (self.readings.get(&id), &reading) {
+                let reading = snapshot.get(&id).filter(|s| s.stat.is_some());
+                let (periods, cpus) = match (self.readings.get(&id), reading) {
                     (Some(before), Some(after)) => deltas(before, after),
                     _ => (None, None),
                 };
+                let settings = reading.and_then(|r| r.settings);
                 match reading {
-                    Some(r) => self.readings.insert(id, r),
+                    Some(r) => self.readings.insert(id, r.clone()),
                     None => self.readings.remove(&id),
                 };
-                let settings = path
-                    .as_deref()
-                    .and_then(|p| hierarchy.dir_of(p).ok())
-                    .and_then(|dir| cpustat::read_bandwidth(&dir, hierarchy.version()).ok());
                 Row {
                     cgroup_id: id,
                     name: path.as_deref().and_then(friendly_name),
@@ -219,42 +201,12 @@ impl Live {
     }
 }
 
-/// The cgroup's cpu.stat and CPU usage now; `None` if it cannot be read (gone, or the root of
-/// a v2 tree, which has no cpu.stat throttling fields).
-fn read(
-    id: u64,
-    hierarchy: &mut Hierarchy,
-    cpuacct: Option<&Path>,
-    at: Instant,
-) -> Option<Reading> {
-    let version = hierarchy.version();
-    let path = hierarchy.path_of(id)?.to_owned();
-    let dir = hierarchy.dir_of(&path).ok()?;
-    let stat = CpuStat::read(&dir, version).ok()?;
-    let usage_ns = match version {
-        Version::V2 => stat.usage_ns,
-        Version::V1 => match cpuacct {
-            Some(root) => cpuacct_usage(&root.join(path.trim_start_matches('/'))),
-            None => cpuacct_usage(&dir),
-        },
-    };
-    Some(Reading { at, stat, usage_ns })
-}
-
-/// v1 `cpuacct.usage` (ns) in the cgroup directory `dir` of the cpuacct hierarchy.
-fn cpuacct_usage(dir: &Path) -> Option<u64> {
-    fs::read_to_string(dir.join("cpuacct.usage"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
-fn deltas(before: &Reading, after: &Reading) -> (Option<(u64, u64)>, Option<f64>) {
+fn deltas(before: &Sample, after: &Sample) -> (Option<(u64, u64)>, Option<f64>) {
     let periods = after
         .stat
-        .since(&before.stat)
-        .ok()
+        .as_ref()
+        .zip(before.stat.as_ref())
+        .and_then(|(a, b)| a.since(b).ok())
         .map(|d| (d.nr_throttled, d.nr_periods));
     let secs = after.at.duration_since(before.at).as_secs_f64();
     let cpus = after
@@ -277,9 +229,12 @@ fn friendly_name(path: &str) -> Option<String> {
 pub(super) mod tests {
     use super::*;
     use crate::aggregate::Aggregate;
+    use crate::cgroups::Version;
     use crate::records::Event;
     use crate::report::live::plain;
     use crate::report::tests::{MS, ended};
+    use crate::sampler::Sampler;
+    use std::fs;
 
     /// Two cgroups through the real aggregate: 4242 stopped 80 ms per 100 ms on one CPU, 7
     /// stopped less but more often.
@@ -312,9 +267,11 @@ pub(super) mod tests {
     fn rows_from_a_synthetic_aggregate_most_wall_stopped_first() {
         let dir = tempfile::tempdir().unwrap();
         let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
-        let mut live = Live::with_cpuacct(None);
-        live.last_tick = Instant::now() - Duration::from_secs(1);
-        let t = live.table(synthetic(), &mut h);
+        let mut live = Live {
+            last_tick: Instant::now() - Duration::from_secs(1),
+            ..Live::default()
+        };
+        let t = live.table(synthetic(), &Snapshot::new(), &mut h);
         let ids: Vec<u64> = t.rows.iter().map(|r| r.cgroup_id).collect();
         assert_eq!(ids, [4242, 7]);
         let top = &t.rows[0];
@@ -359,13 +316,15 @@ pub(super) mod tests {
                 cg.file_name().unwrap().to_str().unwrap()
             ))
             .unwrap();
-        let mut live = Live::with_cpuacct(None);
-        live.watch(&[id], &mut h);
+        let sampler = Sampler::at(&h, None);
+        let mut live = Live::default();
+        live.watch(sampler.read_now(&Sampler::targets(&mut h, [id])));
         live.readings.get_mut(&id).unwrap().at -= Duration::from_secs(1);
         write(15, 14, 1_200_000_000);
         let mut interval = synthetic().remove(0);
         interval.cgroup_id = id;
-        let t = live.table(vec![interval], &mut h);
+        let now = sampler.read_now(&Sampler::targets(&mut h, [id]));
+        let t = live.table(vec![interval], &now, &mut h);
         let r = &t.rows[0];
         assert_eq!(r.periods, Some((10, 10)));
         assert_eq!(r.throttled_ratio(), Some(1.0));
@@ -388,9 +347,11 @@ pub(super) mod tests {
             e.stop.children = vec![ctr];
             agg.credit_only(&e, |d| d == ctr);
         }
-        let mut live = Live::with_cpuacct(None);
-        live.last_tick = Instant::now() - Duration::from_secs(1);
-        let t = live.table(agg.take_interval(), &mut h);
+        let mut live = Live {
+            last_tick: Instant::now() - Duration::from_secs(1),
+            ..Live::default()
+        };
+        let t = live.table(agg.take_interval(), &Snapshot::new(), &mut h);
         assert_eq!(
             t.rows.len(),
             1,
@@ -416,7 +377,7 @@ pub(super) mod tests {
     fn sort_keys_order_the_rows() {
         let dir = tempfile::tempdir().unwrap();
         let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
-        let mut t = Live::with_cpuacct(None).table(synthetic(), &mut h);
+        let mut t = Live::default().table(synthetic(), &Snapshot::new(), &mut h);
         let order = |t: &Table| t.rows.iter().map(|r| r.cgroup_id).collect::<Vec<_>>();
         assert_eq!(order(&t), [4242, 7], "wall");
         let mut key = SortKey::default();

@@ -1,0 +1,230 @@
+//! The sampler: every read of a cgroup's own files — cpu.stat and cpu.stat.local, v1
+//! `cpuacct.usage`, the quota settings — is made here ([`cpustat`] knows the files' formats,
+//! this module decides when they are read), and the reports get what it read ([`Sample`],
+//! [`Snapshot`]) and do no I/O. During a trace the reads run on tokio's blocking threads
+//! ([`Sampler::read`]), so a slow cgroupfs (thousands of cgroups, a busy kernel lock) never
+//! holds up the task that drains the ring buffer: that task keeps draining while it waits.
+//! The baseline at the start and the final reading at the end are taken on the calling
+//! thread ([`Sampler::read_now`]): nothing is drained then.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::cgroups::{self, Hierarchy, Version};
+use crate::cpustat::{self, CpuStat, CpuStatError};
+use crate::records::Bandwidth;
+
+/// A cgroup to read: its id and its path under the cpu hierarchy.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub id: u64,
+    pub path: String,
+}
+
+/// One cgroup's files at one moment; each `None` where the file could not be read (the cgroup
+/// is gone, the v2 root has no cpu.max, ...).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub at: Instant,
+    pub stat: Option<CpuStat>,
+    /// CPU time used, ns: v2 `cpu.stat` usage_usec, v1 `cpuacct.usage` of the same path in the
+    /// cpuacct hierarchy (the cpu hierarchy's own directory when they are co-mounted).
+    pub usage_ns: Option<u64>,
+    pub settings: Option<Bandwidth>,
+    /// Its directory exists (a cgroup can exist and still not be readable).
+    pub exists: bool,
+}
+
+/// Samples of several cgroups, by id; a cgroup absent from it was not asked for, or had no
+/// path then.
+pub type Snapshot = HashMap<u64, Sample>;
+
+/// Where to read.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    root: PathBuf,
+    version: Version,
+    /// cgroup v1: the cpuacct hierarchy's mount; `None`: the cgroup's own directory.
+    cpuacct: Option<PathBuf>,
+}
+
+impl Sampler {
+    /// Reads the cgroups of `hierarchy`, and on v1 the cpuacct hierarchy this host mounts.
+    pub fn of(hierarchy: &Hierarchy) -> Self {
+        let cpuacct = match hierarchy.version() {
+            Version::V1 => cgroups::v1_mount_of("cpuacct"),
+            Version::V2 => None,
+        };
+        Self::at(hierarchy, cpuacct)
+    }
+
+    pub fn at(hierarchy: &Hierarchy, cpuacct: Option<PathBuf>) -> Self {
+        Self {
+            root: hierarchy.root().to_owned(),
+            version: hierarchy.version(),
+            cpuacct,
+        }
+    }
+
+    /// The targets for `ids`, those that have a path now.
+    pub fn targets(hierarchy: &mut Hierarchy, ids: impl IntoIterator<Item = u64>) -> Vec<Target> {
+        ids.into_iter()
+            .filter_map(|id| {
+                let path = hierarchy.path_of(id)?.to_owned();
+                Some(Target { id, path })
+            })
+            .collect()
+    }
+
+    /// Every cgroup of the hierarchy now.
+    pub fn all(hierarchy: &mut Hierarchy) -> Vec<Target> {
+        hierarchy
+            .all()
+            .map(|(id, path)| Target {
+                id,
+                path: path.to_owned(),
+            })
+            .collect()
+    }
+
+    /// Reads `targets` on this thread.
+    pub fn read_now(&self, targets: &[Target]) -> Snapshot {
+        targets
+            .iter()
+            .map(|t| (t.id, self.sample(&t.path)))
+            .collect()
+    }
+
+    /// Reads `targets` on a blocking thread; the caller's task goes on meanwhile.
+    pub async fn read(&self, targets: Vec<Target>) -> Snapshot {
+        let sampler = self.clone();
+        // A failed blocking task (it cannot panic: every read error is a `None`) reads as
+        // nothing read.
+        tokio::task::spawn_blocking(move || sampler.read_now(&targets))
+            .await
+            .unwrap_or_default()
+    }
+
+    fn sample(&self, path: &str) -> Sample {
+        let relative = path.trim_start_matches('/');
+        let dir = self.root.join(relative);
+        let stat = CpuStat::read(&dir, self.version).ok();
+        let usage_ns = match self.version {
+            Version::V2 => stat.as_ref().and_then(|s| s.usage_ns),
+            Version::V1 => match &self.cpuacct {
+                Some(root) => cpuacct_usage(&root.join(relative)),
+                None => cpuacct_usage(&dir),
+            },
+        };
+        Sample {
+            at: Instant::now(),
+            stat,
+            usage_ns,
+            settings: cpustat::read_bandwidth(&dir, self.version).ok(),
+            exists: dir.is_dir(),
+        }
+    }
+}
+
+/// v1 `cpuacct.usage` (ns) in the cgroup directory `dir` of the cpuacct hierarchy.
+fn cpuacct_usage(dir: &Path) -> Option<u64> {
+    std::fs::read_to_string(dir.join("cpuacct.usage"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// cpu.stat of every cgroup at the start of the trace, so the end can report deltas for
+/// whichever cgroups turn out to stop.
+#[derive(Debug, Default)]
+pub struct Baseline(Snapshot);
+
+impl Baseline {
+    /// Every cgroup of the hierarchy (one walk; a few ms for thousands of cgroups).
+    pub fn take(sampler: &Sampler, hierarchy: &mut Hierarchy) -> Self {
+        Self(sampler.read_now(&Sampler::all(hierarchy)))
+    }
+
+    /// What cgroup `id` did between the baseline and `now` (its end reading). A cgroup
+    /// created after the baseline is diffed against zero, where the kernel started its
+    /// counters.
+    pub fn delta(&self, id: u64, now: &CpuStat) -> Result<CpuStat, CpuStatError> {
+        match self.0.get(&id).map(|s| &s.stat) {
+            Some(Some(start)) => now.since(start),
+            Some(None) => Err(CpuStatError::NoBaseline),
+            None => now.since(&CpuStat::zero(now.unit)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A v1 tree with /demo: cpu.stat, quota files and (co-mounted) cpuacct.usage.
+    fn tree() -> (tempfile::TempDir, Hierarchy, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let demo = dir.path().join("demo");
+        std::fs::create_dir(&demo).unwrap();
+        for (file, text) in [
+            (
+                "cpu.stat",
+                "nr_periods 3\nnr_throttled 2\nthrottled_time 9\n",
+            ),
+            ("cpu.cfs_quota_us", "20000\n"),
+            ("cpu.cfs_period_us", "100000\n"),
+            ("cpuacct.usage", "123456\n"),
+        ] {
+            std::fs::write(demo.join(file), text).unwrap();
+        }
+        let h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let id = h.id_of("/demo").unwrap();
+        (dir, h, id)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn samples_hold_what_the_files_say_read_off_the_callers_thread() {
+        let (_dir, mut h, id) = tree();
+        let sampler = Sampler::at(&h, None);
+        let targets = Sampler::targets(&mut h, [id, u64::MAX]);
+        assert_eq!(targets.len(), 1, "an id without a path is not a target");
+        let snapshot = sampler.read(targets).await;
+        let s = &snapshot[&id];
+        let stat = s.stat.as_ref().unwrap();
+        assert_eq!(
+            (stat.nr_periods, stat.nr_throttled, stat.throttled_ns),
+            (3, 2, 9)
+        );
+        assert_eq!(s.usage_ns, Some(123_456));
+        assert_eq!(s.settings.unwrap().quota_ns, Some(20_000_000));
+    }
+
+    #[test]
+    fn a_missing_cgroup_samples_as_nothing_and_deltas_follow_the_baseline() {
+        let (dir, mut h, id) = tree();
+        let sampler = Sampler::at(&h, None);
+        let baseline = Baseline::take(&sampler, &mut h);
+        std::fs::write(
+            dir.path().join("demo/cpu.stat"),
+            "nr_periods 5\nnr_throttled 3\nthrottled_time 20\n",
+        )
+        .unwrap();
+        let end = sampler.read_now(&Sampler::targets(&mut h, [id]));
+        let d = baseline.delta(id, end[&id].stat.as_ref().unwrap()).unwrap();
+        assert_eq!((d.nr_periods, d.nr_throttled, d.throttled_ns), (2, 1, 11));
+        // Created after the baseline: against zero.
+        let later = baseline
+            .delta(id + 1, end[&id].stat.as_ref().unwrap())
+            .unwrap();
+        assert_eq!(later.nr_periods, 5);
+
+        let gone = sampler.read_now(&[Target {
+            id: 7,
+            path: "/gone".into(),
+        }]);
+        assert_eq!((&gone[&7].stat, gone[&7].usage_ns), (&None, None));
+        assert_eq!(gone[&7].settings, None);
+    }
+}
