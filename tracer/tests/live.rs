@@ -479,9 +479,12 @@ fn terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back() {
         assert!((8.0..=12.0).contains(&per_s), "{row:?}");
     }
 
-    // wall -> stops -> p99 -> name: tty1 first, and selected.
+    // wall -> stops -> p99 -> name: tty1 first. The selection stays on its cgroup across a
+    // sort (whichever row wall time put first), so Home selects the first row.
     tmux.keys(&["s", "s", "s"]);
-    let pane = tmux.wait_for("sort: name");
+    tmux.wait_for("sort: name");
+    tmux.keys(&["Home"]);
+    let pane = tmux.wait_for(&format!("{SELECTED}{cg1} "));
     let position = |cgroup: &str| pane.find(&format!(" {cgroup} ")).unwrap();
     assert!(position(&cg1) < position(&cg2), "{pane}");
     assert_eq!(selected(&pane), Some(cg1.as_str()), "{pane}");
