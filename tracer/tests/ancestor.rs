@@ -48,8 +48,7 @@ fn machine() -> Option<Host> {
 /// The parent with the quota, its two children, the tracer and the workloads; the guards kill
 /// the processes and remove the cgroups, also when an assertion failed.
 struct Family {
-    /// 100 ms periods, no quota yet, the most CPU weight the hierarchy allows: other work on
-    /// the machine cannot keep the group under its quota (see host_tracepoint.rs).
+    /// 100 ms periods, no quota yet.
     parent: Cgroup,
     children: Vec<Cgroup>,
     tracer: Option<Running>,
@@ -59,7 +58,6 @@ impl Family {
     fn new(host: &Host) -> Self {
         let parent = Cgroup::new(&host.cpu, "anc");
         parent.set_quota(None, 100_000);
-        parent.favour();
         let children = ["c1", "c2"].map(|c| parent.child(c)).into();
         Self {
             parent,
@@ -177,6 +175,10 @@ impl Run {
             "the busy thread of each of the four workloads running",
             || workloads.iter().all(|w| w.running_threads() >= 1),
         );
+        // The most CPU weight the hierarchy allows, so that other work on the machine cannot
+        // keep the group under its quota (see host_tracepoint.rs); only now, as without a
+        // quota a group at that weight starves everything else, this test's own polls too.
+        family.parent.favour();
         family.parent.set_quota(Some(50_000), 100_000);
         // What is measured: 3 s under the quota.
         thread::sleep(UNDER_QUOTA);
