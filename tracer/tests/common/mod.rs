@@ -11,6 +11,7 @@ mod process;
 
 use std::{
     fmt::Display,
+    io::Write as _,
     path::Path,
     sync::{Mutex, MutexGuard},
     thread,
@@ -34,11 +35,8 @@ pub fn require<T>(need: Result<T, impl Display>) -> Option<T> {
     match need {
         Ok(value) => Some(value),
         Err(reason) => {
-            assert!(
-                !ci(),
-                "CI=true: this test must run, but {reason} (see `cargo xtask setup`)"
-            );
-            eprintln!("skipped: {reason}");
+            assert!(!ci(), "CI=true: this test must run here, but {reason}");
+            say("skipped", &reason);
             None
         }
     }
@@ -51,10 +49,17 @@ pub fn applies(fact: Result<(), impl Display>) -> bool {
     match fact {
         Ok(()) => true,
         Err(reason) => {
-            eprintln!("not applicable here: {reason}");
+            say("not applicable here", &reason);
             false
         }
     }
+}
+
+/// One line on stderr naming the test, written past libtest's capture (which holds a passing
+/// test's output back): a test that did not run shows in every run's output.
+fn say(what: &str, reason: &dyn Display) {
+    let test = thread::current().name().unwrap_or("a test").to_owned();
+    let _ = writeln!(std::io::stderr(), "{test}: {what}: {reason}");
 }
 
 /// The machine for one test that traces real cgroups: root, kernel BTF and a cpu hierarchy,
