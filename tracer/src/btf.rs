@@ -948,7 +948,9 @@ mod tests {
 
     fn host() -> Option<Resolved> {
         if !Path::new(VMLINUX).exists() {
-            println!("skipped: {VMLINUX} is absent (kernel without CONFIG_DEBUG_INFO_BTF)");
+            crate::testing::missing(&format!(
+                "{VMLINUX} is absent (kernel without CONFIG_DEBUG_INFO_BTF)"
+            ));
             return None;
         }
         Some(resolve(Path::new(VMLINUX)).expect("host BTF resolves"))
@@ -989,10 +991,10 @@ mod tests {
         println!("nr_tasks field: {:?}", r.nr_tasks_field);
         println!("functions in BTF: {:?}", r.functions);
         if !release.starts_with("6.18.") {
-            println!(
-                "skipped: layout checks are for 6.18.x, this is {}",
+            crate::testing::not_applicable(&format!(
+                "layout checks are for 6.18.x, this is {}",
                 release.trim()
-            );
+            ));
             return;
         }
         let o = r.offsets;
@@ -1034,10 +1036,10 @@ mod tests {
         let Some(r) = host() else { return };
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         if !release.starts_with("6.18.") {
-            println!(
-                "skipped: layout checks are for 6.18.x, this is {}",
+            crate::testing::not_applicable(&format!(
+                "layout checks are for 6.18.x, this is {}",
                 release.trim()
-            );
+            ));
             return;
         }
         let o = r.offsets;
@@ -1107,10 +1109,10 @@ mod tests {
         let Some(r) = host() else { return };
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         if !release.starts_with("6.18.") {
-            println!(
-                "skipped: layout checks are for 6.18.x, this is {}",
+            crate::testing::not_applicable(&format!(
+                "layout checks are for 6.18.x, this is {}",
                 release.trim()
-            );
+            ));
             return;
         }
         let o = r.offsets;

@@ -22,6 +22,8 @@ mod sampler;
 mod schema;
 mod serve;
 mod terminal;
+#[cfg(test)]
+mod testing;
 mod workload;
 
 use clap::Parser as _;

@@ -1,85 +1,69 @@
-//! Ancestor throttling on this host (`--backend tracepoint`, cgroup v1): the quota lives on a
-//! parent, the work runs in its two children, each with one busy thread pinned on each CPU. So
-//! every per-CPU stop of the parent stops both children (the kernel starts both children's
-//! `throttled_clock_self` on that CPU): each stop must credit both. The children's own cpu.stat
-//! shows nothing; their cpu.stat.local (the kernel's time their cfs_rqs were stopped by their
-//! own or an ancestor's quota, read here independently of the tracer) must agree with the kernel
-//! time credited to them, and the parent's group stops with its cpu.stat nr_throttled.
+//! Ancestor throttling on this host (`--backend tracepoint`, cgroup v1 or v2): the quota lives
+//! on a parent, the work runs in its two children, each with one busy thread pinned on each
+//! CPU. So every per-CPU stop of the parent stops both children (the kernel starts both
+//! children's `throttled_clock_self` on that CPU): each stop must credit both. The children's
+//! own cpu.stat shows nothing; their cpu.stat.local (the kernel's time their cfs_rqs were
+//! stopped by their own or an ancestor's quota, read here independently of the tracer) must
+//! agree with the kernel time credited to them, and the parent's group stops with its cpu.stat
+//! nr_throttled.
 //!
-//! Needs root, kernel BTF and the cgroup v1 cpu controller with cpu.stat.local (6.6+) at
-//! /sys/fs/cgroup/cpu; otherwise it prints "skipped: reason".
+//! Needs root, kernel BTF and a cpu hierarchy, otherwise it says why it cannot run (a failure
+//! under `CI=true`); and two CPUs and cpu.stat.local (6.6+), otherwise it does not apply here.
 mod common;
 
 use std::{
     fs,
     io::{BufRead, BufReader},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{Mutex, MutexGuard, mpsc},
+    path::Path,
+    process::{Command, Stdio},
+    sync::mpsc,
     thread,
     time::Duration,
 };
 
+use common::{Cgroup, Host, Running};
 use serde_json::Value;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
-const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
 
-/// The tests compete for the same two CPUs; one at a time keeps each parent at its quota.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn skip_reason() -> Option<String> {
-    if let Some(reason) = common::skip_reason() {
-        return Some(reason);
-    }
-    if !Path::new(common::CPU_ROOT).join("cpu.stat.local").exists() {
-        return Some(format!("no cpu.stat.local (6.6+) at {}", common::CPU_ROOT));
-    }
-    if thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        return Some("fewer than 2 CPUs".into());
-    }
-    None
+/// The host for one test at a time, or `None` (having said why) when the test cannot run here.
+fn machine() -> Option<Host> {
+    let host = common::require(common::host())?;
+    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
+    let fact = if cpus < 2 {
+        Err("fewer than 2 CPUs".to_owned())
+    } else if !Cgroup::new(&host.cpu, "anc-probe")
+        .dir()
+        .join("cpu.stat.local")
+        .exists()
+    {
+        // Looked for in a new cgroup: v2 may not show it on the root.
+        Err("no cpu.stat.local (6.6+)".to_owned())
+    } else {
+        Ok(())
+    };
+    common::applies(fact).then_some(host)
 }
 
-/// The machine for one test at a time, or `None` (having said why) when it cannot run here.
-fn machine() -> Option<MutexGuard<'static, ()>> {
-    if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
-        return None;
-    }
-    Some(ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner()))
-}
-
-/// The parent with the quota, its two children, the tracer and the workloads. Drop kills the
-/// processes and removes the cgroups, children first, also when an assertion failed.
+/// The parent with the quota, its two children, the tracer and the workloads; the guards kill
+/// the processes and remove the cgroups, also when an assertion failed.
 struct Family {
-    parent: PathBuf,
-    name: String,
-    children: Vec<PathBuf>,
-    processes: Vec<Child>,
+    /// 100 ms periods, no quota yet.
+    parent: Cgroup,
+    children: Vec<Cgroup>,
+    tracer: Option<Running>,
 }
 
 impl Family {
-    fn new() -> Self {
-        let name = format!("anc-{}", std::process::id());
-        let parent = Path::new(common::CPU_ROOT).join(&name);
-        fs::create_dir(&parent).expect("create parent cgroup");
-        let mut family = Self {
+    fn new(host: &Host) -> Self {
+        let parent = Cgroup::new(&host.cpu, "anc");
+        parent.set_quota(None, 100_000);
+        let children = ["c1", "c2"].map(|c| parent.child(c)).into();
+        Self {
             parent,
-            name,
-            children: Vec::new(),
-            processes: Vec::new(),
-        };
-        write(&family.parent, "cpu.cfs_period_us", "100000");
-        // The most shares v1 allows: other work on the machine cannot keep the group under
-        // its quota (see host_tracepoint.rs).
-        write(&family.parent, "cpu.shares", "262144");
-        for child in ["c1", "c2"] {
-            let dir = family.parent.join(child);
-            fs::create_dir(&dir).expect("create child cgroup");
-            family.children.push(dir);
+            children,
+            tracer: None,
         }
-        family
     }
 
     /// Starts the tracer filtered on `cgroup`: NDJSON on stdout, or with `live` the live view
@@ -91,13 +75,9 @@ impl Family {
             Some(file) => tracer.args(["--interval", "1s", "--record"]).arg(file),
             None => tracer.arg("--json"),
         };
-        let mut child = tracer
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn throttle-tracer");
+        let mut child = Running::spawn(tracer.stdout(Stdio::piped()).stderr(Stdio::inherit()));
         let stdout = child.stdout.take().expect("tracer stdout");
-        self.processes.push(child);
+        self.tracer = Some(child);
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
@@ -111,13 +91,9 @@ impl Family {
         let limit = Duration::from_secs(60);
         match live {
             // The `start` line is in the file once the probes are attached.
-            Some(file) => {
-                let started = std::time::Instant::now();
-                while fs::read_to_string(file).map_or(true, |t| !t.ends_with('\n')) {
-                    assert!(started.elapsed() < limit, "the tracer recorded nothing");
-                    thread::sleep(Duration::from_millis(20));
-                }
-            }
+            Some(file) => common::wait_until(limit, "the tracer recording its start line", || {
+                fs::read_to_string(file).is_ok_and(|t| t.ends_with('\n'))
+            }),
             None => {
                 let first = rx
                     .recv_timeout(limit)
@@ -130,79 +106,16 @@ impl Family {
     }
 
     /// One busy thread in child `i`, pinned to CPU `cpu` (as `taskset -c cpu` would).
-    fn spawn_busy(&mut self, i: usize, cpu: usize, seconds: u32) -> Child {
-        let mut cmd = Command::new(WORKLOAD);
-        cmd.args(["busy", "--threads", "1", "--seconds", &seconds.to_string()]);
-        let procs = self.children[i].join("cgroup.procs");
-        let procs_c = std::ffi::CString::new(procs.to_str().unwrap()).unwrap();
-        // SAFETY: between fork and exec only async-signal-safe calls (open/write/close,
-        // sched_setaffinity) on memory prepared before the fork.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs_c.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-                libc::close(fd);
-                if written != 2 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        cmd.spawn().expect("spawn throttle-workload")
+    fn spawn_busy(&self, i: usize, cpu: usize, seconds: u32) -> Running {
+        common::spawn_in(&mut common::busy(1, seconds), &self.children[i], Some(cpu))
     }
 
     /// SIGINTs the tracer and returns every line it printed (after `start` for NDJSON).
     fn stop_tracer(&mut self, rx: mpsc::Receiver<String>) -> Vec<String> {
-        let mut tracer = self.processes.remove(0);
-        // SAFETY: signalling our own child by pid.
-        unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
-        let status = tracer.wait().expect("wait tracer");
+        let status = self.tracer.take().expect("tracer running").interrupt();
         assert!(status.success(), "tracer: {status}");
         rx.iter().collect()
     }
-}
-
-impl Drop for Family {
-    fn drop(&mut self) {
-        for child in &mut self.processes {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        // Children first: a v1 cgroup with children cannot be removed. rmdir may still race
-        // the exit of the processes just reaped.
-        for dir in self.children.iter().rev().chain([&self.parent]) {
-            for _ in 0..50 {
-                if fs::remove_dir(dir).is_ok() || !dir.exists() {
-                    break;
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-            if dir.exists() {
-                eprintln!("could not remove {}", dir.display());
-            }
-        }
-    }
-}
-
-fn write(dir: &Path, file: &str, value: &str) {
-    fs::write(dir.join(file), value).unwrap_or_else(|e| panic!("write {value} to {file}: {e}"));
-}
-
-/// `name`'s value (ns) in the flat-keyed file `dir/file`.
-fn stat(dir: &Path, file: &str, name: &str) -> u64 {
-    let text = fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("read {file}: {e}"));
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{file} has no {name}: {text}"))
 }
 
 fn json_lines(text: &str) -> Vec<Value> {
@@ -210,6 +123,9 @@ fn json_lines(text: &str) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
 }
+
+/// How long the four threads run under the parent's quota.
+const UNDER_QUOTA: Duration = Duration::from_secs(3);
 
 /// What one run saw: the tracer's lines and the kernel's counters around the workload.
 struct Run {
@@ -228,9 +144,9 @@ impl Run {
     /// Parent 50 ms / 100 ms; c1 and c2 (no quota) each run a busy thread on CPU 0 and one on
     /// CPU 1, under the quota for 3 s, traced with `--cgroup` = the parent (`None`) or the given
     /// child (or glob) below it; with `live`, in the live view with a recording.
-    fn of(below: Option<&str>, live: bool) -> Self {
-        let mut family = Family::new();
-        let parent_path = format!("/{}", family.name);
+    fn of(host: &Host, below: Option<&str>, live: bool) -> Self {
+        let mut family = Family::new(host);
+        let parent_path = family.parent.path().to_owned();
         let filter = below.map_or(parent_path.clone(), |c| format!("{parent_path}/{c}"));
         let dir = live.then(|| tempfile::tempdir().expect("temporary directory"));
         let recording = dir.as_ref().map(|d| d.path().join("run.ndjson"));
@@ -240,14 +156,9 @@ impl Run {
             let children = f
                 .children
                 .iter()
-                .map(|c| {
-                    (
-                        stat(c, "cpu.stat", "throttled_time"),
-                        stat(c, "cpu.stat.local", "throttled_time"),
-                    )
-                })
+                .map(|c| (c.stat().throttled_ns, c.local_throttled_ns()))
                 .collect();
-            (children, stat(&f.parent, "cpu.stat", "nr_throttled"))
+            (children, f.parent.stat().nr_throttled)
         };
         let before = read(&family);
         // The quota is set once all four threads run, and they are killed together (a throttle
@@ -255,13 +166,22 @@ impl Run {
         // child on its CPU. Threads starting or ending one by one would leave a CPU with one
         // child's task, which the kernel credits alone. (The quota is not lifted instead: the
         // tracepoint backend does not see the end of a stop whose group lost its quota.)
-        let mut workloads: Vec<Child> = [(0, 0), (0, 1), (1, 0), (1, 1)]
+        let mut workloads: Vec<Running> = [(0, 0), (0, 1), (1, 0), (1, 1)]
             .into_iter()
             .map(|(i, cpu)| family.spawn_busy(i, cpu, 60))
             .collect();
-        thread::sleep(Duration::from_millis(300));
-        write(&family.parent, "cpu.cfs_quota_us", "50000");
-        thread::sleep(Duration::from_secs(3));
+        common::wait_until(
+            Duration::from_secs(10),
+            "the busy thread of each of the four workloads running",
+            || workloads.iter().all(|w| w.running_threads() >= 1),
+        );
+        // The most CPU weight the hierarchy allows, so that other work on the machine cannot
+        // keep the group under its quota (see host_tracepoint.rs); only now, as without a
+        // quota a group at that weight starves everything else, this test's own polls too.
+        family.parent.favour();
+        family.parent.set_quota(Some(50_000), 100_000);
+        // What is measured: 3 s under the quota.
+        thread::sleep(UNDER_QUOTA);
         for w in &mut workloads {
             w.kill().expect("kill workload");
         }
@@ -269,7 +189,7 @@ impl Run {
             w.wait().expect("wait workload");
         }
         // The last refill ends every stop before the files are read.
-        thread::sleep(Duration::from_millis(300));
+        family.parent.wait_refilled();
         let after = read(&family);
         let printed = family.stop_tracer(rx);
         let (lines, live) = match (recording, dir) {
@@ -378,8 +298,8 @@ impl Run {
 /// parent's group stops are its nr_throttled, each child's credit is its cpu.stat.local.
 #[test]
 fn every_parent_stop_credits_both_children() {
-    let Some(_one) = machine() else { return };
-    let run = Run::of(None, false);
+    let Some(host) = machine() else { return };
+    let run = Run::of(&host, None, false);
     let parent = run.summary(&run.parent_path).expect("parent summary");
     println!("parent summary: {parent}");
     let stops: Vec<&Value> = run.lines.iter().filter(|v| v["type"] == "stop").collect();
@@ -453,8 +373,8 @@ fn every_parent_stop_credits_both_children() {
 /// Each throttled period stops both CPUs, so c1 is credited twice per nr_throttled period.
 #[test]
 fn a_child_named_alone_sees_its_ancestors_stops() {
-    let Some(_one) = machine() else { return };
-    let run = Run::of(Some("c1"), false);
+    let Some(host) = machine() else { return };
+    let run = Run::of(&host, Some("c1"), false);
     assert!(
         run.summary(&run.parent_path).is_none(),
         "a row for the parent"
@@ -473,8 +393,8 @@ fn a_child_named_alone_sees_its_ancestors_stops() {
 /// `report FILE` rebuilds the summary the run printed at its end, ancestors' stops included.
 #[test]
 fn the_live_view_of_a_glob_shows_whose_quota_stopped_the_children() {
-    let Some(_one) = machine() else { return };
-    let run = Run::of(Some("c*"), true);
+    let Some(host) = machine() else { return };
+    let run = Run::of(&host, Some("c*"), true);
     let (printed, dir) = run.live.as_ref().expect("a live run");
     println!("{printed}");
     assert!(

@@ -1,51 +1,22 @@
 //! `throttle-tracer demo` on this host, checked from the outside: its output, the cgroup
 //! directory and the processes it leaves (none). Needs root, kernel BTF and a cgroup hierarchy
-//! with the cpu controller; otherwise each test prints "skipped: reason".
+//! with the cpu controller (v1 or v2); otherwise each test says why it cannot run (a failure
+//! under `CI=true`).
 //!
 //! The tests share the machine's CPUs, so they run one at a time.
+mod common;
+
 use std::{
     fs,
-    path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
-    sync::Mutex,
-    thread,
-    time::{Duration, Instant},
+    path::Path,
+    process::{Command, Output, Stdio},
+    time::Duration,
 };
+
+use common::{Cgroup, CpuHierarchy, Running};
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const PREFIX: &str = "throttle-tracer-demo-";
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// The mount of the hierarchy with the cpu controller: v1 `cpu` or a v2 root listing `cpu`.
-fn cpu_root() -> Option<PathBuf> {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mountinfo.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let mount_point = PathBuf::from(left.split(' ').nth(4)?);
-        let mut right = right.split(' ');
-        let fstype = right.next()?;
-        let options = right.nth(1)?;
-        let cpu = match fstype {
-            "cgroup" => options.split(',').any(|o| o == "cpu"),
-            "cgroup2" => fs::read_to_string(mount_point.join("cgroup.controllers"))
-                .is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu")),
-            _ => false,
-        };
-        cpu.then_some(mount_point)
-    })
-}
-
-fn setup() -> Result<PathBuf, String> {
-    // SAFETY: no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not root".into());
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Err("no kernel BTF at /sys/kernel/btf/vmlinux".into());
-    }
-    cpu_root().ok_or_else(|| "no cgroup hierarchy with the cpu controller".into())
-}
 
 /// Processes of `pid`'s demo: its workload (`demo-workload ... --parent <pid>`).
 fn workloads_of(pid: u32) -> Vec<u32> {
@@ -64,52 +35,10 @@ fn workloads_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Waits up to `limit` for `done`; returns whether it became true.
-fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    done()
-}
-
-/// Kills what a failed test left and removes demo cgroups by the test's own pids.
-struct Leftovers {
-    root: PathBuf,
-    pids: Vec<u32>,
-    children: Vec<Child>,
-}
-
-impl Drop for Leftovers {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for pid in &self.pids {
-            let dir = self.root.join(format!("{PREFIX}{pid}"));
-            if !dir.exists() {
-                continue;
-            }
-            for _ in 0..100 {
-                for task in fs::read_to_string(dir.join("cgroup.procs"))
-                    .unwrap_or_default()
-                    .lines()
-                    .filter_map(|l| l.parse::<i32>().ok())
-                {
-                    // SAFETY: signalling a pid read from the test's own cgroup.
-                    unsafe { libc::kill(task, libc::SIGKILL) };
-                }
-                if fs::remove_dir(&dir).is_ok() {
-                    break;
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
+/// The cgroup the demo of `pid` makes, removed (its tasks killed) by the guard if a failed
+/// test leaves it.
+fn demo_cgroup(cpu: &CpuHierarchy, pid: u32) -> Cgroup {
+    Cgroup::adopt(cpu, cpu.root.join(format!("{PREFIX}{pid}")))
 }
 
 /// The number after `label` on the line that contains it (e.g. "nr_throttled 6").
@@ -238,115 +167,92 @@ fn check_demo_output(out: &Output, pid: u32, root: &Path) -> String {
 
 #[test]
 fn demo_traces_explains_and_cleans_up() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let root = match setup() {
-        Ok(root) => root,
-        Err(reason) => {
-            println!("skipped: {reason}");
-            return;
-        }
+    let Some(host) = common::require(common::host()) else {
+        return;
     };
-    let child = Command::new(TRACER)
-        .arg("demo")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn throttle-tracer demo");
+    let child = Running::spawn(
+        Command::new(TRACER)
+            .arg("demo")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let pid = child.id();
-    let _guard = Leftovers {
-        root: root.clone(),
-        pids: vec![pid],
-        children: vec![],
-    };
-    let out = child.wait_with_output().expect("wait for the demo");
-    check_demo_output(&out, pid, &root);
+    let _leftover = demo_cgroup(&host.cpu, pid);
+    let out = child.wait_with_output();
+    check_demo_output(&out, pid, &host.cpu.root);
 }
 
 #[test]
 fn a_killed_demo_is_cleaned_up_by_the_next_one() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let root = match setup() {
-        Ok(root) => root,
-        Err(reason) => {
-            println!("skipped: {reason}");
-            return;
-        }
+    let Some(host) = common::require(common::host()) else {
+        return;
     };
-    let first = Command::new(TRACER)
-        .args(["demo", "--duration", "20s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the first demo");
-    let first_pid = first.id();
-    let mut guard = Leftovers {
-        root: root.clone(),
-        pids: vec![first_pid],
-        children: vec![first],
-    };
-    let leftover = root.join(format!("{PREFIX}{first_pid}"));
-    // Midway: the workload is running in the cgroup.
-    assert!(
-        wait_for(Duration::from_secs(15), || {
-            fs::read_to_string(leftover.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
-        }),
-        "the first demo never started its workload in {}",
-        leftover.display()
+    let mut first = Running::spawn(
+        Command::new(TRACER)
+            .args(["demo", "--duration", "20s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
     );
-    thread::sleep(Duration::from_secs(1));
-    let mut first = guard.children.remove(0);
+    let first_pid = first.id();
+    let leftover = demo_cgroup(&host.cpu, first_pid);
+    // Midway: the workload is running in the cgroup, and has been throttled.
+    common::wait_until(
+        Duration::from_secs(15),
+        &format!(
+            "the first demo's workload being throttled in {}",
+            leftover.path()
+        ),
+        || !leftover.tasks().is_empty() && leftover.stat().nr_throttled >= 1,
+    );
     first.kill().expect("SIGKILL the first demo");
     let _ = first.wait();
 
     assert!(
-        leftover.is_dir(),
+        leftover.dir().is_dir(),
         "a SIGKILLed demo cannot remove its cgroup"
     );
     // Its workload dies with it (PR_SET_PDEATHSIG).
-    assert!(
-        wait_for(Duration::from_secs(3), || workloads_of(first_pid)
-            .is_empty()),
-        "the workload outlived its demo"
+    common::wait_until(
+        Duration::from_secs(3),
+        "the workload dying with its demo",
+        || workloads_of(first_pid).is_empty(),
     );
     // Something still inside the leftover, which the next demo must kill.
-    let sleeper = Command::new("sleep")
-        .arg("600")
-        .spawn()
-        .expect("spawn sleep");
+    let mut sleeper = Running::spawn(Command::new("sleep").arg("600"));
     let sleeper_pid = sleeper.id();
-    guard.children.push(sleeper);
-    fs::write(leftover.join("cgroup.procs"), sleeper_pid.to_string())
+    fs::write(leftover.dir().join("cgroup.procs"), sleeper_pid.to_string())
         .expect("move sleep into the leftover cgroup");
     // A workload process that already left /proc's view can still be listed in the cgroup
     // while it exits (CI once saw "killed 2 task(s)"): start the next demo once the sleeper is
     // all that is left, so the count it reports is the count we know.
-    assert!(
-        wait_for(Duration::from_secs(5), || {
-            fs::read_to_string(leftover.join("cgroup.procs"))
-                .is_ok_and(|procs| procs.split_whitespace().eq([sleeper_pid.to_string()]))
-        }),
-        "the leftover cgroup holds more than the sleeper"
+    common::wait_until(
+        Duration::from_secs(5),
+        "the leftover cgroup holding the sleeper alone",
+        || leftover.tasks() == [sleeper_pid],
     );
 
-    let second = Command::new(TRACER)
-        .args(["demo", "--duration", "5s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the second demo");
+    let second = Running::spawn(
+        Command::new(TRACER)
+            .args(["demo", "--duration", "5s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let second_pid = second.id();
-    guard.pids.push(second_pid);
-    let out = second.wait_with_output().expect("wait for the second demo");
+    let _second_leftover = demo_cgroup(&host.cpu, second_pid);
+    let out = second.wait_with_output();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    check_demo_output(&out, second_pid, &root);
+    check_demo_output(&out, second_pid, &host.cpu.root);
     assert!(
         stderr.contains(&format!(
             "removed /{PREFIX}{first_pid}, left behind by an earlier demo (pid {first_pid})"
         )) && stderr.contains("killed 1 task(s) still in it"),
         "{stderr}"
     );
-    assert!(!leftover.exists(), "{} is still there", leftover.display());
-    let mut sleeper = guard.children.remove(0);
+    assert!(
+        !leftover.dir().exists(),
+        "{} is still there",
+        leftover.dir().display()
+    );
     let status = sleeper.wait().expect("reap sleep");
     use std::os::unix::process::ExitStatusExt as _;
     assert_eq!(status.signal(), Some(libc::SIGKILL), "sleep: {status}");
@@ -368,16 +274,11 @@ fn bad_demo_options_are_usage_errors() {
 
 #[test]
 fn without_privileges_the_demo_says_so_and_makes_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let root = match setup() {
-        Ok(root) => root,
-        Err(reason) => {
-            println!("skipped: {reason}");
-            return;
-        }
+    let Some(host) = common::require(common::host()) else {
+        return;
     };
     // As nobody, with no capabilities.
-    let Ok(child) = Command::new("setpriv")
+    let spawned = Command::new("setpriv")
         .args([
             "--reuid=65534",
             "--regid=65534",
@@ -387,9 +288,8 @@ fn without_privileges_the_demo_says_so_and_makes_nothing() {
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-    else {
-        println!("skipped: no setpriv");
+        .spawn();
+    let Some(child) = common::require(spawned.map_err(|e| format!("no setpriv: {e}"))) else {
         return;
     };
     let pid = child.id();
@@ -409,5 +309,5 @@ fn without_privileges_the_demo_says_so_and_makes_nothing() {
     );
     assert!(out.stdout.is_empty(), "nothing on stdout");
     // setpriv execs the tracer in place: the demo's pid is the child's.
-    assert!(!root.join(format!("{PREFIX}{pid}")).exists());
+    assert!(!host.cpu.root.join(format!("{PREFIX}{pid}")).exists());
 }

@@ -1,79 +1,48 @@
-//! `--backend tracepoint` on this host, against real cgroup v1 quotas and the kernel's own
-//! cpu.stat (read here, independently of the tracer). Needs root, kernel BTF and the cgroup v1
-//! cpu controller at /sys/fs/cgroup/cpu; otherwise each test prints "skipped: reason".
+//! `--backend tracepoint` on this host, against real quotas (cgroup v1 or v2) and the
+//! kernel's own cpu.stat (read here, independently of the tracer). Needs root, kernel BTF and a
+//! cpu hierarchy; otherwise each test says why it cannot run (a failure under `CI=true`).
 //!
 //! The tests share the machine's CPUs, so they run one at a time.
 mod common;
 
 use std::{
-    fs,
     io::{BufRead, BufReader},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{Mutex, mpsc},
+    process::{Command, Stdio},
+    sync::mpsc,
     thread,
     time::Duration,
 };
 
+use common::{Cgroup, CpuHierarchy, Running};
 use serde_json::Value;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
-const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// A cgroup and the processes of one test; Drop kills them and removes the cgroup, also when
-/// an assertion failed.
+/// A throttled cgroup and the tracer of one test; the guards clean up, also when an assertion
+/// failed.
 struct Scene {
-    cgroup: PathBuf,
-    name: String,
-    tracer: Option<Child>,
-    workload: Option<Child>,
+    cgroup: Cgroup,
+    tracer: Option<Running>,
 }
 
 impl Scene {
-    fn new(tag: &str, quota_us: u64, period_us: u64) -> Self {
-        let name = format!("tt-host-{tag}-{}", std::process::id());
-        let cgroup = Path::new(common::CPU_ROOT).join(&name);
-        fs::create_dir(&cgroup).expect("create cgroup");
-        let scene = Self {
-            cgroup,
-            name,
+    /// `quota_us` per `period_us`, at the most CPU weight the hierarchy allows (see below).
+    fn new(cpu: &CpuHierarchy, tag: &str, quota_us: u64, period_us: u64) -> Self {
+        Self {
+            cgroup: Cgroup::throttled(cpu, &format!("host-{tag}"), quota_us, period_us),
             tracer: None,
-            workload: None,
-        };
-        scene.write("cpu.cfs_period_us", &period_us.to_string());
-        scene.write("cpu.cfs_quota_us", &quota_us.to_string());
-        scene
-    }
-
-    fn write(&self, file: &str, value: &str) {
-        fs::write(self.cgroup.join(file), value)
-            .unwrap_or_else(|e| panic!("write {value} to {file}: {e}"));
-    }
-
-    fn cpu_stat(&self) -> CpuStat {
-        let text = fs::read_to_string(self.cgroup.join("cpu.stat")).expect("read cpu.stat");
-        let field = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-                .unwrap_or_else(|| panic!("cpu.stat has no {name}: {text}"))
-        };
-        CpuStat {
-            nr_throttled: field("nr_throttled"),
-            throttled_ns: field("throttled_time"),
         }
     }
 
     /// Starts the tracer for this cgroup and returns its stdout lines once `start` was printed.
     fn start_tracer(&mut self) -> mpsc::Receiver<String> {
-        let mut child = Command::new(TRACER)
-            .args(["--backend", "tracepoint", "--json", "--cgroup"])
-            .arg(format!("/{}", self.name))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn throttle-tracer");
+        let mut child = Running::spawn(
+            Command::new(TRACER)
+                .args(["--backend", "tracepoint", "--json", "--cgroup"])
+                .arg(self.cgroup.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        );
         let stdout = child.stdout.take().expect("tracer stdout");
         self.tracer = Some(child);
         let (tx, rx) = mpsc::channel();
@@ -97,91 +66,19 @@ impl Scene {
 
     /// Runs the busy workload inside the cgroup (optionally pinned to one CPU) until it exits.
     fn run_workload(&mut self, threads: u32, seconds: u32, cpu: Option<usize>) {
-        let mut cmd = Command::new(WORKLOAD);
-        cmd.args([
-            "busy",
-            "--threads",
-            &threads.to_string(),
-            "--seconds",
-            &seconds.to_string(),
-        ]);
-        let procs = self.cgroup.join("cgroup.procs");
-        // SAFETY: between fork and exec only async-signal-safe calls: open/write/close and
-        // sched_setaffinity, on memory prepared before the fork.
-        let procs_c = std::ffi::CString::new(procs.to_str().unwrap()).unwrap();
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
-                // Enter the cgroup before exec, so every thread the workload makes is inside.
-                let fd = libc::open(procs_c.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-                libc::close(fd);
-                if written != 2 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if let Some(cpu) = cpu {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().expect("spawn throttle-workload");
-        self.workload = Some(child);
-        let status = self
-            .workload
-            .as_mut()
-            .unwrap()
-            .wait()
-            .expect("wait workload");
-        self.workload = None;
+        let mut workload = common::spawn_in(&mut common::busy(threads, seconds), &self.cgroup, cpu);
+        let status = workload.wait().expect("wait workload");
         assert!(status.success(), "workload: {status}");
     }
 
     /// SIGINTs the tracer and returns every line it printed after `start`.
     fn stop_tracer(&mut self, rx: mpsc::Receiver<String>) -> Vec<Value> {
-        let mut child = self.tracer.take().expect("tracer running");
-        // SAFETY: signalling our own child by pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        let status = child.wait().expect("wait tracer");
+        let status = self.tracer.take().expect("tracer running").interrupt();
         assert!(status.success(), "tracer: {status}");
         rx.iter()
             .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}")))
             .collect()
     }
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        for child in [self.workload.take(), self.tracer.take()]
-            .into_iter()
-            .flatten()
-        {
-            let mut child = child;
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        // The cgroup is empty once its processes are reaped; rmdir may still race the exit.
-        for _ in 0..50 {
-            if fs::remove_dir(&self.cgroup).is_ok() || !self.cgroup.exists() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("could not remove {}", self.cgroup.display());
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct CpuStat {
-    nr_throttled: u64,
-    throttled_ns: u64,
 }
 
 fn of_type<'a>(lines: &'a [Value], t: &str) -> Vec<&'a Value> {
@@ -203,12 +100,6 @@ fn median(mut v: Vec<u64>) -> u64 {
     v[v.len() / 2]
 }
 
-/// Time for the last period timer to refill what the workload left throttled.
-const SETTLE: Duration = Duration::from_millis(300);
-
-/// The most `cpu.shares` cgroup v1 allows (the kernel's MAX_SHARES, 1 << 18).
-const MAX_SHARES: &str = "262144";
-
 /// One busy thread at 20 ms / 100 ms: each stop is the rest of the period, 80 ms.
 ///
 /// "80 ms" is quota arithmetic for one CPU that the group has to itself whenever it has
@@ -216,7 +107,7 @@ const MAX_SHARES: &str = "262144";
 /// stopped for the other 80. The setup makes that premise true as far as it can:
 /// - Pinned to one CPU (as `taskset -c <last CPU>` would): one cfs_rq spends the whole quota,
 ///   so every period holds exactly one per-CPU stop.
-/// - `cpu.shares` at its maximum: other runnable work on that CPU (other tests, builds)
+/// - `cpu.shares` (v2: `cpu.weight`) at its maximum: other runnable work on that CPU (other tests, builds)
 ///   would otherwise share the CPU with the group while it has quota; its 20 ms of CPU then
 ///   take more than 20 ms of wall time and every stop really is shorter than 80 ms. The
 ///   kernel agrees: its own accounting (cpu.stat throttled_time, each stop's kernel_ns)
@@ -231,25 +122,21 @@ const MAX_SHARES: &str = "262144";
 /// prints the unthrottled spans (refill to next stop) so that a contended CPU shows as such.
 #[test]
 fn one_thread_stops_last_the_rest_of_the_period() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(reason) = common::skip_reason() {
-        println!("skipped: {reason}");
+    let Some(host) = common::require(common::host()) else {
         return;
-    }
-    let mut scene = Scene::new("one", 20_000, 100_000);
-    scene.write("cpu.shares", MAX_SHARES);
+    };
+    let mut scene = Scene::new(&host.cpu, "one", 20_000, 100_000);
     let rx = scene.start_tracer();
     // Pinned to the last CPU (the same as `taskset -c <last>`): see above.
-    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
-    scene.run_workload(1, 2, Some(cpus - 1));
-    thread::sleep(SETTLE);
+    scene.run_workload(1, 2, Some(common::last_cpu()));
+    scene.cgroup.wait_refilled();
     let lines = scene.stop_tracer(rx);
 
     let stops = of_type(&lines, "stop");
     assert!(stops.len() >= 10, "{} stops: {lines:#?}", stops.len());
     assert_each_stop_once(&stops);
     for s in &stops {
-        assert_eq!(s["cgroup"], format!("/{}", scene.name));
+        assert_eq!(s["cgroup"], scene.cgroup.path());
         assert_eq!(s["quota_ns"], 20_000_000);
         assert_eq!(s["period_ns"], 100_000_000);
         assert_eq!(s["end"], "refill", "{s}");
@@ -302,21 +189,19 @@ fn one_thread_stops_last_the_rest_of_the_period() {
 /// is what cpu.stat's throttled_time grew by, and its group stops are the throttled periods.
 #[test]
 fn kernel_accounted_time_matches_cpu_stat() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(reason) = common::skip_reason() {
-        println!("skipped: {reason}");
+    let Some(host) = common::require(common::host()) else {
         return;
-    }
-    let mut scene = Scene::new("two", 50_000, 100_000);
-    // Without it, other work on the machine can keep the group under its quota: few stops.
-    scene.write("cpu.shares", MAX_SHARES);
+    };
+    // The most CPU weight: without it, other work on the machine can keep the group under its
+    // quota (few stops).
+    let mut scene = Scene::new(&host.cpu, "two", 50_000, 100_000);
     // The tracer runs before the workload enters the cgroup, and after the workload is gone
     // the last refill ends every stop before cpu.stat is read: both windows hold every stop.
     let rx = scene.start_tracer();
-    let before = scene.cpu_stat();
+    let before = scene.cgroup.stat();
     scene.run_workload(2, 3, None);
-    thread::sleep(SETTLE);
-    let after = scene.cpu_stat();
+    scene.cgroup.wait_refilled();
+    let after = scene.cgroup.stat();
     let lines = scene.stop_tracer(rx);
 
     let stops = of_type(&lines, "stop");

@@ -1,130 +1,54 @@
 //! The live view (`--interval`) on this host, piped: timestamped plain blocks, checked against a
-//! real throttled cgroup v1 and its cpu.stat read here; on a terminal (tmux): the selection,
-//! the histogram pane, a resize, and the terminal given back after q, Ctrl-C and SIGTERM; and
-//! the usage errors of the filters.
-//! The host test needs root, kernel BTF and the cgroup v1 cpu controller at /sys/fs/cgroup/cpu;
-//! otherwise it prints "skipped: reason".
+//! real throttled cgroup (v1 or v2) and its cpu.stat read here; on a terminal (tmux): the
+//! selection, the histogram pane, a resize, and the terminal given back after q, Ctrl-C and
+//! SIGTERM; and the usage errors of the filters. The host tests need root, kernel BTF and a cpu
+//! hierarchy; otherwise they say why they cannot run (a failure under `CI=true`).
 mod common;
 
 use std::{
     fs,
     io::Read as _,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::Mutex,
+    process::{Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
 
+use common::{Cgroup, Host, Running};
+
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
-const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
 
-/// The host tests pin their workloads to the same CPU: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-/// Where this host's separate cgroup v1 cpuacct hierarchy is (if it is one): the live view's
-/// CPU column reads cpuacct.usage of the same path there.
-const CPUACCT_ROOT: &str = "/sys/fs/cgroup/cpuacct";
-
-/// A throttled cgroup with one pinned busy thread in it; Drop kills the workload and removes
-/// the cgroup, also when an assertion failed.
+/// A throttled cgroup with one pinned busy thread in it; the guards kill the workload and
+/// remove the cgroup, also when an assertion failed.
 struct Throttled {
-    cgroup: PathBuf,
-    /// The same path in a separate cpuacct hierarchy, when the host has one.
-    cpuacct: Option<PathBuf>,
+    /// On v1 also in a separate cpuacct hierarchy, if the host has one: the live view's CPU
+    /// column reads cpuacct.usage of the same path there.
+    cgroup: Cgroup,
     name: String,
-    workload: Child,
+    workload: Running,
 }
 
 impl Throttled {
     /// 20 ms quota per 100 ms period, one busy thread pinned to the last CPU (as `taskset -c`
-    /// would), `cpu.shares` at its maximum so other work on that CPU does not stretch its quota.
-    fn start(tag: &str, seconds: u32) -> Self {
-        let name = format!("tt-live-{tag}-{}", std::process::id());
-        let cgroup = Path::new(common::CPU_ROOT).join(&name);
-        fs::create_dir(&cgroup).expect("create cgroup");
-        for (file, value) in [
-            ("cpu.cfs_period_us", "100000"),
-            ("cpu.cfs_quota_us", "20000"),
-            ("cpu.shares", "262144"),
-        ] {
-            fs::write(cgroup.join(file), value).unwrap_or_else(|e| panic!("{file}: {e}"));
-        }
-        let cpuacct = Path::new(CPUACCT_ROOT)
-            .join("cpuacct.usage")
-            .exists()
-            .then(|| Path::new(CPUACCT_ROOT).join(&name))
-            .filter(|dir| dir != &cgroup && fs::create_dir(dir).is_ok());
-        let cpu = thread::available_parallelism().map_or(1, |n| n.get()) - 1;
-        let mut cmd = Command::new("taskset");
-        cmd.args(["-c", &cpu.to_string(), WORKLOAD, "busy", "--threads", "1"])
-            .args(["--seconds", &seconds.to_string()]);
-        let procs: Vec<std::ffi::CString> = [Some(&cgroup), cpuacct.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(|dir| {
-                std::ffi::CString::new(dir.join("cgroup.procs").to_str().unwrap())
-                    .expect("path without NUL")
-            })
-            .collect();
-        // SAFETY: between fork and exec only open/write/close, on memory prepared before.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
-                for procs_c in &procs {
-                    let fd = libc::open(procs_c.as_ptr(), libc::O_WRONLY);
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-                    libc::close(fd);
-                    if written != 2 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-        let workload = cmd.spawn().expect("spawn taskset throttle-workload");
+    /// would), at the most CPU weight so other work on that CPU does not stretch its quota.
+    fn start(host: &Host, tag: &str, seconds: u32) -> Self {
+        let cgroup =
+            Cgroup::throttled(&host.cpu, &format!("live-{tag}"), 20_000, 100_000).with_cpuacct();
+        let workload = common::spawn_in(
+            &mut common::busy(1, seconds),
+            &cgroup,
+            Some(common::last_cpu()),
+        );
         Self {
+            name: cgroup.path().trim_start_matches('/').to_owned(),
             cgroup,
-            cpuacct,
-            name,
             workload,
         }
     }
 
     /// (nr_periods, nr_throttled) now.
     fn periods(&self) -> (u64, u64) {
-        let text = fs::read_to_string(self.cgroup.join("cpu.stat")).expect("read cpu.stat");
-        let field = |name: &str| -> u64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-                .unwrap_or_else(|| panic!("cpu.stat has no {name}: {text}"))
-        };
-        (field("nr_periods"), field("nr_throttled"))
-    }
-}
-
-impl Drop for Throttled {
-    fn drop(&mut self) {
-        let _ = self.workload.kill();
-        let _ = self.workload.wait();
-        for dir in [Some(&self.cgroup), self.cpuacct.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            // The cgroup is empty once the workload is reaped; rmdir may still race the exit.
-            let removed = (0..50).any(|_| {
-                let gone = fs::remove_dir(dir).is_ok() || !dir.exists();
-                if !gone {
-                    thread::sleep(Duration::from_millis(20));
-                }
-                gone
-            });
-            if !removed {
-                eprintln!("could not remove {}", dir.display());
-            }
-        }
+        let stat = self.cgroup.stat();
+        (stat.nr_periods, stat.nr_throttled)
     }
 }
 
@@ -204,15 +128,17 @@ const CPU: usize = 11;
 
 #[test]
 fn piped_live_view_prints_timestamped_blocks_of_the_throttled_cgroup() {
-    if let Some(reason) = common::skip_reason() {
-        println!("skipped: {reason}");
+    let Some(host) = common::require(common::host()) else {
         return;
-    }
+    };
     // Longer than the tracer's start (a debug build reads BTF slowly) and its 4 s: Drop ends it.
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let scene = Throttled::start("piped", 120);
+    let scene = Throttled::start(&host, "piped", 120);
     // Let the workload reach its steady state (throttled every period) before tracing.
-    thread::sleep(Duration::from_millis(500));
+    common::wait_until(
+        Duration::from_secs(10),
+        "the workload being throttled in two periods",
+        || scene.periods().1 >= 2,
+    );
     let before = scene.periods();
     let pid = scene.workload.id().to_string();
     let (code, stdout, stderr) = run_tracer(&[
@@ -281,8 +207,14 @@ fn piped_live_view_prints_timestamped_blocks_of_the_throttled_cgroup() {
 
 #[test]
 fn bad_filter_values_are_usage_errors() {
-    if !fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(" - cgroup")) {
-        println!("skipped: no cgroup filesystem is mounted here");
+    let mounted = fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(" - cgroup"));
+    if common::require(
+        mounted
+            .then_some(())
+            .ok_or("no cgroup filesystem is mounted here"),
+    )
+    .is_none()
+    {
         return;
     }
     let (code, stdout, stderr) = run_tracer(&["--pid", "999999999", "--duration", "1s"]);
@@ -364,7 +296,8 @@ impl Tmux {
         children
             .split_whitespace()
             .find(|pid| {
-                fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == Path::new(TRACER))
+                fs::read_link(format!("/proc/{pid}/exe"))
+                    .is_ok_and(|exe| exe == std::path::Path::new(TRACER))
             })
             .unwrap_or_else(|| panic!("no tracer among {children:?}"))
             .parse()
@@ -419,18 +352,18 @@ fn selected(pane: &str) -> Option<&str> {
 
 #[test]
 fn terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back() {
-    if let Some(reason) = common::skip_reason() {
-        println!("skipped: {reason}");
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    if common::require(tmux().ok_or("no tmux, and apt-get install tmux failed")).is_none() {
         return;
     }
-    if tmux().is_none() {
-        println!("skipped: no tmux, and apt-get install tmux failed");
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Two throttled cgroups, so that there is a second row; named so that sorting by name puts
     // tty1 first.
-    let (one, two) = (Throttled::start("tty1", 300), Throttled::start("tty2", 300));
+    let (one, two) = (
+        Throttled::start(&host, "tty1", 300),
+        Throttled::start(&host, "tty2", 300),
+    );
     let (cg1, cg2) = (format!("/{}", one.name), format!("/{}", two.name));
     let tmux = Tmux(one.name.clone());
     let top = format!(

@@ -1,150 +1,85 @@
 //! `throttle-tracer serve` scraped by a real Prometheus server (Debian's `prometheus`, which
 //! `cargo xtask setup` installs), while one pinned busy thread runs under a 20 ms / 100 ms quota
-//! in a real cgroup v1 group: what Prometheus stored is what the exporter served, the mirrored
+//! in a real cgroup (v1 or v2): what Prometheus stored is what the exporter served, the mirrored
 //! cpu.stat counter is the kernel's, and the exporter's stop count is the kernel's count of
 //! throttled periods. A second Prometheus, with native histograms enabled, scrapes the protobuf
 //! encoding: the count and sum of the native histograms it stored are the exporter's stop
 //! counters. `promtool check metrics` must find nothing to say about a scrape.
 //!
-//! Needs root, kernel BTF, the cgroup v1 cpu controller at /sys/fs/cgroup/cpu and
-//! /usr/bin/prometheus; otherwise it prints "skipped: reason".
+//! Needs root, kernel BTF, a cpu hierarchy and /usr/bin/prometheus; otherwise it says why it
+//! cannot run (a failure under `CI=true`).
 mod common;
 
 use std::{
     fs,
     io::{Read, Write},
     net::{TcpListener, TcpStream},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    path::Path,
+    process::{Command, Stdio},
     thread,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
+use common::{Cgroup, Host, Running};
 use serde_json::Value;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
-const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 const PROMTOOL: &str = "/usr/bin/promtool";
 /// How long the workload runs: about six scrapes at 1 s.
 const WORKLOAD_SECONDS: u32 = 6;
-/// The most cpu.shares cgroup v1 allows: other work cannot shorten the group's stops.
-const MAX_SHARES: &str = "262144";
 
-fn skip_reason() -> Option<String> {
-    if let Some(reason) = common::skip_reason() {
-        return Some(reason);
-    }
+/// The host, once Prometheus is there too.
+fn machine() -> Result<Host, String> {
     if !Path::new(PROMETHEUS).exists() || !Path::new(PROMTOOL).exists() {
-        return Some(format!(
+        return Err(format!(
             "no {PROMETHEUS} or {PROMTOOL} (`cargo xtask setup` installs Debian's prometheus)"
         ));
     }
-    None
+    common::host()
 }
 
-/// The cgroup, the processes and the temporary directory of the test; Drop kills the processes
-/// and removes the cgroup, also when an assertion failed.
+/// The cgroup, the processes and the temporary directory of the test; the guards kill the
+/// processes and remove the cgroup, also when an assertion failed.
 struct Scene {
-    cgroup: PathBuf,
-    name: String,
+    /// 20 ms / 100 ms at the most CPU weight: other work cannot shorten the group's stops.
+    cgroup: Cgroup,
     dir: tempfile::TempDir,
-    children: Vec<Child>,
+    children: Vec<Running>,
 }
 
 impl Scene {
-    fn new() -> Self {
-        let name = format!("tt-prom-{}", std::process::id());
-        let cgroup = Path::new(common::CPU_ROOT).join(&name);
-        fs::create_dir(&cgroup).expect("create cgroup");
-        let scene = Self {
-            cgroup,
-            name,
+    fn new(host: &Host) -> Self {
+        Self {
+            cgroup: Cgroup::throttled(&host.cpu, "prom", 20_000, 100_000),
             dir: tempfile::tempdir().expect("temp dir"),
             children: Vec::new(),
-        };
-        scene.write("cpu.cfs_period_us", "100000");
-        scene.write("cpu.cfs_quota_us", "20000");
-        scene.write("cpu.shares", MAX_SHARES);
-        scene
-    }
-
-    fn write(&self, file: &str, value: &str) {
-        fs::write(self.cgroup.join(file), value)
-            .unwrap_or_else(|e| panic!("write {value} to {file}: {e}"));
+        }
     }
 
     fn nr_throttled(&self) -> u64 {
-        let text = fs::read_to_string(self.cgroup.join("cpu.stat")).expect("read cpu.stat");
-        text.lines()
-            .find_map(|l| l.strip_prefix("nr_throttled ")?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("cpu.stat has no nr_throttled: {text}"))
+        self.cgroup.stat().nr_throttled
     }
 
     fn spawn(&mut self, cmd: &mut Command) {
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-        self.children.push(child);
+        self.children.push(Running::spawn(cmd));
     }
 
     /// One busy thread pinned to the last CPU (as `taskset -c <last>`), inside the cgroup from
     /// before its exec, for `WORKLOAD_SECONDS`.
     fn start_workload(&mut self) {
-        let mut cmd = Command::new(WORKLOAD);
-        cmd.args([
-            "busy",
-            "--threads",
-            "1",
-            "--seconds",
-            &WORKLOAD_SECONDS.to_string(),
-        ]);
-        let cpu = thread::available_parallelism().map_or(1, |n| n.get()) - 1;
-        let procs =
-            std::ffi::CString::new(self.cgroup.join("cgroup.procs").to_str().unwrap()).unwrap();
-        // SAFETY: between fork and exec only async-signal-safe calls (open, write, close,
-        // sched_setaffinity) on memory prepared before the fork.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-                libc::close(fd);
-                if written != 2 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        self.spawn(&mut cmd);
+        let workload = common::spawn_in(
+            &mut common::busy(1, WORKLOAD_SECONDS),
+            &self.cgroup,
+            Some(common::last_cpu()),
+        );
+        self.children.push(workload);
     }
 
     fn wait_workload(&mut self) {
         let mut workload = self.children.pop().expect("workload running");
         let status = workload.wait().expect("wait workload");
         assert!(status.success(), "workload: {status}");
-    }
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for _ in 0..50 {
-            if fs::remove_dir(&self.cgroup).is_ok() || !self.cgroup.exists() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("could not remove {}", self.cgroup.display());
     }
 }
 
@@ -231,6 +166,15 @@ fn start_prometheus(scene: &mut Scene, name: &str, exporter_port: u16, features:
     port
 }
 
+/// Whether `port`'s Prometheus holds a sample of `cgroup` scraped after `time`.
+fn scraped_since(port: u16, cgroup: &str, time: SystemTime) -> bool {
+    let at = time.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    query(
+        port,
+        &format!("timestamp(throttle_tracer_stops_total{{cgroup=\"{cgroup}\"}})"),
+    ) > at
+}
+
 /// The value of an instant query that must return exactly one series.
 fn query(port: u16, promql: &str) -> f64 {
     let (status, body) = get(
@@ -258,13 +202,12 @@ fn sample(scrape: &str, series: &str) -> f64 {
 
 #[test]
 fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
-    if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
+    let Some(host) = common::require(machine()) else {
         return;
-    }
+    };
     let started = Instant::now();
-    let mut scene = Scene::new();
-    let cgroup = format!("/{}", scene.name);
+    let mut scene = Scene::new(&host);
+    let cgroup = scene.cgroup.path().to_owned();
     let exporter_port = free_port();
 
     scene.spawn(
@@ -284,9 +227,17 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
     let before = scene.nr_throttled();
     scene.start_workload();
     scene.wait_workload();
-    // The last refill ends the last stop; then two scrapes see the frozen counters.
-    thread::sleep(Duration::from_millis(2_500));
+    // The last refill ends the last stop; then both servers scrape the frozen counters.
+    scene.cgroup.wait_refilled();
+    let frozen = SystemTime::now();
     let after = scene.nr_throttled();
+    for (port, name) in [(classic_port, "classic"), (native_port, "native")] {
+        common::wait_until(
+            Duration::from_secs(10),
+            &format!("a scrape by prometheus ({name}) after the counters froze"),
+            || scraped_since(port, &cgroup, frozen),
+        );
+    }
 
     let l = format!("{{cgroup=\"{cgroup}\"}}");
     let names = [

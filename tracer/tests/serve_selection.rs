@@ -5,85 +5,36 @@
 mod common;
 
 use std::{
-    fs,
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    thread,
-    time::{Duration, Instant},
+    process::{Command, Stdio},
+    time::Duration,
 };
 
+use common::{Cgroup, Running};
+
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
-const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
 
-/// Test cgroups (removed last, deepest first) and processes; Drop cleans up.
-#[derive(Default)]
-struct Scene {
-    cgroups: Vec<PathBuf>,
-    children: Vec<Child>,
+/// A cgroup with 20 ms of quota per 100 ms and one busy thread in it.
+struct Throttled {
+    cgroup: Cgroup,
+    _workload: Running,
 }
 
-impl Scene {
-    /// A cgroup with 20 ms of quota per 100 ms and one busy thread in it.
-    fn throttled(&mut self, path: &str) -> PathBuf {
-        let mut dir = PathBuf::from(common::CPU_ROOT);
-        for part in path.split('/').filter(|p| !p.is_empty()) {
-            dir.push(part);
-            if !dir.exists() {
-                fs::create_dir(&dir).unwrap();
-                self.cgroups.push(dir.clone());
-            }
-        }
-        fs::write(dir.join("cpu.cfs_quota_us"), "20000").unwrap();
-        // Ahead of whatever else the machine runs, so the thread does use its quota.
-        fs::write(dir.join("cpu.shares"), "262144").unwrap();
-        let procs = dir.join("cgroup.procs");
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "echo $$ > {} && exec {WORKLOAD} busy --threads 1 --seconds 60",
-                procs.display()
-            ))
-            .spawn()
-            .unwrap();
-        self.children.push(child);
-        dir
-    }
-
-    fn serve(&mut self, port: u16, selection: &[&str]) {
-        let child = Command::new(TRACER)
-            .args(["serve", "--backend", "tracepoint", "--listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .args(selection)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.children.push(child);
-    }
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for dir in self.cgroups.iter().rev() {
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(20));
-            }
+impl Throttled {
+    fn in_cgroup(cgroup: Cgroup) -> Self {
+        cgroup.set_quota(Some(20_000), 100_000);
+        cgroup.favour();
+        let workload = common::spawn_in(&mut common::busy(1, 60), &cgroup, None);
+        Self {
+            cgroup,
+            _workload: workload,
         }
     }
-}
 
-fn nr_throttled(dir: &std::path::Path) -> u64 {
-    let stat = fs::read_to_string(dir.join("cpu.stat")).unwrap();
-    stat.lines()
-        .find_map(|l| l.strip_prefix("nr_throttled "))
-        .and_then(|v| v.parse().ok())
-        .unwrap()
+    fn nr_throttled(&self) -> u64 {
+        self.cgroup.stat().nr_throttled
+    }
 }
 
 fn free_port() -> u16 {
@@ -112,91 +63,76 @@ fn stops(scrape: &str, cgroup: &str) -> Option<u64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-/// Serves `selection` while three groups throttle; `selected` (paths) must have series that
-/// count their stops, `other` none.
-fn serve_selects(scene: &mut Scene, selection: &[&str], selected: &[(&str, PathBuf)], other: &str) {
-    let throttled = || -> Vec<u64> { selected.iter().map(|(_, dir)| nr_throttled(dir)).collect() };
+/// Serves `selection` while the groups throttle; `selected` must have series that count their
+/// stops, `other` none.
+fn serve_selects(selection: &[&str], selected: &[&Throttled], other: &Throttled) {
+    let throttled = || -> Vec<u64> { selected.iter().map(|t| t.nr_throttled()).collect() };
     let port = free_port();
     // The stops counted lie between two readings of cpu.stat: before serve starts and once
     // it answers (its probes are attached by then), and after the scrape.
     let before_start = throttled();
-    scene.serve(port, selection);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while get(port, "/healthz").is_none() {
-        assert!(Instant::now() < deadline, "serve never answered /healthz");
-        thread::sleep(Duration::from_millis(50));
-    }
+    let _serve = Running::spawn(
+        Command::new(TRACER)
+            .args(["serve", "--backend", "tracepoint", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args(selection)
+            .stdout(Stdio::null()),
+    );
+    common::wait_until(Duration::from_secs(60), "serve answering /healthz", || {
+        get(port, "/healthz").is_some()
+    });
     let attached = throttled();
     // Each busy thread is throttled once per 100 ms period: ten periods or more.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let scrape = get(port, "/metrics").expect("a scrape");
-        let counts: Vec<Option<u64>> = selected.iter().map(|(p, _)| stops(&scrape, p)).collect();
-        if counts.iter().all(|c| c.is_some_and(|n| n >= 10)) {
-            let after = throttled();
-            for (i, (path, _)) in selected.iter().enumerate() {
-                let count = counts[i].unwrap();
-                // One stop per throttled period (one thread); a stop in progress at a reading
-                // counts on one side only.
-                let (most, least) = (after[i] - before_start[i], after[i] - attached[i]);
-                assert!(
-                    (least.saturating_sub(1)..=most + 1).contains(&count),
-                    "{path}: {count} stops; cpu.stat nr_throttled rose by {least} from the \
-                     attach and by {most} from before serve started"
-                );
-            }
-            assert_eq!(
-                stops(&scrape, other),
-                None,
-                "{other} was not selected:\n{scrape}"
-            );
-            // One tracer at a time: the next selection gets a server of its own.
-            let mut serve = scene.children.pop().unwrap();
-            let _ = serve.kill();
-            let _ = serve.wait();
-            return;
-        }
+    let mut scrape = String::new();
+    common::wait_until(
+        Duration::from_secs(30),
+        "ten stops of each selected group",
+        || {
+            scrape = get(port, "/metrics").unwrap_or_default();
+            selected
+                .iter()
+                .all(|t| stops(&scrape, t.cgroup.path()).is_some_and(|n| n >= 10))
+        },
+    );
+    let after = throttled();
+    for (i, t) in selected.iter().enumerate() {
+        let path = t.cgroup.path();
+        let count = stops(&scrape, path).unwrap();
+        // One stop per throttled period (one thread); a stop in progress at a reading counts
+        // on one side only.
+        let (most, least) = (after[i] - before_start[i], after[i] - attached[i]);
         assert!(
-            Instant::now() < deadline,
-            "no stops counted for {selected:?}:\n{scrape}"
+            (least.saturating_sub(1)..=most + 1).contains(&count),
+            "{path}: {count} stops; cpu.stat nr_throttled rose by {least} from the attach and \
+             by {most} from before serve started"
         );
-        thread::sleep(Duration::from_millis(200));
     }
+    let other = other.cgroup.path();
+    assert_eq!(
+        stops(&scrape, other),
+        None,
+        "{other} was not selected:\n{scrape}"
+    );
 }
 
 #[test]
 fn serve_takes_globs_and_container_ids() {
-    if let Some(reason) = common::skip_reason() {
-        println!("skipped: {reason}");
+    let Some(host) = common::require(common::host()) else {
         return;
-    }
-    let pid = std::process::id();
-    let mut scene = Scene::default();
-    let one = format!("/tt-serve-{pid}-sel1");
-    let two = format!("/tt-serve-{pid}-sel2");
-    let other = format!("/tt-serve-{pid}-other");
-    // The cgroupfs driver's layout for a Docker container: /docker/<64 hex digits>.
-    let id = format!("3f2a{pid:08x}{}", "0".repeat(52));
-    let container = format!("/docker/{id}");
-    let dirs: Vec<PathBuf> = [&one, &two, &other, &container]
-        .iter()
-        .map(|p| scene.throttled(p))
-        .collect();
-    let glob = format!("/tt-serve-{pid}-sel*");
-    serve_selects(
-        &mut scene,
-        &["--cgroup", &glob],
-        &[(&one, dirs[0].clone()), (&two, dirs[1].clone())],
-        &other,
-    );
-    serve_selects(
-        &mut scene,
-        &["--container", &id[..12]],
-        &[(&container, dirs[3].clone())],
-        &other,
-    );
+    };
+    let one = Throttled::in_cgroup(Cgroup::new(&host.cpu, "serve-sel1"));
+    let two = Throttled::in_cgroup(Cgroup::new(&host.cpu, "serve-sel2"));
+    let other = Throttled::in_cgroup(Cgroup::new(&host.cpu, "serve-other"));
+    // The cgroupfs driver's layout for a Docker container: .../docker/<64 hex digits>.
+    let id = format!("3f2a{:08x}{}", std::process::id(), "0".repeat(52));
+    let parent = Cgroup::new(&host.cpu, "serve-docker");
+    let docker = parent.child("docker");
+    let container = Throttled::in_cgroup(docker.child(&id));
+    let glob = format!("/tt-serve-sel*-{}", std::process::id());
+    serve_selects(&["--cgroup", &glob], &[&one, &two], &other);
+    serve_selects(&["--container", &id[..12]], &[&container], &other);
     assert!(
-        nr_throttled(&dirs[2]) >= 10,
+        other.nr_throttled() >= 10,
         "the unselected group was throttled too"
     );
 }

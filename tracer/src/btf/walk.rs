@@ -548,12 +548,12 @@ mod tests {
     #[test]
     fn host_has_no_h_nr_running() {
         if !Path::new(VMLINUX).exists() {
-            println!("skipped: {VMLINUX} is absent");
+            crate::testing::missing(&format!("{VMLINUX} is absent"));
             return;
         }
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         if !release.starts_with("6.18.") {
-            println!("skipped: not a 6.18 kernel");
+            crate::testing::not_applicable("not a 6.18 kernel");
             return;
         }
         let k = Kernel::new(Btf::from_file(VMLINUX).unwrap());

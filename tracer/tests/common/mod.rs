@@ -1,20 +1,108 @@
-//! What the host tests that trace real cgroups share: where the v1 cpu hierarchy is, and why a
-//! test must skip on this machine.
-use std::path::Path;
+//! What the host tests share: whether this machine can run a test (and what a skip means under
+//! `CI=true`), one test at a time on the machine's CPUs, deadline polls instead of sleeps, the
+//! cpu hierarchy (v1 or v2) and its files, temporary cgroups that clean up after themselves,
+//! and workloads started inside them.
+// Each test binary compiles this module whole and uses a part of it.
+#![allow(dead_code, unused_imports)]
 
-pub const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
+mod cgroup;
+mod cpu;
+mod process;
 
-/// Why tracing a real v1 cgroup cannot be tested here, if it cannot.
-pub fn skip_reason() -> Option<String> {
+use std::{
+    fmt::Display,
+    io::Write as _,
+    path::Path,
+    sync::{Mutex, MutexGuard},
+    thread,
+    time::{Duration, Instant},
+};
+
+pub use cgroup::Cgroup;
+pub use cpu::{CpuHierarchy, CpuStat, Version};
+pub use process::{Running, busy, last_cpu, spawn_in};
+
+/// Whether the tests run as CI runs them (`CI=true`): then a skip for want of something the
+/// machine could have is a failure, not a pass.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// `need`'s value, or `None` when this machine lacks what the test needs but could have it
+/// (root, kernel BTF, a cpu controller, an installed tool). Under `CI=true` that panics: CI
+/// must not report as passed a test that never ran. Elsewhere the reason goes to stderr.
+pub fn require<T>(need: Result<T, impl Display>) -> Option<T> {
+    match need {
+        Ok(value) => Some(value),
+        Err(reason) => {
+            assert!(!ci(), "CI=true: this test must run here, but {reason}");
+            say("skipped", &reason);
+            None
+        }
+    }
+}
+
+/// Whether a test about one kind of kernel or machine applies here (`Err` says why not, e.g.
+/// "this kernel has kprobes"). That is a fact of the machine, not a missing set-up, so it
+/// does not fail under `CI=true`; it is said on stderr either way.
+pub fn applies(fact: Result<(), impl Display>) -> bool {
+    match fact {
+        Ok(()) => true,
+        Err(reason) => {
+            say("not applicable here", &reason);
+            false
+        }
+    }
+}
+
+/// One line on stderr naming the test, written past libtest's capture (which holds a passing
+/// test's output back): a test that did not run shows in every run's output.
+fn say(what: &str, reason: &dyn Display) {
+    let test = thread::current().name().unwrap_or("a test").to_owned();
+    let _ = writeln!(std::io::stderr(), "{test}: {what}: {reason}");
+}
+
+/// The machine for one test that traces real cgroups: root, kernel BTF and a cpu hierarchy,
+/// and the tests of this binary one at a time (they pin work to the same CPUs).
+pub struct Host {
+    pub cpu: CpuHierarchy,
+    _serial: MutexGuard<'static, ()>,
+}
+
+/// [`Host`], or why this machine cannot trace real cgroups.
+pub fn host() -> Result<Host, String> {
     // SAFETY: no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
+        return Err("not root".into());
     }
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("no kernel BTF at /sys/kernel/btf/vmlinux".into());
+        return Err("no kernel BTF at /sys/kernel/btf/vmlinux".into());
     }
-    if !Path::new(CPU_ROOT).join("cpu.cfs_quota_us").exists() {
-        return Some(format!("no cgroup v1 cpu controller at {CPU_ROOT}"));
+    let cpu = CpuHierarchy::find()?;
+    Ok(Host {
+        cpu,
+        _serial: serial(),
+    })
+}
+
+/// One test at a time, for the tests of a binary that load the CPUs without [`host`].
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How often [`wait_until`] looks.
+const POLL: Duration = Duration::from_millis(25);
+
+/// Polls `done` until it holds; panics with "`what` did not happen within `limit`" if it has not.
+/// The limit is a guard against hanging, not a timing assertion.
+pub fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {limit:?}"
+        );
+        thread::sleep(POLL);
     }
-    None
 }

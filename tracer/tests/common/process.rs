@@ -1,0 +1,126 @@
+//! A test's processes: killed and reaped on drop, and workloads started inside a cgroup (they
+//! enter it before exec, so every thread they make is inside), optionally pinned to one CPU.
+use std::{
+    ffi::CString,
+    fs,
+    ops::{Deref, DerefMut},
+    os::unix::process::CommandExt as _,
+    process::{Child, Command, ExitStatus, Output},
+};
+
+use super::Cgroup;
+
+const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
+
+/// A child process that is killed and reaped when dropped, also when an assertion failed.
+pub struct Running(Option<Child>);
+
+impl Running {
+    pub fn spawn(cmd: &mut Command) -> Self {
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        Self(Some(child))
+    }
+
+    /// SIGINT (how a user stops the tracer), then its exit status.
+    pub fn interrupt(&mut self) -> ExitStatus {
+        // SAFETY: signalling our own unreaped child by pid.
+        unsafe { libc::kill(self.id() as i32, libc::SIGINT) };
+        self.wait().expect("wait for the child")
+    }
+
+    pub fn wait_with_output(mut self) -> Output {
+        let child = self.0.take().expect("a child");
+        child.wait_with_output().expect("wait for the child")
+    }
+
+    /// How many threads besides the main one are running or runnable (state R in
+    /// /proc/PID/task/TID/stat).
+    pub fn running_threads(&self) -> usize {
+        let pid = self.id();
+        fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|task| task.file_name().to_str() != Some(&pid.to_string()))
+            .filter(|task| {
+                // `tid (comm) S ...`: the state follows the comm's closing parenthesis.
+                fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                    stat.rsplit_once(") ")
+                        .is_some_and(|(_, rest)| rest.starts_with('R'))
+                })
+            })
+            .count()
+    }
+}
+
+impl Deref for Running {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        self.0.as_ref().expect("a child")
+    }
+}
+
+impl DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0.as_mut().expect("a child")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `throttle-workload busy`: `threads` spinning threads for `seconds` of wall time.
+pub fn busy(threads: u32, seconds: u32) -> Command {
+    let mut cmd = Command::new(WORKLOAD);
+    cmd.args(["busy", "--threads", &threads.to_string()])
+        .args(["--seconds", &seconds.to_string()]);
+    cmd
+}
+
+/// The machine's last CPU, where the tests pin what they throttle (as `taskset -c <last>`).
+pub fn last_cpu() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
+}
+
+/// Starts `cmd` inside `cgroup`, pinned to `cpu` if given (as `taskset -c cpu` would).
+pub fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Running {
+    let procs: Vec<CString> = cgroup
+        .procs_files()
+        .map(|f| CString::new(f.into_os_string().into_encoded_bytes()).expect("a path"))
+        .collect();
+    // SAFETY: between fork and exec only async-signal-safe calls (open, write, close,
+    // sched_setaffinity), on memory prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            for file in &procs {
+                let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
+                // Before close can overwrite errno.
+                let error = std::io::Error::last_os_error();
+                libc::close(fd);
+                if written != 2 {
+                    return Err(error);
+                }
+            }
+            if let Some(cpu) = cpu {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Running::spawn(cmd)
+}
