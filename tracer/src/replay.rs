@@ -230,8 +230,8 @@ mod tests {
     use crate::cpustat::{CpuStat, TimeUnit};
     use crate::records::{Bandwidth, EndReason, EndedStop};
     use crate::report::Ndjson;
-    use crate::report::tests::{MS, ended};
     use crate::schema::RefusedBackend;
+    use crate::testing::{MS, ended};
 
     fn info() -> Start {
         Start {

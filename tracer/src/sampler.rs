@@ -227,4 +227,68 @@ mod tests {
         assert_eq!((&gone[&7].stat, gone[&7].usage_ns), (&None, None));
         assert_eq!(gone[&7].settings, None);
     }
+
+    #[test]
+    fn this_hosts_cpu_stat_root_and_child() {
+        let Ok(mut h) = Hierarchy::discover() else {
+            crate::testing::missing("no cgroup hierarchy with the cpu controller here");
+            return;
+        };
+        let version = h.version();
+        // The v2 root has no throttling fields; v1's root has them (all zero).
+        if version == Version::V1 {
+            let root = CpuStat::read(h.root(), version).unwrap();
+            assert_eq!(root.unit, crate::cpustat::TimeUnit::Nanos);
+            let bw = cpustat::read_bandwidth(h.root(), version).unwrap();
+            assert_eq!(bw.quota_ns, None, "the root cgroup is never limited");
+        }
+        let base = Baseline::take(&Sampler::of(&h), &mut h);
+        if version == Version::V1 {
+            let root_id = h.id_of("/").unwrap();
+            let d = base
+                .delta(root_id, &CpuStat::read(h.root(), version).unwrap())
+                .unwrap();
+            assert_eq!(d.unit, crate::cpustat::TimeUnit::Nanos);
+        }
+        // A child we create (needs root); else any existing child with the controller.
+        let made = tempfile::Builder::new()
+            .prefix("throttle-tracer-test-")
+            .tempdir_in(h.root())
+            .ok();
+        let child = match &made {
+            Some(d) => d.path().to_owned(),
+            None => {
+                let found = h
+                    .all()
+                    .filter(|(_, p)| *p != "/")
+                    .map(|(_, p)| p.to_owned())
+                    .collect::<Vec<_>>();
+                match found
+                    .iter()
+                    .filter_map(|p| h.dir_of(p).ok())
+                    .find(|d| CpuStat::read(d, version).is_ok())
+                {
+                    Some(d) => d,
+                    None => {
+                        crate::testing::missing("cannot create a cgroup and none exists");
+                        return;
+                    }
+                }
+            }
+        };
+        let s = CpuStat::read(&child, version).unwrap();
+        cpustat::read_bandwidth(&child, version).unwrap();
+        if made.is_some() {
+            assert_eq!((s.nr_periods, s.nr_throttled, s.throttled_ns), (0, 0, 0));
+            // A cgroup created after the baseline diffs against zero.
+            let id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&child).unwrap());
+            assert_eq!(base.delta(id, &s).unwrap().throttled_ns, 0);
+        }
+        // cgroupfs removes a cgroup with rmdir, not by deleting its files: let TempDir's
+        // recursive removal fail quietly and do it ourselves.
+        if let Some(d) = made {
+            let path = d.keep();
+            std::fs::remove_dir(&path).unwrap();
+        }
+    }
 }

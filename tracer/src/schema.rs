@@ -399,7 +399,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::report::tests::{MS, ended};
+    use crate::testing::{MS, ended};
 
     fn parse(line: &Line) -> Value {
         let text = line.to_json();

@@ -238,39 +238,8 @@ pub(crate) mod tests {
     use crate::aggregate::Aggregate;
     use crate::cgroups::Version;
     use crate::cpustat::TimeUnit;
-    use crate::records::{EndReason, EndedStop, Event, Stop, Task};
-
-    pub(crate) const MS: u64 = 1_000_000;
-
-    pub(crate) fn ended(cpu: u32, start_ms: u64, end_ms: u64) -> EndedStop {
-        EndedStop {
-            stop: Stop {
-                cgroup_id: 4242,
-                cpu,
-                start_ns: start_ms * MS,
-                bandwidth: Bandwidth {
-                    quota_ns: Some(20 * MS),
-                    period_ns: Some(100 * MS),
-                    burst_ns: Some(0),
-                },
-                tasks: 2,
-                task: Some(Task {
-                    pid: 100,
-                    tid: 101,
-                    comm: "stress".into(),
-                }),
-                parked: 1,
-                park_ns: Some(start_ms * MS + 2_000),
-                kernel_start_clock: Some(5_000 * MS),
-                descendant: None,
-                children: Vec::new(),
-                children_unlisted: 0,
-            },
-            end_ns: end_ms * MS,
-            kernel_ns: Some((end_ms - start_ms) * MS + 1_000),
-            reason: EndReason::Refill,
-        }
-    }
+    use crate::records::Event;
+    use crate::testing::{MS, ended};
 
     /// /demo: two CPUs, three overlapping-in-pairs stops of 80 ms, one open at the end.
     pub(crate) fn demo_report() -> CgroupReport {

@@ -553,7 +553,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::cgroups::Version;
-    use crate::report::tests::{MS, ended};
+    use crate::testing::{MS, ended};
 
     fn tree() -> (tempfile::TempDir, Hierarchy, u64) {
         let dir = tempfile::tempdir().unwrap();

@@ -166,7 +166,7 @@ fn quota(b: &Bandwidth) -> String {
 mod tests {
     use super::*;
     use crate::report::live::rows::tests::{synthetic, table};
-    use crate::report::tests::MS;
+    use crate::testing::MS;
 
     #[test]
     fn plain_blocks_have_a_timestamp_header_and_one_line_per_row() {

@@ -232,8 +232,8 @@ pub(super) mod tests {
     use crate::cgroups::Version;
     use crate::records::Event;
     use crate::report::live::plain;
-    use crate::report::tests::{MS, ended};
     use crate::sampler::Sampler;
+    use crate::testing::{MS, ended};
     use std::fs;
 
     /// Two cgroups through the real aggregate: 4242 stopped 80 ms per 100 ms on one CPU, 7
