@@ -3,9 +3,14 @@
 //!
 //! It is a reader like the other reports: the run loop hands it each record together with what
 //! the aggregate made of it ([`Exporter::record`]: the per-CPU stop the record ended, the group
-//! stop the aggregate closed for good), so its figures are the text summary's, seen live. Each
-//! cgroup's own cpu.stat counters are read at scrape time and mirrored beside them, raw (what
-//! the file says now, not a delta since the start), so dashboards can put both side by side.
+//! stop the aggregate closed for good), so its figures are the text summary's, seen live. The
+//! sampler's last reading of each tracked cgroup's cpu.stat ([`Exporter::update`]) is mirrored
+//! beside them at scrape time, raw (what the file said, not a delta since the start), so
+//! dashboards can put both side by side.
+//!
+//! This module tracks the cgroups that have series; [`families`] is the table of the families
+//! the run loop writes, [`collector`] mirrors cpu.stat, [`labels`] has the label sets and
+//! [`scraper`] encodes it all for `serve`.
 //!
 //! Labels: `cgroup` = the path under the cpu hierarchy (`id:<n>` if it never resolved), and,
 //! when the path names them (`names`), `container` (short id), `pod` (uid) and `unit` (systemd).
@@ -30,51 +35,31 @@
 //!
 //! The two stop histograms have two representations. Classic buckets (0.001 × 2^k s up to
 //! 4.096 s, then +Inf), so stops longer than a 100 ms period are not clipped; they are all the
-//! text formats can carry. And native buckets (schema 3, see [`NATIVE_BUCKET_FACTOR`]), which
-//! only the Prometheus protobuf encoding carries ([`Scraper::protobuf`]): `serve` sends it to
-//! a Prometheus that asks for it, i.e. one run with `--enable-feature=native-histograms`.
+//! text formats can carry. And native buckets (schema 3, see
+//! [`families::NATIVE_BUCKET_FACTOR`]), which only the Prometheus protobuf encoding carries
+//! ([`Scraper::protobuf`]): `serve` sends it to a Prometheus that asks for it, i.e. one run
+//! with `--enable-feature=native-histograms`.
+
+mod collector;
+mod families;
+mod labels;
+mod scraper;
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabel, EncodeLabelSet, EncodeMetric, LabelSetEncoder,
-    prometheus_protobuf,
-};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{
-    Histogram, NativeHistogramConfig, exponential_buckets,
-};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Registry;
 
+use self::collector::CpuStatCollector;
+use self::families::Families;
+use self::labels::CgroupLabels;
+pub use self::scraper::Scraper;
 use crate::cgroups::Hierarchy;
 use crate::cpustat::CpuStat;
-use crate::names::Name;
 use crate::records::{EndedStop, Event};
 use crate::sampler::Snapshot;
 
-/// Histogram bounds: 1 ms × 2^k for k = 0..=12, i.e. up to 4.096 s (then +Inf).
-const BUCKET_START_S: f64 = 0.001;
-const BUCKET_COUNT: u16 = 13;
-/// The native buckets' growth factor: the crate picks the largest power-of-two schema whose
-/// factor is at most this, schema 3 (2^(1/8) ≈ 1.09, 8 buckets per doubling). A bucket spans
-/// 9% of its lower bound, so a quantile taken at its middle is off by at most (f − 1)/(f + 1)
-/// ≈ 4.3%, against 33% for the classic ×2 buckets: ~80 ms and ~85 ms stops (quotas of 20 and
-/// 15 ms at a 100 ms period)
-/// fall in different buckets, where the classic ones share (64 ms, 128 ms]. It is also the
-/// crate's default factor.
-const NATIVE_BUCKET_FACTOR: f64 = 1.1;
-/// At most this many native buckets per series: 20 doublings at full resolution. Stops from
-/// 1 µs to 4 s would need about 175; past the cap the crate halves the resolution rather than
-/// grow. No reset after that (`min_reset_duration`): it would reset the classic buckets too.
-const NATIVE_MAX_BUCKETS: usize = 160;
 const NS_PER_S: f64 = 1e9;
 
 /// The `Content-Type` of [`Scraper::encode`]'s OpenMetrics text.
@@ -85,60 +70,6 @@ pub const TEXT_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text
 /// The `Content-Type` of [`Scraper::protobuf`]: length-delimited `MetricFamily` messages.
 pub const PROTOBUF_CONTENT_TYPE: &str =
     "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited";
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-struct CgroupLabels {
-    cgroup: String,
-    container: Option<String>,
-    pod: Option<String>,
-    unit: Option<String>,
-}
-
-impl CgroupLabels {
-    fn of(cgroup: String) -> Self {
-        let name = Name::of(&cgroup);
-        let name = name.as_ref();
-        Self {
-            container: name.and_then(|n| n.container_id.clone()),
-            pod: name.and_then(|n| n.pod_uid.clone()),
-            unit: name.and_then(|n| n.unit.clone()),
-            cgroup,
-        }
-    }
-}
-
-/// The names a path does not have are left out, not exported as empty labels.
-impl EncodeLabelSet for CgroupLabels {
-    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), fmt::Error> {
-        ("cgroup", self.cgroup.as_str()).encode(encoder.encode_label())?;
-        for (key, value) in [
-            ("container", &self.container),
-            ("pod", &self.pod),
-            ("unit", &self.unit),
-        ] {
-            if let Some(value) = value {
-                (key, value.as_str()).encode(encoder.encode_label())?;
-            }
-        }
-        Ok(())
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DropLabels {
-    reason: &'static str,
-}
-
-type HistogramFamily = Family<CgroupLabels, Histogram, fn() -> Histogram>;
-
-/// Classic buckets for the text formats, native ones for the protobuf encoding: each scraper
-/// reads the representation its format has.
-fn stop_histogram() -> Histogram {
-    Histogram::new_classic_and_native(
-        exponential_buckets(BUCKET_START_S, 2.0, BUCKET_COUNT),
-        NativeHistogramConfig::new(NATIVE_BUCKET_FACTOR).max_buckets(NATIVE_MAX_BUCKETS),
-    )
-}
 
 /// Limits of the exported label set.
 #[derive(Clone, Debug)]
@@ -174,64 +105,6 @@ fn lock(shared: &SharedRef) -> std::sync::MutexGuard<'_, Shared> {
     shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The metric families the run loop writes.
-#[derive(Debug)]
-struct Families {
-    cpu_stop: HistogramFamily,
-    group_stop: HistogramFamily,
-    stops: Family<CgroupLabels, Counter>,
-    cpu_stopped: Family<CgroupLabels, Counter<f64, AtomicU64>>,
-    wall_stopped: Family<CgroupLabels, Counter<f64, AtomicU64>>,
-    /// On a descendant: its ancestors' per-CPU stops that stopped it, and their length.
-    ancestor_stops: Family<CgroupLabels, Counter>,
-    ancestor_cpu_stopped: Family<CgroupLabels, Counter<f64, AtomicU64>>,
-    lost: Counter,
-    tracked: Gauge,
-    dropped: Family<DropLabels, Counter>,
-}
-
-impl Families {
-    fn new() -> Self {
-        Self {
-            cpu_stop: Family::new_with_constructor(stop_histogram),
-            group_stop: Family::new_with_constructor(stop_histogram),
-            stops: Family::default(),
-            cpu_stopped: Family::default(),
-            wall_stopped: Family::default(),
-            ancestor_stops: Family::default(),
-            ancestor_cpu_stopped: Family::default(),
-            lost: Counter::default(),
-            tracked: Gauge::default(),
-            dropped: Family::default(),
-        }
-    }
-
-    /// Zero-valued series for a new cgroup, so that rates start from its first sighting.
-    fn create(&self, labels: &CgroupLabels) {
-        self.cpu_stop.get_or_create_owned(labels);
-        self.group_stop.get_or_create_owned(labels);
-        self.stops.get_or_create_owned(labels);
-        self.cpu_stopped.get_or_create_owned(labels);
-        self.wall_stopped.get_or_create_owned(labels);
-        self.ancestor_stops.get_or_create_owned(labels);
-        self.ancestor_cpu_stopped.get_or_create_owned(labels);
-    }
-
-    fn remove(&self, labels: &CgroupLabels) {
-        self.cpu_stop.remove(labels);
-        self.group_stop.remove(labels);
-        self.stops.remove(labels);
-        self.cpu_stopped.remove(labels);
-        self.wall_stopped.remove(labels);
-        self.ancestor_stops.remove(labels);
-        self.ancestor_cpu_stopped.remove(labels);
-    }
-
-    fn dropped(&self, reason: &'static str) {
-        self.dropped.get_or_create(&DropLabels { reason }).inc();
-    }
-}
-
 /// The exporter's state, owned by the run loop.
 #[derive(Debug)]
 pub struct Exporter {
@@ -252,69 +125,10 @@ impl Exporter {
             cgroups: HashMap::new(),
         }));
         let mut registry = Registry::with_prefix("throttle_tracer");
-        let f = &families;
-        registry.register_with_unit(
-            "cpu_stop",
-            "Length of each per-CPU CFS bandwidth stop (one cfs_rq throttled until unthrottled)",
-            Unit::Seconds,
-            f.cpu_stop.clone(),
-        );
-        registry.register_with_unit(
-            "group_stop",
-            "Length of each group stop: the union of the cgroup's overlapping per-CPU stops, \
-             counted once final (one episode late)",
-            Unit::Seconds,
-            f.group_stop.clone(),
-        );
-        registry.register("stops", "Per-CPU stops that ended", f.stops.clone());
-        registry.register_with_unit(
-            "cpu_stopped",
-            "Sum of per-CPU stop lengths (N CPUs stopped together count N times, as in cpu.stat)",
-            Unit::Seconds,
-            f.cpu_stopped.clone(),
-        );
-        registry.register_with_unit(
-            "wall_stopped",
-            "Wall-clock time with at least one CPU of the cgroup stopped (sum of group stops)",
-            Unit::Seconds,
-            f.wall_stopped.clone(),
-        );
-        registry.register(
-            "ancestor_stops",
-            "Per-CPU stops of an ancestor's quota that stopped this cgroup (it had tasks queued \
-             on that CPU)",
-            f.ancestor_stops.clone(),
-        );
-        registry.register_with_unit(
-            "ancestor_cpu_stopped",
-            "Sum of the lengths of the per-CPU stops of an ancestor's quota that stopped this \
-             cgroup",
-            Unit::Seconds,
-            f.ancestor_cpu_stopped.clone(),
-        );
-        registry.register(
-            "lost_records",
-            "Stop records the kernel side could not deliver (ring buffer full, or no room to \
-             remember a start)",
-            f.lost.clone(),
-        );
-        registry.register(
-            "cgroups_tracked",
-            "Cgroups that have series now",
-            f.tracked.clone(),
-        );
-        registry.register(
-            "cgroups_dropped",
-            "Cgroups without series: beyond --max-cgroups (limit) or removed for longer than \
-             --gone-after (gone)",
-            f.dropped.clone(),
-        );
+        families.register(&mut registry);
         registry.register_collector(Box::new(CpuStatCollector {
             shared: shared.clone(),
         }));
-        for reason in ["limit", "gone"] {
-            families.dropped.get_or_create_owned(&DropLabels { reason });
-        }
         Self {
             config,
             families,
@@ -463,89 +277,6 @@ impl Exporter {
     }
 }
 
-/// The registry, shared with the HTTP server.
-#[derive(Clone, Debug)]
-pub struct Scraper(Arc<Registry>);
-
-impl Scraper {
-    /// The metrics now, as OpenMetrics text (what Prometheus asks for) or else as the
-    /// Prometheus text format 0.0.4 (what curl and `promtool check metrics` read); returns the
-    /// content type with the body.
-    pub fn encode(&self, openmetrics: bool) -> Result<(&'static str, String), fmt::Error> {
-        let mut body = String::new();
-        if openmetrics {
-            prometheus_client::encoding::text::encode(&mut body, &self.0)?;
-            Ok((OPENMETRICS_CONTENT_TYPE, body))
-        } else {
-            prometheus_client::encoding::prometheus_text::encode(&mut body, &self.0)?;
-            Ok((TEXT_CONTENT_TYPE, body))
-        }
-    }
-
-    /// The metrics now in the Prometheus protobuf encoding ([`PROTOBUF_CONTENT_TYPE`]), the
-    /// only one that carries the native histogram buckets.
-    pub fn protobuf(&self) -> Result<Vec<u8>, prometheus_protobuf::EncodeError> {
-        prometheus_protobuf::encode_to_vec(&self.0)
-    }
-}
-
-/// Serves the sampler's last reading of every tracked cgroup's cpu.stat at scrape time (no I/O
-/// under the lock, nor on the task that drains the ring buffer).
-#[derive(Debug)]
-struct CpuStatCollector {
-    shared: SharedRef,
-}
-
-impl Collector for CpuStatCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let stats: Vec<(CgroupLabels, CpuStat)> = lock(&self.shared)
-            .cgroups
-            .values()
-            .filter_map(|t| Some((t.labels.clone(), t.stat.clone()?)))
-            .collect();
-        let mut family = |name: &'static str,
-                          help: &str,
-                          unit: Option<Unit>,
-                          value: fn(&CpuStat) -> Counted|
-         -> Result<(), fmt::Error> {
-            let mut metric =
-                encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
-            for (labels, stat) in &stats {
-                let series = metric.encode_family(labels)?;
-                match value(stat) {
-                    Counted::Int(v) => ConstCounter::new(v).encode(series)?,
-                    Counted::Float(v) => ConstCounter::new(v).encode(series)?,
-                }
-            }
-            Ok(())
-        };
-        family(
-            "cpustat_nr_periods",
-            "cpu.stat nr_periods of the cgroup, as the kernel prints it now (32-bit, wraps)",
-            None,
-            |s| Counted::Int(s.nr_periods),
-        )?;
-        family(
-            "cpustat_nr_throttled",
-            "cpu.stat nr_throttled of the cgroup: periods that found a CPU stopped, not stops",
-            None,
-            |s| Counted::Int(s.nr_throttled),
-        )?;
-        family(
-            "cpustat_throttled",
-            "cpu.stat throttled time of the cgroup (Σ per-CPU stops on the kernel's clock)",
-            Some(Unit::Seconds),
-            |s| Counted::Float(s.throttled_ns as f64 / NS_PER_S),
-        )
-    }
-}
-
-/// A mirrored cpu.stat value: counts stay integers, times are seconds.
-enum Counted {
-    Int(u64),
-    Float(f64),
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::MetricFamily;
@@ -555,7 +286,7 @@ pub(crate) mod tests {
     use crate::cgroups::Version;
     use crate::testing::{MS, ended};
 
-    fn tree() -> (tempfile::TempDir, Hierarchy, u64) {
+    pub(super) fn tree() -> (tempfile::TempDir, Hierarchy, u64) {
         let dir = tempfile::tempdir().unwrap();
         let child = dir.path().join("demo");
         std::fs::create_dir(&child).unwrap();
@@ -570,14 +301,19 @@ pub(crate) mod tests {
     }
 
     /// The run loop's refresh: bookkeeping, then the sampler's reading of the tracked cgroups.
-    fn refreshed(e: &mut Exporter, h: &mut Hierarchy, lost: u64, now: Instant) -> Vec<u64> {
+    pub(super) fn refreshed(
+        e: &mut Exporter,
+        h: &mut Hierarchy,
+        lost: u64,
+        now: Instant,
+    ) -> Vec<u64> {
         let tracked = e.refresh(h, lost);
         let sampler = crate::sampler::Sampler::at(h, None);
         let snapshot = sampler.read_now(&crate::sampler::Sampler::targets(h, tracked));
         e.update(&snapshot, now)
     }
 
-    fn config(max_cgroups: usize) -> Config {
+    pub(super) fn config(max_cgroups: usize) -> Config {
         Config {
             max_cgroups,
             gone_after: Duration::from_secs(300),
@@ -586,14 +322,18 @@ pub(crate) mod tests {
     }
 
     /// The value of the sample line `name{labels}` in Prometheus text.
-    fn sample(text: &str, series: &str) -> f64 {
+    pub(super) fn sample(text: &str, series: &str) -> f64 {
         text.lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
             .unwrap_or_else(|| panic!("no {series} in\n{text}"))
     }
 
     /// Stops on two CPUs of /demo: [0, 80] and [20, 100] overlap, then [200, 280].
-    fn feed(e: &mut Exporter, h: &mut Hierarchy, id: u64) -> crate::aggregate::Aggregate {
+    pub(super) fn feed(
+        e: &mut Exporter,
+        h: &mut Hierarchy,
+        id: u64,
+    ) -> crate::aggregate::Aggregate {
         let mut agg = crate::aggregate::Aggregate::watching(&[]);
         for (cpu, s, end) in [(0, 0, 80), (1, 20, 100), (0, 200, 280)] {
             let mut stop = ended(cpu, s, end);
@@ -709,45 +449,6 @@ pub(crate) mod tests {
         families
     }
 
-    #[test]
-    fn protobuf_has_native_buckets_beside_the_classic_ones() {
-        let (_dir, mut h, id) = tree();
-        let mut e = Exporter::new(config(10));
-        feed(&mut e, &mut h, id);
-        let families = families(&e.scraper().protobuf().unwrap());
-        let histogram = |name: &str| {
-            let family = families.iter().find(|f| f.name == name).unwrap();
-            family.metric[0].histogram.clone().unwrap()
-        };
-        let cpu = histogram("throttle_tracer_cpu_stop_seconds");
-        assert_eq!(cpu.schema, 3, "factor 2^(1/8), the largest <= 1.1");
-        assert_eq!((cpu.sample_count, cpu.sample_sum), (3, 0.24));
-        assert_eq!(
-            cpu.bucket.len(),
-            usize::from(BUCKET_COUNT) + 1,
-            "classic kept"
-        );
-        // 80, 80 and 80 ms: one native bucket, ((2^(1/8))^-30, (2^(1/8))^-29] ∋ 0.08.
-        assert_eq!(cpu.positive_span.len(), 1);
-        assert_eq!(
-            (cpu.positive_span[0].offset, cpu.positive_span[0].length),
-            (-29, 1)
-        );
-        assert_eq!(cpu.positive_delta, [3]);
-        let group = histogram("throttle_tracer_group_stop_seconds");
-        assert_eq!(
-            (group.schema, group.sample_count, group.sample_sum),
-            (3, 1, 0.1)
-        );
-        assert_eq!(group.positive_delta, [1]);
-        // The other families are there too.
-        let stops = families
-            .iter()
-            .find(|f| f.name == "throttle_tracer_stops_total")
-            .unwrap();
-        assert_eq!(stops.metric[0].counter.clone().unwrap().value, 3.0);
-    }
-
     /// A stop of /demo's quota that stopped its children /demo/a and /demo/b counts for both.
     #[test]
     fn ancestor_stops_count_for_every_stopped_child() {
@@ -819,34 +520,6 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn container_pod_and_unit_labels_when_the_path_names_them() {
-        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-        let dir = tempfile::tempdir().unwrap();
-        let pod = "kubepods.slice/kubepods-burstable.slice/\
-                   kubepods-burstable-pod1b2c3d4e_0000_4000_8000_123456789abc.slice";
-        let leaf = format!("{pod}/cri-containerd-{id}.scope");
-        std::fs::create_dir_all(dir.path().join(&leaf)).unwrap();
-        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
-        let cg = h.id_of(&format!("/{leaf}")).unwrap();
-        let mut e = Exporter::new(config(10));
-        feed(&mut e, &mut h, cg);
-        let (_, text) = e.scraper().encode(false).unwrap();
-        let series = format!(
-            "throttle_tracer_stops_total{{cgroup=\"/{leaf}\",container=\"0123456789ab\",\
-             pod=\"1b2c3d4e-0000-4000-8000-123456789abc\",unit=\"cri-containerd-{id}.scope\"}}"
-        );
-        assert_eq!(sample(&text, &series), 3.0);
-        // A path that names nothing has the cgroup label alone.
-        let (_dir, mut h, demo) = tree();
-        feed(&mut e, &mut h, demo);
-        let (_, text) = e.scraper().encode(false).unwrap();
-        assert_eq!(
-            sample(&text, r#"throttle_tracer_stops_total{cgroup="/demo"}"#),
-            3.0
-        );
-    }
-
-    #[test]
     fn named_cgroups_have_series_before_they_stop() {
         let (_dir, mut h, demo) = tree();
         let mut e = Exporter::new(Config {
@@ -866,5 +539,50 @@ pub(crate) mod tests {
             ),
             5.0
         );
+    }
+
+    /// Every family of the module doc, with its type, in the order of the exposition and the
+    /// same in the three encodings (OpenMetrics names a counter's family without `_total`).
+    #[test]
+    fn every_family_with_its_type_in_every_encoding() {
+        let expected = [
+            ("cpu_stop_seconds", "histogram"),
+            ("group_stop_seconds", "histogram"),
+            ("stops_total", "counter"),
+            ("cpu_stopped_seconds_total", "counter"),
+            ("wall_stopped_seconds_total", "counter"),
+            ("ancestor_stops_total", "counter"),
+            ("ancestor_cpu_stopped_seconds_total", "counter"),
+            ("lost_records_total", "counter"),
+            ("cgroups_tracked", "gauge"),
+            ("cgroups_dropped_total", "counter"),
+            ("cpustat_nr_periods_total", "counter"),
+            ("cpustat_nr_throttled_total", "counter"),
+            ("cpustat_throttled_seconds_total", "counter"),
+        ]
+        .map(|(name, ty)| (format!("throttle_tracer_{name}"), ty.to_owned()));
+        let (_dir, mut h, id) = tree();
+        let mut e = Exporter::new(config(10));
+        feed(&mut e, &mut h, id);
+        refreshed(&mut e, &mut h, 0, Instant::now());
+        let protobuf: Vec<(String, String)> = families(&e.scraper().protobuf().unwrap())
+            .iter()
+            .map(|f| (f.name.clone(), format!("{:?}", f.r#type()).to_lowercase()))
+            .collect();
+        assert_eq!(protobuf, expected);
+        let declared = |text: &str| -> Vec<(String, String)> {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("# TYPE ")?.split_once(' '))
+                .map(|(name, ty)| (name.to_owned(), ty.to_owned()))
+                .collect()
+        };
+        assert_eq!(declared(&e.scraper().encode(false).unwrap().1), expected);
+        let openmetrics = expected
+            .clone()
+            .map(|(name, ty)| match name.strip_suffix("_total") {
+                Some(family) if ty == "counter" => (family.to_owned(), ty),
+                _ => (name, ty),
+            });
+        assert_eq!(declared(&e.scraper().encode(true).unwrap().1), openmetrics);
     }
 }

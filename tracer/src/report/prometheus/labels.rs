@@ -1,0 +1,90 @@
+//! The label sets of the exported series: a cgroup's (its path and what the path names) and a
+//! drop reason's.
+
+use std::fmt;
+
+use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
+
+use crate::names::Name;
+
+/// `cgroup` = the path under the cpu hierarchy (`id:<n>` if it never resolved), and, when the
+/// path names them, `container` (short id), `pod` (uid) and `unit` (systemd). They are
+/// functions of the path: they add no series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub(super) struct CgroupLabels {
+    cgroup: String,
+    container: Option<String>,
+    pod: Option<String>,
+    unit: Option<String>,
+}
+
+impl CgroupLabels {
+    pub(super) fn of(cgroup: String) -> Self {
+        let name = Name::of(&cgroup);
+        let name = name.as_ref();
+        Self {
+            container: name.and_then(|n| n.container_id.clone()),
+            pod: name.and_then(|n| n.pod_uid.clone()),
+            unit: name.and_then(|n| n.unit.clone()),
+            cgroup,
+        }
+    }
+}
+
+/// The names a path does not have are left out, not exported as empty labels.
+impl EncodeLabelSet for CgroupLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), fmt::Error> {
+        ("cgroup", self.cgroup.as_str()).encode(encoder.encode_label())?;
+        for (key, value) in [
+            ("container", &self.container),
+            ("pod", &self.pod),
+            ("unit", &self.unit),
+        ] {
+            if let Some(value) = value {
+                (key, value.as_str()).encode(encoder.encode_label())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a cgroup has no series: `limit` (beyond `max_cgroups`) or `gone` (removed).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct DropLabels {
+    pub(super) reason: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cgroups::{Hierarchy, Version};
+    use crate::report::prometheus::Exporter;
+    use crate::report::prometheus::tests::{config, feed, sample, tree};
+
+    #[test]
+    fn container_pod_and_unit_labels_when_the_path_names_them() {
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let dir = tempfile::tempdir().unwrap();
+        let pod = "kubepods.slice/kubepods-burstable.slice/\
+                   kubepods-burstable-pod1b2c3d4e_0000_4000_8000_123456789abc.slice";
+        let leaf = format!("{pod}/cri-containerd-{id}.scope");
+        std::fs::create_dir_all(dir.path().join(&leaf)).unwrap();
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let cg = h.id_of(&format!("/{leaf}")).unwrap();
+        let mut e = Exporter::new(config(10));
+        feed(&mut e, &mut h, cg);
+        let (_, text) = e.scraper().encode(false).unwrap();
+        let series = format!(
+            "throttle_tracer_stops_total{{cgroup=\"/{leaf}\",container=\"0123456789ab\",\
+             pod=\"1b2c3d4e-0000-4000-8000-123456789abc\",unit=\"cri-containerd-{id}.scope\"}}"
+        );
+        assert_eq!(sample(&text, &series), 3.0);
+        // A path that names nothing has the cgroup label alone.
+        let (_dir, mut h, demo) = tree();
+        feed(&mut e, &mut h, demo);
+        let (_, text) = e.scraper().encode(false).unwrap();
+        assert_eq!(
+            sample(&text, r#"throttle_tracer_stops_total{cgroup="/demo"}"#),
+            3.0
+        );
+    }
+}
