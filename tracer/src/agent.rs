@@ -370,6 +370,11 @@ impl Session {
         selected
     }
 
+    /// Where this session reads the cgroups' files.
+    pub fn sampler(&self) -> Sampler {
+        self.sampler.clone()
+    }
+
     /// Feeds `exporter` every record from now on.
     pub fn export_to(&mut self, exporter: Exporter) {
         self.exporter = Some(exporter);

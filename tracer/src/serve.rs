@@ -26,6 +26,7 @@ use crate::{
         Text,
         prometheus::{Config, Exporter, PROTOBUF_CONTENT_TYPE, Scraper},
     },
+    sampler::Sampler,
 };
 
 /// How often the exporter's bookkeeping runs (lost records, removed cgroups).
@@ -54,7 +55,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let scraper = exporter.scraper();
     session.export_to(exporter);
     let address = listener.local_addr().unwrap_or(args.listen);
-    tokio::spawn(accept(listener, scraper));
+    tokio::spawn(accept(listener, scraper, session.sampler()));
     eprintln!("throttle-tracer: serving metrics on http://{address}/metrics");
 
     let mut interrupts = Interrupts::new()?;
@@ -71,7 +72,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
 }
 
 /// Serves each connection in a task of its own until the process ends.
-async fn accept(listener: TcpListener, scraper: Scraper) {
+async fn accept(listener: TcpListener, scraper: Scraper, sampler: Sampler) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -82,11 +83,16 @@ async fn accept(listener: TcpListener, scraper: Scraper) {
                 continue;
             }
         };
-        let scraper = scraper.clone();
+        let (scraper, sampler) = (scraper.clone(), sampler.clone());
         tokio::spawn(async move {
-            let service = service_fn(move |request| {
-                let scraper = scraper.clone();
-                async move { Ok::<_, Infallible>(respond(&request, &scraper)) }
+            let service = service_fn(move |request: Request<_>| {
+                let (scraper, sampler) = (scraper.clone(), sampler.clone());
+                async move {
+                    if request.uri().path() == "/metrics" {
+                        scraper.refresh(&sampler).await;
+                    }
+                    Ok::<_, Infallible>(respond(&request, &scraper))
+                }
             });
             if let Err(e) = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)

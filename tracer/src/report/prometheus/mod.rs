@@ -86,7 +86,10 @@ pub struct Config {
 #[derive(Debug)]
 struct Tracked {
     labels: CgroupLabels,
-    /// Its cpu.stat at the sampler's last reading; `None` before the first or if unreadable.
+    /// Its path under the cpu hierarchy, for the sampler; `None` if the id never resolved.
+    path: Option<String>,
+    /// Its cpu.stat at the sampler's last reading (each scrape's, and the run loop's once a
+    /// second); `None` before the first or if unreadable.
     stat: Option<CpuStat>,
     /// When the sampler first found it missing.
     gone_since: Option<Instant>,
@@ -141,7 +144,10 @@ impl Exporter {
 
     /// What the HTTP server encodes at each scrape.
     pub fn scraper(&self) -> Scraper {
-        Scraper(self.registry.clone())
+        Scraper {
+            registry: self.registry.clone(),
+            shared: self.shared.clone(),
+        }
     }
 
     /// One record, with the length of the group stop the aggregate closed for good on it (the
@@ -207,7 +213,7 @@ impl Exporter {
         }
         self.refused.remove(&id);
         let path = hierarchy.path_of(id).map(str::to_owned);
-        let labels = CgroupLabels::of(path.unwrap_or_else(|| format!("id:{id}")));
+        let labels = CgroupLabels::of(path.clone().unwrap_or_else(|| format!("id:{id}")));
         // A removed cgroup whose path was reused: the new one continues its series.
         let previous: Vec<u64> = shared
             .cgroups
@@ -224,6 +230,7 @@ impl Exporter {
             id,
             Tracked {
                 labels: labels.clone(),
+                path,
                 stat: None,
                 gone_since: None,
             },
