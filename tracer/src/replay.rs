@@ -130,7 +130,7 @@ impl Recorded {
                     {
                         attributed_paths.insert(a.cgroup_id, a.path.clone());
                     }
-                    at_end.insert(summary.cgroup_id, *summary);
+                    at_end.insert(summary.cgroup.id, *summary);
                 }
                 (Line::End(end), _) => totals = Some(end),
                 (Line::Other, _) => {}
@@ -185,7 +185,7 @@ impl Recorded {
                 match at_end.remove(&summary.cgroup_id) {
                     Some(end) => CgroupReport {
                         summary,
-                        path: end.cgroup,
+                        path: end.cgroup.path,
                         cpu_stat: end.cpu_stat,
                         // The control files always give a period (v1 cpu.cfs_period_us, v2
                         // cpu.max), so a null period means the settings were not read.

@@ -56,15 +56,15 @@ impl Line {
 
     /// Sets `name` to that of the `cgroup` path, as the tracer writes it.
     fn derive_name(&mut self) {
-        let (cgroup, name) = match self {
-            Self::StopBegin(s) => (&s.cgroup, &mut s.name),
-            Self::Stop(s) => (&s.started.cgroup, &mut s.started.name),
-            Self::AncestorStop(a) => (&a.stop.started.cgroup, &mut a.stop.started.name),
-            Self::UnseenStartStop(u) => (&u.cgroup, &mut u.name),
-            Self::Summary(s) => (&s.cgroup, &mut s.name),
+        let cgroup = match self {
+            Self::StopBegin(s) => &mut s.cgroup,
+            Self::Stop(s) => &mut s.started.cgroup,
+            Self::AncestorStop(a) => &mut a.stop.started.cgroup,
+            Self::UnseenStartStop(u) => &mut u.cgroup,
+            Self::Summary(s) => &mut s.cgroup,
             Self::Start(_) | Self::End(_) | Self::Other => return,
         };
-        *name = cgroup.as_deref().and_then(Name::of);
+        cgroup.name = cgroup.path.as_deref().and_then(Name::of);
     }
 
     /// The line as JSON, without its newline. The line types hold only strings, integers,
@@ -87,9 +87,7 @@ impl Line {
                 end_ns,
                 kernel_ns,
             } => Self::UnseenStartStop(UnseenStartStop {
-                cgroup_id: *cgroup_id,
-                cgroup: cgroup.map(str::to_owned),
-                name: cgroup.and_then(Name::of),
+                cgroup: CgroupRef::new(*cgroup_id, cgroup),
                 cpu: *cpu,
                 end_ns: *end_ns,
                 kernel_ns: *kernel_ns,
@@ -101,16 +99,16 @@ impl Line {
     /// path; `None` for the other lines.
     pub fn event(&self) -> Result<Option<(Event, Option<&str>)>, RecordError> {
         Ok(Some(match self {
-            Self::StopBegin(s) => (Event::Start(s.record()), s.cgroup.as_deref()),
-            Self::Stop(s) => (Event::End(s.ended()?), s.started.cgroup.as_deref()),
+            Self::StopBegin(s) => (Event::Start(s.record()), s.cgroup.path.as_deref()),
+            Self::Stop(s) => (Event::End(s.ended()?), s.started.cgroup.path.as_deref()),
             Self::UnseenStartStop(u) => (
                 Event::UnseenStartEnd {
-                    cgroup_id: u.cgroup_id,
+                    cgroup_id: u.cgroup.id,
                     cpu: u.cpu,
                     end_ns: u.end_ns,
                     kernel_ns: u.kernel_ns,
                 },
-                u.cgroup.as_deref(),
+                u.cgroup.path.as_deref(),
             ),
             _ => return Ok(None),
         }))
@@ -169,16 +167,36 @@ pub struct RefusedBackend {
     pub reason: String,
 }
 
+/// Which cgroup a line is about: `cgroup_id`, `cgroup` (its path, if it resolved) and `name`.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupRef {
+    #[serde(rename = "cgroup_id")]
+    pub id: u64,
+    #[serde(rename = "cgroup")]
+    pub path: Option<String>,
+    #[serde(skip_deserializing)]
+    #[cfg_attr(test, proptest(value = "None"))]
+    pub name: Option<Name>,
+}
+
+impl CgroupRef {
+    pub fn new(id: u64, path: Option<&str>) -> Self {
+        Self {
+            id,
+            path: path.map(str::to_owned),
+            name: path.and_then(Name::of),
+        }
+    }
+}
+
 /// What `stop_begin`, `stop` and `ancestor_stop` lines all say of a per-CPU stop: all that
 /// is known when it begins ([`crate::records::Stop`], flattened).
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StopFields {
-    pub cgroup_id: u64,
-    pub cgroup: Option<String>,
-    #[serde(skip_deserializing)]
-    #[cfg_attr(test, proptest(value = "None"))]
-    pub name: Option<Name>,
+    #[serde(flatten)]
+    pub cgroup: CgroupRef,
     pub cpu: u32,
     pub start_ns: u64,
     /// `quota_ns` `null` = no limit ("max").
@@ -207,9 +225,7 @@ pub struct StopFields {
 impl StopFields {
     pub fn of(s: &crate::records::Stop, cgroup: Option<&str>) -> Self {
         Self {
-            cgroup_id: s.cgroup_id,
-            cgroup: cgroup.map(str::to_owned),
-            name: cgroup.and_then(Name::of),
+            cgroup: CgroupRef::new(s.cgroup_id, cgroup),
             cpu: s.cpu,
             start_ns: s.start_ns,
             bandwidth: s.bandwidth,
@@ -237,7 +253,7 @@ impl StopFields {
             _ => None,
         };
         crate::records::Stop {
-            cgroup_id: self.cgroup_id,
+            cgroup_id: self.cgroup.id,
             cpu: self.cpu,
             start_ns: self.start_ns,
             bandwidth: self.bandwidth,
@@ -316,11 +332,8 @@ pub struct AncestorStop {
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnseenStartStop {
-    pub cgroup_id: u64,
-    pub cgroup: Option<String>,
-    #[serde(skip_deserializing)]
-    #[cfg_attr(test, proptest(value = "None"))]
-    pub name: Option<Name>,
+    #[serde(flatten)]
+    pub cgroup: CgroupRef,
     pub cpu: u32,
     pub end_ns: u64,
     pub kernel_ns: Option<u64>,
@@ -330,11 +343,8 @@ pub struct UnseenStartStop {
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
-    pub cgroup_id: u64,
-    pub cgroup: Option<String>,
-    #[serde(skip_deserializing)]
-    #[cfg_attr(test, proptest(value = "None"))]
-    pub name: Option<Name>,
+    #[serde(flatten)]
+    pub cgroup: CgroupRef,
     pub stops: u64,
     pub group_stops: u64,
     pub cpu_stop_ns: u64,
@@ -578,7 +588,7 @@ mod tests {
             let line = Line::Stop(Stop::of(&e, Some(&path)));
             let back = Line::parse(&line.to_json()).unwrap();
             prop_assert_eq!(&back, &line);
-            prop_assert!(matches!(&back, Line::Stop(s) if s.started.name.is_some()));
+            prop_assert!(matches!(&back, Line::Stop(s) if s.started.cgroup.name.is_some()));
         }
     }
 }

@@ -33,10 +33,9 @@ pub use sink::{Ndjson, Sink, Text};
 use crate::aggregate::{CgroupSummary, DurationSummary};
 use crate::cgroups::Hierarchy;
 use crate::cpustat::CpuStat;
-use crate::names::Name;
 use crate::records::{Bandwidth, EndedStop, Event};
 use crate::sampler::{Baseline, Sample, Snapshot};
-use crate::schema::{self, End, Line, Start};
+use crate::schema::{self, CgroupRef, End, Line, Start};
 
 /// One cgroup's measurements and its cgroup-file readings at the end of the trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -109,9 +108,7 @@ impl CgroupReport {
         let [p50_ns, p90_ns, p99_ns, max_ns] = pct(&s.stops);
         let [group_p50_ns, group_p90_ns, group_p99_ns, group_max_ns] = pct(&s.group_stops);
         schema::Summary {
-            cgroup_id: s.cgroup_id,
-            cgroup: self.path.clone(),
-            name: self.path.as_deref().and_then(Name::of),
+            cgroup: CgroupRef::new(s.cgroup_id, self.path.as_deref()),
             stops: s.stops.count,
             group_stops: s.group_stops.count,
             cpu_stop_ns: s.stops.sum_ns,
