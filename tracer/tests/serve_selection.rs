@@ -99,10 +99,11 @@ fn serve_selects(selection: &[&str], selected: &[&Throttled], other: &Throttled)
         let path = t.cgroup.path();
         let count = stops(&scrape, path).unwrap();
         // One stop per throttled period (one thread); a stop in progress at a reading counts
-        // on one side only.
+        // on one side only, and the exporter counts a stop when the run loop drains its record
+        // (every 100 ms, one period): up to two behind cpu.stat at the scrape.
         let (most, least) = (after[i] - before_start[i], after[i] - attached[i]);
         assert!(
-            (least.saturating_sub(1)..=most + 1).contains(&count),
+            (least.saturating_sub(2)..=most + 1).contains(&count),
             "{path}: {count} stops; cpu.stat nr_throttled rose by {least} from the attach and \
              by {most} from before serve started"
         );
