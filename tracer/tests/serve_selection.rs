@@ -15,7 +15,7 @@ use common::{Cgroup, Running};
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
-/// A cgroup with 20 ms of quota per 100 ms and one busy thread in it.
+/// A cgroup with 20 ms of quota per 100 ms and one busy thread in it, throttled until dropped.
 struct Throttled {
     cgroup: Cgroup,
     _workload: Running,
@@ -25,7 +25,10 @@ impl Throttled {
     fn in_cgroup(cgroup: Cgroup) -> Self {
         cgroup.set_quota(Some(20_000), 100_000);
         cgroup.favour();
-        let workload = common::spawn_in(&mut common::busy(1, 60), &cgroup, None);
+        // Dropping kills it. It must outlast both serves, whose start alone took 30 to 50 s each
+        // under emulation with the tracepoint backend: a 60 s workload had ended before the
+        // second serve counted a stop.
+        let workload = common::spawn_in(&mut common::busy(1, 600), &cgroup, None);
         Self {
             cgroup,
             _workload: workload,
@@ -73,7 +76,7 @@ fn serve_selects(selection: &[&str], selected: &[&Throttled], other: &Throttled)
     let before_start = throttled();
     let _serve = Running::spawn(
         Command::new(TRACER)
-            .args(["serve", "--backend", "tracepoint", "--listen"])
+            .args(["serve", "--backend", &common::backend(), "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .args(selection)
             .stdout(Stdio::null()),
