@@ -1,6 +1,6 @@
-//! Ancestor throttling on this host (`--backend tracepoint`, cgroup v1 or v2): the quota lives
-//! on a parent, the work runs in its two children, each with one busy thread pinned on each
-//! CPU. So every per-CPU stop of the parent stops both children (the kernel starts both
+//! Ancestor throttling on this host (`--backend tracepoint` or [`common::backend`]'s, cgroup
+//! v1 or v2): the quota lives on a parent, the work runs in its two children, each with one
+//! busy thread pinned on each CPU. So every per-CPU stop of the parent stops both children (the kernel starts both
 //! children's `throttled_clock_self` on that CPU): each stop must credit both. The children's
 //! own cpu.stat shows nothing; their cpu.stat.local (the kernel's time their cfs_rqs were
 //! stopped by their own or an ancestor's quota, read here independently of the tracer) must
@@ -70,7 +70,7 @@ impl Family {
     /// recording to that file. Returns its stdout lines, after `start` for NDJSON.
     fn start_tracer(&mut self, cgroup: &str, live: Option<&Path>) -> mpsc::Receiver<String> {
         let mut tracer = Command::new(TRACER);
-        tracer.args(["--backend", "tracepoint", "--cgroup", cgroup]);
+        tracer.args(["--backend", &common::backend(), "--cgroup", cgroup]);
         match live {
             Some(file) => tracer.args(["--interval", "1s", "--record"]).arg(file),
             None => tracer.arg("--json"),

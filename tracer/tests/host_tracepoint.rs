@@ -1,5 +1,6 @@
-//! `--backend tracepoint` on this host, against real quotas (cgroup v1 or v2) and the
-//! kernel's own cpu.stat (read here, independently of the tracer). Needs root, kernel BTF and a
+//! Tracing on this host, with `--backend tracepoint` (or the backend of [`common::backend`]),
+//! against real quotas (cgroup v1 or v2) and the kernel's own cpu.stat (read here,
+//! independently of the tracer). Needs root, kernel BTF and a
 //! cpu hierarchy; otherwise each test says why it cannot run (a failure under `CI=true`).
 //!
 //! The tests share the machine's CPUs, so they run one at a time.
@@ -38,7 +39,7 @@ impl Scene {
     fn start_tracer(&mut self) -> mpsc::Receiver<String> {
         let mut child = Running::spawn(
             Command::new(TRACER)
-                .args(["--backend", "tracepoint", "--json", "--cgroup"])
+                .args(["--backend", &common::backend(), "--json", "--cgroup"])
                 .arg(self.cgroup.path())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
@@ -60,7 +61,7 @@ impl Scene {
             .expect("the tracer printed nothing (see its stderr above)");
         let v: Value = serde_json::from_str(&first).expect("first line is JSON");
         assert_eq!(v["type"], "start", "{first}");
-        assert_eq!(v["backend"], "tracepoint", "{first}");
+        assert_eq!(v["backend"], common::backend(), "{first}");
         rx
     }
 

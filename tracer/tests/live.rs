@@ -143,7 +143,7 @@ fn piped_live_view_prints_timestamped_blocks_of_the_throttled_cgroup() {
     let pid = scene.workload.id().to_string();
     let (code, stdout, stderr) = run_tracer(&[
         "--backend",
-        "tracepoint",
+        &common::backend(),
         "--interval",
         "1s",
         "--pid",

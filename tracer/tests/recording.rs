@@ -1,7 +1,7 @@
 //! `--record FILE` then `throttle-tracer report FILE` on this host: the offline report is the
 //! text report the live run printed at its end, byte for byte. A real throttled cgroup (v1 or
-//! v2) traced with `--backend tracepoint`; needs root, kernel BTF and a cpu hierarchy,
-//! otherwise it says why it cannot run (a failure under `CI=true`).
+//! v2) traced with `--backend tracepoint` (or [`common::backend`]'s); needs root, kernel BTF
+//! and a cpu hierarchy, otherwise it says why it cannot run (a failure under `CI=true`).
 mod common;
 
 use std::{
@@ -28,7 +28,13 @@ fn report_of_a_recording_is_what_the_run_printed() {
 
     let tracer = Running::spawn(
         Command::new(TRACER)
-            .args(["--backend", "tracepoint", "--duration", "3s", "--cgroup"])
+            .args([
+                "--backend",
+                &common::backend(),
+                "--duration",
+                "3s",
+                "--cgroup",
+            ])
             .arg(name)
             .arg("--record")
             .arg(&recording)

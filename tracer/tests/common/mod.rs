@@ -91,6 +91,14 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The backend the tests trace with: `TT_TEST_BACKEND` if set, else tracepoint, the one this
+/// host's kernel allows (6.18: no kprobes, fentry refused). vm-test's guests set kprobe: under
+/// emulation the tracepoint programs take 30-40 s to load (the verifier), kprobe's 3 s, and
+/// the VM scenarios run each backend themselves.
+pub fn backend() -> String {
+    std::env::var("TT_TEST_BACKEND").unwrap_or_else(|_| "tracepoint".into())
+}
+
 /// How often [`wait_until`] looks.
 const POLL: Duration = Duration::from_millis(25);
 
