@@ -1,35 +1,88 @@
-//! Building the guest's programs: throttle-tracer and throttle-workload, statically linked.
+//! Building the guest's programs, statically linked: throttle-tracer and throttle-workload, and
+//! (for vm-test) the tracer's integration-test binaries.
 use crate::{cmd, paths};
 use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 const TARGET: &str = "x86_64-unknown-linux-gnu";
 
 pub struct Binaries {
     pub tracer: PathBuf,
     pub workload: PathBuf,
+    /// The integration-test binaries of tracer/tests, by name (`ancestor` for ancestor.rs); empty
+    /// unless asked for.
+    pub tests: Vec<(String, PathBuf)>,
 }
 
-/// `cargo build --release -p tracer` for the gnu target with a static C runtime. The flag is
-/// given for the target only, so build scripts and the nested eBPF build do not see it.
+/// `cargo build --release -p tracer` for the gnu target with a static C runtime.
 pub fn build() -> Result<Binaries> {
-    cmd::run(
-        paths::cargo()
-            .args(["build", "--release", "-p", "tracer", "--target", TARGET])
-            .env(
-                "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
-                "-C target-feature=+crt-static",
-            ),
-    )?;
-    let dir = paths::target().join(TARGET).join("release");
+    cmd::run(static_cargo().args(["build", "--release", "-p", "tracer", "--target", TARGET]))?;
+    let dir = bin_dir();
     let binaries = Binaries {
         tracer: dir.join("throttle-tracer"),
         workload: dir.join("throttle-workload"),
+        tests: Vec::new(),
     };
     for binary in [&binaries.tracer, &binaries.workload] {
         ensure_static(binary)?;
     }
     Ok(binaries)
+}
+
+/// [`build`], and `cargo test --no-run` of the tracer's integration tests the same way. The tests
+/// find the programs they run at the paths cargo compiled into them (`CARGO_BIN_EXE_*`), which
+/// are in [`bin_dir`].
+pub fn build_with_tests() -> Result<Binaries> {
+    let mut cargo = static_cargo();
+    cargo.args([
+        "test",
+        "--no-run",
+        "--release",
+        "-p",
+        "tracer",
+        "--target",
+        TARGET,
+    ]);
+    cargo.args(["--test", "*", "--message-format=json"]);
+    // Cargo's progress and errors stay on the terminal; stdout is its JSON.
+    let json = cmd::stdout(cargo.stderr(Stdio::inherit()))?;
+    let mut tests = Vec::new();
+    for line in json.lines() {
+        let message: Value =
+            serde_json::from_str(line).with_context(|| format!("cargo's JSON message {line:?}"))?;
+        if message["reason"] == "compiler-artifact"
+            && message["target"]["kind"] == serde_json::json!(["test"])
+            && let (Some(name), Some(file)) = (
+                message["target"]["name"].as_str(),
+                message["executable"].as_str(),
+            )
+        {
+            ensure_static(file.as_ref())?;
+            tests.push((name.to_owned(), PathBuf::from(file)));
+        }
+    }
+    tests.sort();
+    // After the tests: their build links the tracer with the dev-dependencies' features too, and
+    // its copy in bin_dir() is the last build's; the guest gets the one a user builds.
+    Ok(Binaries { tests, ..build()? })
+}
+
+/// Where cargo puts the static programs, and where the tests it builds look for them.
+pub fn bin_dir() -> PathBuf {
+    paths::target().join(TARGET).join("release")
+}
+
+/// Cargo with a static C runtime for the gnu target. The flag is given for the target only, so
+/// build scripts and the nested eBPF build do not see it.
+fn static_cargo() -> Command {
+    let mut cargo = paths::cargo();
+    cargo.env(
+        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
+        "-C target-feature=+crt-static",
+    );
+    cargo
 }
 
 /// The guest has no dynamic loader: refuse an ELF file with a `PT_INTERP` program header.

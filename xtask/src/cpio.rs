@@ -21,6 +21,17 @@ impl Cpio {
         self.entry(path, DIR | 0o755, (0, 0), b"");
     }
 
+    /// `path` and each directory above it (`a`, `a/b`, `a/b/c`); a directory the archive
+    /// already holds may come again (the kernel's mkdir fails with EEXIST, which it ignores).
+    pub fn dirs(&mut self, path: &str) {
+        let mut at = 0;
+        while let Some(slash) = path[at..].find('/') {
+            self.dir(&path[..at + slash]);
+            at += slash + 1;
+        }
+        self.dir(path);
+    }
+
     pub fn file(&mut self, path: &str, mode: u32, data: &[u8]) {
         self.entry(path, FILE | mode, (0, 0), data);
     }
@@ -92,5 +103,14 @@ mod tests {
         assert_eq!(&bytes[116..126], b"#!/bin/sh\n");
         assert_eq!(&bytes[128..134], b"070701");
         assert_eq!(bytes.len() % 4, 0);
+    }
+
+    #[test]
+    fn dirs_makes_every_ancestor_first() {
+        let mut cpio = Cpio::new();
+        cpio.dirs("work/t/release");
+        let bytes = String::from_utf8_lossy(&cpio.finish()).into_owned();
+        let at = |name: &str| bytes.find(&format!("{name}\0")).unwrap();
+        assert!(at("work") < at("work/t") && at("work/t") < at("work/t/release"));
     }
 }

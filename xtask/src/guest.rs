@@ -1,4 +1,5 @@
-//! What the VM boots into: a busybox initramfs holding the two binaries and an /init script.
+//! What the VM boots into: a busybox initramfs holding the two binaries (and the tracer's
+//! integration tests, if built) and an /init script.
 use crate::binaries::{self, Binaries};
 use crate::cpio::Cpio;
 use anyhow::{Context as _, Result};
@@ -7,6 +8,8 @@ use anyhow::{Context as _, Result};
 const PRELUDE: &str = include_str!("../guest/prelude.sh");
 /// The busybox-static package's binary.
 const BUSYBOX: &str = "/bin/busybox";
+/// Where the initramfs holds the integration-test binaries, by name (`/tests/ancestor`).
+const TESTS: &str = "tests";
 /// The guest's last words before it powers off; anything less means it died or hung.
 pub const DONE: &str = "@@TT DONE";
 
@@ -30,6 +33,22 @@ pub fn initramfs(init: &str, binaries: &Binaries) -> Result<Vec<u8>> {
     cpio.symlink("bin/sh", "busybox");
     cpio.file("bin/throttle-tracer", 0o755, &read(&binaries.tracer)?);
     cpio.file("bin/throttle-workload", 0o755, &read(&binaries.workload)?);
+    if !binaries.tests.is_empty() {
+        cpio.dir(TESTS);
+        for (name, file) in &binaries.tests {
+            cpio.file(&format!("{TESTS}/{name}"), 0o755, &read(file)?);
+        }
+        // The tests run the programs at the paths compiled into them.
+        let dir = binaries::bin_dir();
+        let dir = dir
+            .to_str()
+            .context("a target directory path that is not UTF-8")?;
+        let dir = dir.trim_start_matches('/');
+        cpio.dirs(dir);
+        for program in ["throttle-tracer", "throttle-workload"] {
+            cpio.symlink(&format!("{dir}/{program}"), &format!("/bin/{program}"));
+        }
+    }
     cpio.file("init", 0o755, init.as_bytes());
     Ok(cpio.finish())
 }

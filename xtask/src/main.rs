@@ -8,6 +8,7 @@ mod console;
 mod cpio;
 mod demo;
 mod guest;
+mod guest_tests;
 mod kernels;
 mod paths;
 mod qemu;

@@ -24,11 +24,13 @@ pub struct Boot {
     pub elapsed: Duration,
 }
 
-/// Boots and returns the console once QEMU exits or is killed. Every console line is also
+/// Boots and returns the console once QEMU exits or is killed; `append` adds words to the
+/// kernel's command line (for /init to read in /proc/cmdline). Every console line is also
 /// written to `log` as it arrives and handed to `on_line` (for progress output).
 pub fn boot(
     vmlinuz: &Path,
     initrd: &Path,
+    append: &str,
     log: &Path,
     limit: Duration,
     on_line: &dyn Fn(&str),
@@ -54,7 +56,8 @@ pub fn boot(
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", "console=ttyS0 quiet loglevel=5 panic=-1"])
+        .arg("-append")
+        .arg(format!("console=ttyS0 quiet loglevel=5 panic=-1 {append}"))
         // No NIC: nothing uses it, and its iPXE option ROM waits for a keypress at every boot.
         .args(["-nographic", "-no-reboot", "-nic", "none"])
         .stdin(Stdio::null())

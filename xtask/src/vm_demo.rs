@@ -26,7 +26,7 @@ pub fn run() -> Result<()> {
         "booting {} {} under QEMU; the workload is two busy threads under cpu.max \"50000 100000\"",
         kernel.package, kernel.version
     );
-    let boot = qemu::boot(&kernel.vmlinuz, &initrd, &log, BOOT_LIMIT, &|_| {})?;
+    let boot = qemu::boot(&kernel.vmlinuz, &initrd, "", &log, BOOT_LIMIT, &|_| {})?;
     let console = Console::parse(&boot.console);
     let status = console.mark("TRACER", "demo").unwrap_or("not printed");
     if boot.ending != Ending::Finished || status != "exit status 0" {

@@ -1,10 +1,11 @@
-//! `cargo xtask vm-test`: every scenario on every kernel, one VM at a time (or `--jobs`), then a table.
+//! `cargo xtask vm-test`: every scenario on every kernel, and the host tests on the kernels that
+//! run them, in one boot per kernel, one VM at a time (or `--jobs`), then a table.
 use crate::checks::{self, Verdict};
 use crate::console::Console;
 use crate::kernels::{self, Fetched, KERNELS, Kernel};
 use crate::qemu::{self, Ending};
 use crate::scenarios::{BACKENDS, SCENARIOS};
-use crate::{binaries, guest, paths, setup};
+use crate::{binaries, guest, guest_tests, paths, setup};
 use anyhow::{Result, bail};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -27,6 +28,10 @@ pub struct Args {
     /// Backend to run the scenarios with, repeatable: kprobe, fentry, tracepoint (default: all).
     #[arg(long = "backend", value_name = "BACKEND", value_parser = clap::builder::PossibleValuesParser::new(BACKENDS))]
     backends: Vec<String>,
+    /// Leave out the host tests (tracer/tests) that the 7.x guest otherwise runs after the
+    /// scenarios.
+    #[arg(long)]
+    no_host_tests: bool,
 }
 
 struct Row {
@@ -58,11 +63,23 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         args.backends.iter().map(String::as_str).collect()
     };
-    let binaries = binaries::build()?;
-    let calls: Vec<String> = backends
+    let host_tests = !args.no_host_tests && kernels.iter().any(|k| k.host_tests);
+    let binaries = if host_tests {
+        binaries::build_with_tests()?
+    } else {
+        binaries::build()?
+    };
+    let mut calls: Vec<String> = backends
         .iter()
         .flat_map(|b| SCENARIOS.iter().map(move |s| s.guest_call(b)))
         .collect();
+    let selection = if host_tests {
+        let selection = guest_tests::select(&binaries.tests)?;
+        calls.push(guest_tests::guest_calls(&selection));
+        selection
+    } else {
+        guest_tests::Selection::default()
+    };
     let init = guest::init_script(&format!("{GUEST_PART}\n{}", calls.join("\n")));
     let vm = paths::vm();
     let initrd = vm.join("vm-test.cpio");
@@ -81,7 +98,15 @@ pub fn run(args: &Args) -> Result<()> {
                         let Some(kernel) = kernels.get(i) else {
                             return done;
                         };
-                        done.push((i, test_kernel(kernel, &fetched[i], &initrd, &backends)));
+                        let tests: &[String] = if host_tests && kernel.host_tests {
+                            &selection.run
+                        } else {
+                            &[]
+                        };
+                        done.push((
+                            i,
+                            test_kernel(kernel, &fetched[i], &initrd, &backends, tests),
+                        ));
                     }
                 })
             })
@@ -102,6 +127,9 @@ pub fn run(args: &Args) -> Result<()> {
     }
 
     print_table(&rows);
+    for not_run in &selection.not_run {
+        println!("host test not run in the guests: {not_run}");
+    }
     for failure in &failures {
         println!("FAIL {failure}");
     }
@@ -112,13 +140,14 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Boots one kernel with every scenario call in `initrd` and judges what it printed: its table
-/// rows and its failures.
+/// Boots one kernel with every scenario call in `initrd` (and the host `tests`, if any) and
+/// judges what it printed: its table rows and its failures.
 fn test_kernel(
     kernel: &Kernel,
     fetched: &Fetched,
     initrd: &Path,
     backends: &[&str],
+    tests: &[String],
 ) -> Result<(Vec<Row>, Vec<String>)> {
     let vm = paths::vm();
     let mut rows = Vec::new();
@@ -135,7 +164,7 @@ fn test_kernel(
     let booted = Instant::now();
     let progress = |line: &str| {
         if let Some(rest) = line.strip_prefix("@@TT ")
-            && ["SCENARIO", "SKIP", "FAIL", "UNAME", "TRACER"]
+            && ["SCENARIO", "SKIP", "FAIL", "UNAME", "TRACER", "TEST"]
                 .iter()
                 .any(|k| rest.starts_with(k))
         {
@@ -143,7 +172,19 @@ fn test_kernel(
             eprintln!("  [{} +{at}s] {rest}", kernel.series);
         }
     };
-    let boot = qemu::boot(&fetched.vmlinuz, initrd, &log, BOOT_LIMIT, &progress)?;
+    let append = if tests.is_empty() {
+        ""
+    } else {
+        guest_tests::CMDLINE_FLAG
+    };
+    let boot = qemu::boot(
+        &fetched.vmlinuz,
+        initrd,
+        append,
+        &log,
+        BOOT_LIMIT,
+        &progress,
+    )?;
     let console = Console::parse(&boot.console);
     let release = console.mark("UNAME", "").unwrap_or("?");
     let label = format!("{} {release} ({})", kernel.series, fetched.version);
@@ -213,6 +254,22 @@ fn test_kernel(
         });
     }
     rows.extend(agreement_rows(&rates, &label, &mut failures));
+    for test in tests {
+        let outcome = guest_tests::judge(&console, test);
+        if !outcome.passed {
+            failures.push(format!(
+                "{label} {test}:\n    {}\n    (console: {})",
+                outcome.problem.join("\n    "),
+                log.display()
+            ));
+        }
+        rows.push(Row {
+            kernel: label.clone(),
+            scenario: test.clone(),
+            verdict: if outcome.passed { "PASS" } else { "FAIL" },
+            figures: outcome.figures,
+        });
+    }
     Ok((rows, failures))
 }
 

@@ -1,0 +1,246 @@
+//! The host tests (tracer/tests) inside the VM guests, on their cgroup v2 cpu controller, which
+//! this host cannot mount (its v1 hierarchy holds the controller): which tests run there and why
+//! the others do not, the guest's calls, and what each test's run says.
+use crate::cmd;
+use crate::console::Console;
+use anyhow::{Result, bail};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// What one test binary (tracer/tests/NAME.rs) does in the guest.
+enum Plan {
+    /// Every test runs, except these: (test, why it cannot run in the guest).
+    Run(&'static [(&'static str, &'static str)]),
+    /// None runs: no test of it touches a cgroup, so the host run covers it (why).
+    HostOnly(&'static str),
+}
+
+const SETPRIV: &str = "drops its privileges with util-linux's setpriv, and busybox's setpriv has \
+                       no --reuid";
+
+/// Every test binary cargo builds must be here: a new one is a decision, not a default.
+const PLANS: &[(&str, Plan)] = &[
+    ("ancestor", Plan::Run(&[])),
+    (
+        "cli",
+        Plan::HostOnly("argument parsing and usage errors, no cgroup"),
+    ),
+    (
+        "cpu_files",
+        Plan::HostOnly(
+            "the v1 and v2 file formats in temporary directories; the real v2 files are what \
+             every test run in the guest reads and writes",
+        ),
+    ),
+    (
+        "demo",
+        Plan::Run(&[(
+            "without_privileges_the_demo_says_so_and_makes_nothing",
+            SETPRIV,
+        )]),
+    ),
+    (
+        "deploy",
+        Plan::HostOnly("the repository's deployment files, no cgroup"),
+    ),
+    (
+        "doctor",
+        Plan::Run(&[
+            (
+                "fentry_refusal_is_one_line_with_the_cause_and_a_hint",
+                "applies where fentry is refused (this host); every VM kernel attaches it (the \
+                 doctor row, the fentry scenarios), so it would only say \"not applicable\"",
+            ),
+            (
+                "unprivileged_doctor_names_the_missing_capabilities",
+                SETPRIV,
+            ),
+        ]),
+    ),
+    (
+        "golden",
+        Plan::HostOnly("recordings in tracer/tests/data, no cgroup"),
+    ),
+    ("host_tracepoint", Plan::Run(&[])),
+    (
+        "live",
+        Plan::Run(&[(
+            "terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back",
+            "needs tmux, which the initramfs does not hold",
+        )]),
+    ),
+    (
+        "prometheus",
+        Plan::HostOnly(
+            "needs a Prometheus server and promtool, which the initramfs does not hold; \
+             serve_selection scrapes the exporter in the guest",
+        ),
+    ),
+    ("recording", Plan::Run(&[])),
+    ("serve_selection", Plan::Run(&[])),
+];
+
+/// The tests the guest runs, and the ones it does not with why.
+#[derive(Default)]
+pub struct Selection {
+    /// `binary::test`, in the order the guest runs them.
+    pub run: Vec<String>,
+    /// `binary::test: why`, or `binary: why` for a whole binary.
+    pub not_run: Vec<String>,
+}
+
+/// Which tests of `tests` (name, file: the binaries cargo built) the guest runs, from each
+/// binary's own list of its tests. A binary or an excluded test [`PLANS`] does not know (or
+/// knows but cargo did not build) is an error: the plan must follow the tests.
+pub fn select(tests: &[(String, PathBuf)]) -> Result<Selection> {
+    let mut selection = Selection::default();
+    for (name, file) in tests {
+        let Some((_, plan)) = PLANS.iter().find(|(n, _)| n == name) else {
+            bail!(
+                "tracer/tests/{name}.rs is new: say in xtask/src/guest_tests.rs whether its tests \
+                 run in the VM guests"
+            );
+        };
+        let except = match plan {
+            Plan::HostOnly(why) => {
+                selection.not_run.push(format!("{name}: {why}"));
+                continue;
+            }
+            Plan::Run(except) => except,
+        };
+        let list = cmd::stdout(Command::new(file).args(["--list", "--format", "terse"]))?;
+        let names: Vec<&str> = list
+            .lines()
+            .filter_map(|l| l.strip_suffix(": test"))
+            .collect();
+        for (test, why) in *except {
+            if !names.contains(test) {
+                bail!("xtask/src/guest_tests.rs excludes {name}::{test}, which does not exist");
+            }
+            selection.not_run.push(format!("{name}::{test}: {why}"));
+        }
+        selection.run.extend(
+            names
+                .iter()
+                .filter(|t| !except.iter().any(|(e, _)| e == *t))
+                .map(|t| format!("{name}::{t}")),
+        );
+    }
+    for (name, _) in PLANS {
+        if !tests.iter().any(|(n, _)| n == name) {
+            bail!(
+                "xtask/src/guest_tests.rs plans for tracer/tests/{name}.rs, which cargo did not build"
+            );
+        }
+    }
+    Ok(selection)
+}
+
+/// The guest's calls (guest/vm-test.sh `host_test BINARY TEST`), run where the kernel's command
+/// line asks for them.
+pub fn guest_calls(selection: &Selection) -> String {
+    let calls: Vec<String> = selection
+        .run
+        .iter()
+        .map(|t| {
+            let (binary, test) = t.split_once("::").expect("binary::test");
+            format!("    host_test {binary} {test}")
+        })
+        .collect();
+    format!(
+        "if grep -qw {CMDLINE_FLAG} /proc/cmdline; then\n{}\nfi",
+        calls.join("\n")
+    )
+}
+
+/// The kernel command-line word that makes the guest run the host tests.
+pub const CMDLINE_FLAG: &str = "tt.host_tests";
+
+/// What the console says of one test.
+pub struct Outcome {
+    pub passed: bool,
+    /// Its time, and why it did not apply if it said so.
+    pub figures: String,
+    /// Why it failed: the panic and what follows it, or the end of its output.
+    pub problem: Vec<String>,
+}
+
+/// The outcome of `test` (`binary::test`) from the console.
+pub fn judge(console: &Console, test: &str) -> Outcome {
+    let status = console.mark("TESTED", test);
+    let output = console.section(&format!("test/{test}")).unwrap_or_default();
+    // "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 9 filtered out; finished in
+    // 12.34s": exactly one test ran (a filter that matches nothing passes with 0).
+    let result = output.iter().find_map(|l| l.strip_prefix("test result: "));
+    let ran_one = result.is_some_and(|r| r.starts_with("ok. 1 passed;"));
+    let passed = status == Some("exit status 0") && ran_one;
+    let mut figures = result
+        .and_then(|r| r.rsplit_once("finished in "))
+        .map_or("no result printed".to_owned(), |(_, time)| time.to_owned());
+    if let Some(why) = output
+        .iter()
+        .find_map(|l| l.split_once(": not applicable here: "))
+    {
+        figures += &format!(", not applicable here: {}", why.1);
+    }
+    let problem = if passed {
+        Vec::new()
+    } else {
+        let panic = output.iter().position(|l| l.contains("panicked at"));
+        let from = panic.unwrap_or(output.len().saturating_sub(20));
+        std::iter::once(format!(
+            "{}, {}",
+            status.unwrap_or("no exit status printed"),
+            result.unwrap_or("no test result printed")
+        ))
+        .chain(output[from..].iter().take(20).cloned())
+        .collect()
+    };
+    Outcome {
+        passed,
+        figures,
+        problem,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn console(name: &str, status: u8, output: &str) -> Console {
+        Console::parse(&format!(
+            "@@TT TEST {name}\n@@TT TESTED {name} exit status {status}\n\
+             @@TT BEGIN test/{name}\n{output}\n@@TT END test/{name}\n"
+        ))
+    }
+
+    #[test]
+    fn one_test_passed_with_its_time_and_what_did_not_apply() {
+        let output = "running 1 test\n\
+                      x::t: not applicable here: no cpu.stat.local (6.6+)\n\
+                      test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 2 filtered \
+                      out; finished in 7.06s";
+        let outcome = judge(&console("x::t", 0, output), "x::t");
+        assert!(outcome.passed);
+        assert_eq!(
+            outcome.figures,
+            "7.06s, not applicable here: no cpu.stat.local (6.6+)"
+        );
+    }
+
+    #[test]
+    fn a_panic_or_no_test_run_fails() {
+        let output = "thread 't' panicked at tracer/tests/x.rs:1:1:\nboom\n\
+                      test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 \
+                      filtered out; finished in 1.00s";
+        let outcome = judge(&console("x::t", 101, output), "x::t");
+        assert!(!outcome.passed);
+        assert!(outcome.problem[0].starts_with("exit status 101, FAILED."));
+        assert_eq!(outcome.problem[2], "boom");
+        // A name that matches no test passes with 0 tests: that is a failure too.
+        let output = "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 3 filtered \
+                      out; finished in 0.00s";
+        assert!(!judge(&console("x::t", 0, output), "x::t").passed);
+        assert!(!judge(&Console::parse(""), "x::t").passed);
+    }
+}
