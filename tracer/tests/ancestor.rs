@@ -226,10 +226,27 @@ impl Run {
         format!("{}/c{}", self.parent_path, i + 1)
     }
 
+    /// The longest kernel time of one of the parent's stops in the trace.
+    fn longest_stop_ns(&self) -> u64 {
+        self.lines
+            .iter()
+            .filter_map(|v| match v["type"].as_str() {
+                Some("stop") => v["kernel_ns"].as_u64(),
+                Some("ancestor_stop") => v["stop"]["kernel_ns"].as_u64(),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Checks child `i`'s summary against its own counters: no stop and no own throttled time,
     /// stopped only by the parent, and the kernel time credited to it equal to its
     /// cpu.stat.local delta (within 1%, or within what the parent's trace is short of its own
-    /// cpu.stat when the report shows that trace incomplete). Returns the stops credited.
+    /// cpu.stat when the report shows that trace incomplete). On 6.18+ the kernel counts a
+    /// child's stop from its first task parked (docs/definitions.md, "stopped by ancestor"): a
+    /// stop during which its queued task never ran to its park is credited while the kernel
+    /// counts nothing, so the credit may exceed cpu.stat.local by one stop too (a 7.2 guest
+    /// under TCG: one of 61, 73.7 ms). Returns the stops credited.
     fn check_child(&self, i: usize, parent_gap: Option<u64>) -> u64 {
         let path = self.child_path(i);
         let s = self
@@ -257,6 +274,11 @@ impl Run {
             local > 0 && stops > 0,
             "{path}: local {local} ns, {stops} stops"
         );
+        let unparked = if task_based_throttle() {
+            self.longest_stop_ns()
+        } else {
+            0
+        };
         match parent_gap {
             Some(gap) => {
                 println!(
@@ -269,8 +291,10 @@ impl Run {
                 );
             }
             None => assert!(
-                error.abs() <= 0.01,
-                "{path}: credited {credited} ns vs cpu.stat.local {local} ns"
+                error.abs() <= 0.01
+                    || (credited > local && credited - local <= unparked + local / 100),
+                "{path}: credited {credited} ns vs cpu.stat.local {local} ns (6.18+: up to one \
+                 stop more, {unparked} ns)"
             ),
         }
         stops
@@ -294,8 +318,20 @@ impl Run {
     }
 }
 
-/// Traced with `--cgroup` = the parent: every per-CPU stop credits both children, the
-/// parent's group stops are its nr_throttled, each child's credit is its cpu.stat.local.
+/// Whether the kernel throttles tasks at their return to user mode rather than whole runqueues
+/// (6.18+).
+fn task_based_throttle() -> bool {
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)) >= (6, 18)
+}
+
+/// Traced with `--cgroup` = the parent: every per-CPU stop credits both children (each has a
+/// busy thread on each CPU; one where the kernel had one task queued at the throttle, a thread
+/// momentarily not runnable, which under TCG happens), the parent's group stops are its
+/// nr_throttled, each child's credit is its cpu.stat.local.
 #[test]
 fn every_parent_stop_credits_both_children() {
     let Some(host) = machine() else { return };
@@ -331,14 +367,28 @@ fn every_parent_stop_credits_both_children() {
         .iter()
         .filter(|s| listed(s) == ids && s["descendants_unlisted"] == 0)
         .count();
+    // The kernel stops the children with a task queued on that CPU at the throttle: `tasks`
+    // is how many the parent had there (cpu.stat.local, checked below, judges the credit).
+    let one_queued =
+        |s: &Value| s["tasks"] == 1 && listed(s).len() == 1 && ids.contains(&listed(s)[0]);
+    let fewer = stops.iter().filter(|s| one_queued(s)).count();
     for stop in stops.iter().filter(|s| listed(s) != ids) {
         println!("stop not crediting both children: {stop}");
     }
     println!(
-        "{both} of {} parent stops credit both children {ids:?}",
+        "{both} of {} parent stops credit both children {ids:?}, {fewer} the one with a task \
+         queued",
         stops.len()
     );
-    assert_eq!(both, stops.len(), "every stop credits both children");
+    assert_eq!(
+        both + fewer,
+        stops.len(),
+        "every stop credits the children with a task queued"
+    );
+    assert!(
+        fewer * 20 <= stops.len(),
+        "{fewer} stops with one task queued: the children's threads were not running"
+    );
     // Group stops: one per throttled period, as the parent's own nr_throttled counts them.
     let groups = parent["group_stops"].as_u64().unwrap();
     println!(
@@ -358,12 +408,12 @@ fn every_parent_stop_credits_both_children() {
         > 0
         || count("open") > 0
         || gap > 0;
-    for i in 0..2 {
+    for (i, id) in ids.iter().enumerate() {
         let credited = run.check_child(i, incomplete.then_some(gap));
+        let listing = stops.iter().filter(|s| listed(s).contains(id)).count();
         assert_eq!(
-            credited,
-            stops.len() as u64,
-            "child {i} credited every stop"
+            credited, listing as u64,
+            "child {i} credited every stop that lists it"
         );
     }
 }
