@@ -1,9 +1,12 @@
 //! The tracing session: checks the machine, attaches the probes, moves records from the ring
 //! buffer into the aggregate until Ctrl-C, SIGTERM or --duration, then hands the result to the
 //! report with the cpu.stat deltas of the same window. [`run`] is the command line's session;
-//! `demo` drives a [`Session`] itself (its own cgroup filter and end), and `serve` one that also
-//! feeds the Prometheus exporter ([`Session::export_to`]).
+//! `demo` drives a [`Session`] itself (its own cgroup filter and end), and `serve` one whose
+//! report has the Prometheus exporter among its sinks ([`Session::add_sink`]). Every output is a
+//! sink of the one report: records go to it as the aggregate takes them, periodic readings as
+//! [`Session::tick`]s, keys as [`Session::key`].
 use std::{
+    collections::HashMap,
     fs,
     future::Future,
     path::Path,
@@ -27,13 +30,10 @@ use crate::{
     privileges,
     probes::{BackendChoice, Probes},
     records::{self, Event},
-    report::{
-        self, CgroupReport, Ndjson, Report, Sink, Text,
-        live::{Live, Output},
-        prometheus::Exporter,
-    },
-    sampler::{Baseline, Sampler, Snapshot},
-    schema::{End, RefusedBackend, Start},
+    report::{self, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
+    sampler::{Baseline, Sampler, Snapshot, Target},
+    schema::{CgroupRef, End, RefusedBackend, Start},
+    terminal::Keys,
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
@@ -82,16 +82,16 @@ pub async fn run(options: RunArgs) -> Result<(), Failure> {
 
 fn write_failed(e: std::io::Error) -> Failure {
     Failure::environment(
-        format!("cannot write the live view: {e}"),
-        "check that standard output is writable",
+        format!("cannot write the report: {e}"),
+        "check that standard output (and the --record file, if any) can be written",
     )
 }
 
 /// The live view: a table every `every` until `deadline` or a signal. A table is printed at
 /// every tick, and at the deadline if at least half an interval passed since the last tick;
 /// the rest of the run, and an interrupted interval, are in the summary only. On a terminal, keys
-/// act at once (`report::live`); `q` or Ctrl-C ends the run like SIGINT. The terminal is given
-/// back when `output` drops, before the caller prints the summary.
+/// act at once (`report::live`); `q` or Ctrl-C ends the run like SIGINT. The view is the
+/// report's first sink, so the terminal is given back before the summary is printed.
 async fn live(
     session: &mut Session,
     every: Duration,
@@ -100,59 +100,61 @@ async fn live(
     min_stop_ns: u64,
     interrupts: &mut Interrupts,
 ) -> Result<(), Failure> {
-    let mut rows = Live::default();
-    let mut output = Output::stdout().map_err(|e| {
+    session.aggregate = std::mem::take(&mut session.aggregate).with_intervals(min_stop_ns);
+    let Some(watched) = session.sample(selected.to_vec(), interrupts).await? else {
+        return Ok(());
+    };
+    let (view, mut keys) = LiveView::stdout(watched).map_err(|e| {
         Failure::environment(
             format!("cannot take the terminal for the live view: {e}"),
             "pipe the output (| cat) for plain timestamped tables",
         )
     })?;
-    session.aggregate = std::mem::take(&mut session.aggregate).with_intervals(min_stop_ns);
-    let Some(watched) = session.sample(selected.to_vec(), interrupts).await? else {
-        return Ok(());
-    };
-    rows.watch(watched);
+    session.add_sink(Box::new(view));
     let mut next = tokio::time::Instant::now() + every;
     loop {
         let until = deadline.map_or(next, |d| d.min(next));
-        let mut event = None;
+        let mut key = None;
         let wait = async {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
-                e = output.next_event() => event = Some(e),
+                k = next_key(&mut keys) => key = Some(k),
             }
         };
         let ended = session.trace_until(wait, interrupts).await?;
         if ended == Ended::Interrupted {
             return Ok(());
         }
-        if let Some(event) = event {
-            let event = event.map_err(|e| {
+        if let Some(key) = key {
+            let key = key.map_err(|e| {
                 Failure::environment(
                     format!("cannot read keys from the terminal: {e}"),
                     "pipe the output (| cat) for plain timestamped tables",
                 )
             })?;
-            if output.event(&event).map_err(write_failed)? {
+            if session.key(&key)? {
                 return Ok(());
             }
             continue;
         }
         let last = deadline == Some(until);
         if until == next || (last && next - until <= every / 2) {
-            session.drain();
-            let intervals = session.aggregate.take_interval();
-            let ids = intervals.iter().map(|i| i.cgroup_id).collect();
-            let Some(snapshot) = session.sample(ids, interrupts).await? else {
+            if session.tick(Vec::new(), interrupts).await? == Ended::Interrupted {
                 return Ok(());
-            };
-            let table = rows.table(intervals, &snapshot, &mut session.hierarchy);
-            output.show(table).map_err(write_failed)?;
+            }
             next += every;
         }
         if last {
             return Ok(());
         }
+    }
+}
+
+/// The next key on the terminal; never when the view is not on one.
+async fn next_key(keys: &mut Option<Keys>) -> std::io::Result<crossterm::event::Event> {
+    match keys {
+        Some(keys) => keys.next().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -215,7 +217,6 @@ pub struct Session {
     sampler: Sampler,
     baseline: Baseline,
     started_ns: u64,
-    exporter: Option<Exporter>,
 }
 
 impl Session {
@@ -328,7 +329,6 @@ impl Session {
             sampler,
             baseline,
             started_ns,
-            exporter: None,
         })
     }
 
@@ -375,31 +375,61 @@ impl Session {
         self.sampler.clone()
     }
 
-    /// Feeds `exporter` every record from now on.
-    pub fn export_to(&mut self, exporter: Exporter) {
-        self.exporter = Some(exporter);
+    /// Adds a sink to the report once the run is under way; it finishes before the others.
+    pub fn add_sink(&mut self, sink: Box<dyn Sink>) {
+        self.report.add(sink);
     }
 
-    /// Between drains: the exporter's lost-record count and cgroup bookkeeping, and the
-    /// tracked cgroups' cpu.stat read by the sampler (draining meanwhile); the cgroups it
-    /// dropped as gone are forgotten by the aggregate too, so a long run's memory stays bounded.
-    pub async fn refresh_exporter(
+    /// Cgroup `id` with its path, if it resolves.
+    pub fn cgroup(&mut self, id: u64) -> CgroupRef {
+        CgroupRef::new(id, self.hierarchy.path_of(id))
+    }
+
+    /// Drops what the aggregate keeps of cgroups `ids` (gone for good), so that a long run's
+    /// memory stays bounded.
+    pub fn forget(&mut self, ids: Vec<u64>) {
+        for id in ids {
+            self.aggregate.forget(id);
+        }
+    }
+
+    /// A key on the terminal, to the report's sinks; true when one of them ends the run.
+    pub fn key(&mut self, key: &crossterm::event::Event) -> Result<bool, Failure> {
+        self.report.key(key).map_err(write_failed)
+    }
+
+    /// A periodic reading for the sinks that show the run as it goes: the aggregate's interval
+    /// window, taken now, and the sampler's reading (draining meanwhile) of the cgroups it
+    /// names and of `also`.
+    pub async fn tick(
         &mut self,
+        also: Vec<Target>,
         interrupts: &mut Interrupts,
     ) -> Result<Ended, Failure> {
-        let lost = self.probes.lost()?;
-        let Some(exporter) = &mut self.exporter else {
-            return Ok(Ended::Done);
-        };
-        let tracked = exporter.refresh(&mut self.hierarchy, lost);
-        let Some(snapshot) = self.sample(tracked, interrupts).await? else {
+        self.drain();
+        let intervals = self.aggregate.take_interval();
+        let mut targets =
+            Sampler::targets(&mut self.hierarchy, intervals.iter().map(|i| i.cgroup_id));
+        targets.extend(also);
+        let Some(snapshot) = self.sample_targets(targets, interrupts).await? else {
             return Ok(Ended::Interrupted);
         };
-        if let Some(exporter) = &mut self.exporter {
-            for id in exporter.update(&snapshot, Instant::now()) {
-                self.aggregate.forget(id);
+        let mut paths = HashMap::new();
+        for id in intervals.iter().flat_map(|i| {
+            std::iter::once(i.cgroup_id).chain(i.by_ancestor.iter().map(|a| a.cgroup_id))
+        }) {
+            if let Some(path) = self.hierarchy.path_of(id) {
+                paths.insert(id, path.to_owned());
             }
         }
+        let tick = Tick {
+            at: Instant::now(),
+            snapshot: &snapshot,
+            intervals,
+            paths: &paths,
+            lost: self.probes.lost()?,
+        };
+        self.report.tick(&tick).map_err(write_failed)?;
         Ok(Ended::Done)
     }
 
@@ -411,6 +441,14 @@ impl Session {
         interrupts: &mut Interrupts,
     ) -> Result<Option<Snapshot>, Failure> {
         let targets = Sampler::targets(&mut self.hierarchy, ids);
+        self.sample_targets(targets, interrupts).await
+    }
+
+    async fn sample_targets(
+        &mut self,
+        targets: Vec<Target>,
+        interrupts: &mut Interrupts,
+    ) -> Result<Option<Snapshot>, Failure> {
         let sampler = self.sampler.clone();
         let mut snapshot = None;
         let read = async { snapshot = Some(sampler.read(targets).await) };
@@ -441,12 +479,8 @@ impl Session {
     }
 
     fn drain(&mut self) {
-        self.reader.drain(
-            &mut self.aggregate,
-            &mut self.report,
-            &mut self.hierarchy,
-            self.exporter.as_mut(),
-        );
+        self.reader
+            .drain(&mut self.aggregate, &mut self.report, &mut self.hierarchy);
     }
 
     /// Ends the trace: the last drain, cpu.stat deltas, the report written. Returns the
@@ -514,13 +548,7 @@ impl Reader {
         })
     }
 
-    fn drain(
-        &mut self,
-        aggregate: &mut Aggregate,
-        report: &mut Report,
-        hierarchy: &mut Hierarchy,
-        mut exporter: Option<&mut Exporter>,
-    ) {
+    fn drain(&mut self, aggregate: &mut Aggregate, report: &mut Report, hierarchy: &mut Hierarchy) {
         let ring = self.fd.get_mut();
         while let Some(item) = ring.next() {
             match Event::parse(&item) {
@@ -530,6 +558,11 @@ impl Reader {
                         Event::End(end) => end.stop.cgroup_id,
                         Event::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
                     };
+                    let resolve = |ids: Vec<u64>, hierarchy: &mut Hierarchy| -> Vec<CgroupRef> {
+                        ids.into_iter()
+                            .map(|d| CgroupRef::new(d, hierarchy.path_of(d)))
+                            .collect()
+                    };
                     if !self.traced.for_itself(cgroup_id, hierarchy) {
                         // No row and no `stop` line: a stop of an ancestor that is not traced
                         // itself counts only for the traced descendants it stopped. Its
@@ -537,21 +570,19 @@ impl Reader {
                         if let Event::End(end) = &event {
                             let credited = self.traced.credited_descendants(end, hierarchy);
                             if !credited.is_empty() {
-                                let keep = |d| credited.contains(&d);
-                                aggregate.credit_only(end, keep);
-                                if let Some(exporter) = exporter.as_deref_mut() {
-                                    exporter.credit(end, hierarchy, keep);
-                                }
+                                aggregate.credit_only(end, |d| credited.contains(&d));
+                                let credited = resolve(credited, hierarchy);
                                 report.ancestor_stop(end, hierarchy.path_of(cgroup_id), &credited);
                             }
                         }
                         continue;
                     }
-                    report.event(&event, hierarchy.path_of(cgroup_id));
                     let closed = aggregate.ingest(&event);
-                    if let Some(exporter) = exporter.as_deref_mut() {
-                        exporter.record(&event, closed, hierarchy);
-                    }
+                    let credited = match &event {
+                        Event::End(end) => resolve(end.stop.credited(), hierarchy),
+                        _ => Vec::new(),
+                    };
+                    report.event(&event, hierarchy.path_of(cgroup_id), closed, &credited);
                 }
                 Err(e) => {
                     self.malformed += 1;

@@ -230,7 +230,7 @@ mod tests {
     use crate::cpustat::{CpuStat, TimeUnit};
     use crate::records::{Bandwidth, EndReason, EndedStop};
     use crate::report::Ndjson;
-    use crate::schema::RefusedBackend;
+    use crate::schema::{CgroupRef, RefusedBackend};
     use crate::testing::{MS, ended};
 
     fn info() -> Start {
@@ -354,7 +354,7 @@ mod tests {
         let mut text = Vec::new();
         let (mut report, file) = recording_report(&mut text);
         for event in events {
-            report.event(event, Some("/demo"));
+            report.event(event, Some("/demo"), None, &[]);
         }
         report.finish(reports, &totals()).unwrap();
         (String::from_utf8(text).unwrap(), file)
@@ -446,7 +446,7 @@ mod tests {
         let mut live_text = Vec::new();
         let (mut report, file) = recording_report(&mut live_text);
         for e in &ends {
-            report.ancestor_stop(e, Some("/pod"), &[11]);
+            report.ancestor_stop(e, Some("/pod"), &[CgroupRef::new(11, Some("/pod/c1"))]);
         }
         report.finish(&reports, &totals()).unwrap();
         let live_text = String::from_utf8(live_text).unwrap();

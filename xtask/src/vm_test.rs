@@ -59,9 +59,16 @@ pub fn run(args: &Args) -> Result<()> {
         args.backends.iter().map(String::as_str).collect()
     };
     let binaries = binaries::build()?;
+    // One tracer per backend traces all its scenarios (a start takes seconds under TCG).
     let calls: Vec<String> = backends
         .iter()
-        .flat_map(|b| SCENARIOS.iter().map(move |s| s.guest_call(b)))
+        .flat_map(|b| {
+            let names: Vec<String> = SCENARIOS.iter().map(|s| s.run_name(b)).collect();
+            let names = names.join(" ");
+            std::iter::once(format!("tracer_start {b} {names}"))
+                .chain(SCENARIOS.iter().map(move |s| s.guest_call(b)))
+                .chain(std::iter::once(format!("tracer_stop {b} {names}")))
+        })
         .collect();
     let init = guest::init_script(&format!("{GUEST_PART}\n{}", calls.join("\n")));
     let vm = paths::vm();

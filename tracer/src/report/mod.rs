@@ -1,11 +1,13 @@
 //! Readers of the aggregate: the run's output, written to a list of [`Sink`]s (the NDJSON
-//! stream on stdout, the `--record` file, the text summary printed at the end), the live view
-//! ([`live`]) and the Prometheus exporter of `serve` ([`prometheus`]). Nothing here reads the
-//! machine: cgroup files come in as readings taken by the caller.
+//! stream on stdout, the `--record` file, the text summary printed at the end, the live view
+//! ([`live`]) and the Prometheus exporter of `serve` ([`prometheus`])). Nothing here reads the
+//! machine: cgroup files and paths come in as readings taken by the caller.
 //!
 //! The run loop drives one [`Report`]: made with the `start` line once, [`Report::event`] per
-//! record, [`Report::finish`] with [`collect`]'s per-cgroup reports. Each sink takes the
-//! [`schema`](crate::schema) lines it wants as they happen and writes its own end.
+//! record (after the aggregate took it), [`Report::tick`] per periodic reading,
+//! [`Report::key`] per key on the terminal, [`Report::finish`] with [`collect`]'s per-cgroup
+//! reports. Each sink takes the [`schema`](crate::schema) lines it wants as they happen, the
+//! ticks and keys it acts on, and writes its own end.
 //! `throttle-tracer report` (`replay`) feeds a recording back through the same aggregate and
 //! the text sink.
 //! A [`CgroupReport`] joins what the trace measured ([`CgroupSummary`]) with what the cgroup's
@@ -28,7 +30,9 @@ mod text;
 
 use std::io;
 
-pub use sink::{Ndjson, Sink, Text};
+use crossterm::event::Event as Key;
+
+pub use sink::{Entry, Ndjson, Sink, Text, Tick};
 
 use crate::aggregate::{CgroupSummary, DurationSummary};
 use crate::cgroups::Hierarchy;
@@ -166,7 +170,7 @@ pub fn collect(
         .collect()
 }
 
-/// The run's output: every line and the end, to each of its sinks.
+/// The run's output: every line, every tick and the end, to each of its sinks.
 pub struct Report<'a> {
     start: Start,
     sinks: Vec<Box<dyn Sink + 'a>>,
@@ -174,48 +178,103 @@ pub struct Report<'a> {
 
 impl<'a> Report<'a> {
     /// Starts the output: each sink gets the `start` line now.
-    pub fn new(start: Start, mut sinks: Vec<Box<dyn Sink + 'a>>) -> Self {
-        let line = Line::Start(start.clone());
-        for sink in &mut sinks {
-            sink.line(&line);
+    pub fn new(start: Start, sinks: Vec<Box<dyn Sink + 'a>>) -> Self {
+        let mut report = Self {
+            start,
+            sinks: Vec::with_capacity(sinks.len()),
+        };
+        for sink in sinks {
+            report.sinks.push(report.started(sink));
         }
-        Self { start, sinks }
+        report
+    }
+
+    /// Adds a sink once the run is under way (the live view, which takes the terminal only
+    /// once the probes are attached; the exporter). It gets the `start` line now, and finishes
+    /// before the others: a view that holds the terminal gives it back before the summary.
+    pub fn add(&mut self, sink: Box<dyn Sink + 'a>) {
+        let sink = self.started(sink);
+        self.sinks.insert(0, sink);
+    }
+
+    fn started(&self, mut sink: Box<dyn Sink + 'a>) -> Box<dyn Sink + 'a> {
+        sink.line(&Entry {
+            line: &Line::Start(self.start.clone()),
+            group_stop_ns: None,
+            credited: &[],
+        });
+        sink
     }
 
     /// Gives `line` to the sinks that take lines; made only if one of them does.
-    fn emit(&mut self, line: impl FnOnce() -> Line) {
+    fn emit(
+        &mut self,
+        line: impl FnOnce() -> Line,
+        group_stop_ns: Option<u64>,
+        credited: &[CgroupRef],
+    ) {
         if !self.sinks.iter().any(|s| s.takes_lines()) {
             return;
         }
         let line = line();
+        let entry = Entry {
+            line: &line,
+            group_stop_ns,
+            credited,
+        };
         for sink in self.sinks.iter_mut().filter(|s| s.takes_lines()) {
-            sink.line(&line);
+            sink.line(&entry);
         }
     }
 
-    /// One record, as the aggregate takes it; `cgroup` is its cgroup's path if it resolved.
-    pub fn event(&mut self, event: &Event, cgroup: Option<&str>) {
-        self.emit(|| Line::of_event(event, cgroup));
+    /// One record of a traced cgroup (`cgroup`: its path if it resolved), with the group stop
+    /// the aggregate closed on it and the traced descendants it stopped.
+    pub fn event(
+        &mut self,
+        event: &Event,
+        cgroup: Option<&str>,
+        group_stop_ns: Option<u64>,
+        credited: &[CgroupRef],
+    ) {
+        self.emit(|| Line::of_event(event, cgroup), group_stop_ns, credited);
     }
 
     /// An ended stop of an ancestor that is traced only for `credited`, the traced descendants
     /// it stopped: an `ancestor_stop` line.
-    pub fn ancestor_stop(&mut self, end: &EndedStop, cgroup: Option<&str>, credited: &[u64]) {
-        self.emit(|| {
-            Line::AncestorStop(schema::AncestorStop {
-                stop: schema::Stop::of(end, cgroup),
-                credited_cgroup_ids: credited.to_vec(),
-            })
-        });
+    pub fn ancestor_stop(&mut self, end: &EndedStop, cgroup: Option<&str>, credited: &[CgroupRef]) {
+        self.emit(
+            || {
+                Line::AncestorStop(schema::AncestorStop {
+                    stop: schema::Stop::of(end, cgroup),
+                    credited_cgroup_ids: credited.iter().map(|c| c.id).collect(),
+                })
+            },
+            None,
+            credited,
+        );
+    }
+
+    /// A periodic reading, to every sink; the first write error.
+    pub fn tick(&mut self, tick: &Tick) -> io::Result<()> {
+        self.sinks.iter_mut().try_for_each(|s| s.tick(tick))
+    }
+
+    /// A key press or resize, to every sink; true when one of them ends the run.
+    pub fn key(&mut self, key: &Key) -> io::Result<bool> {
+        let mut ends = false;
+        for sink in &mut self.sinks {
+            ends |= sink.key(key)?;
+        }
+        Ok(ends)
     }
 
     /// The per-cgroup summaries and the totals, then each sink's end; returns the first
     /// write error of the run, in the order of the sinks.
     pub fn finish(mut self, reports: &[CgroupReport], totals: &End) -> io::Result<()> {
         for r in reports {
-            self.emit(|| Line::Summary(Box::new(r.summary_line())));
+            self.emit(|| Line::Summary(Box::new(r.summary_line())), None, &[]);
         }
-        self.emit(|| Line::End(*totals));
+        self.emit(|| Line::End(*totals), None, &[]);
         let mut first = Ok(());
         for sink in self.sinks {
             let result = sink.finish(&self.start, reports, totals);
@@ -286,7 +345,7 @@ pub(crate) mod tests {
             ..Start::default()
         };
         let mut report = Report::new(start, vec![sink(&mut buf)]);
-        report.event(&Event::End(ended(0, 0, 80)), Some("/demo"));
+        report.event(&Event::End(ended(0, 0, 80)), Some("/demo"), None, &[]);
         report.finish(&[demo_report()], &End::default()).unwrap();
         String::from_utf8(buf).unwrap()
     }
@@ -323,7 +382,7 @@ pub(crate) mod tests {
             Start::default(),
             vec![Box::new(Ndjson::to(Closed, Some(0)))],
         );
-        report.event(&Event::End(ended(0, 0, 80)), None);
+        report.event(&Event::End(ended(0, 0, 80)), None, None, &[]);
         let err = report.finish(&[], &End::default()).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
     }
