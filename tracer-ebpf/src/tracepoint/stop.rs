@@ -12,9 +12,9 @@ use tracer_common::{
     Offsets, StopEvent,
 };
 
-use super::config::{CFG_ARMED_NS, CFG_NR_CPUS, cfg};
+use super::config::{CFG_ARMED_NS, cfg};
 use crate::{
-    OPEN_FULL,
+    OPEN_FULL, nr_cpus,
     stops::{self, now, read},
 };
 
@@ -101,7 +101,7 @@ struct Gone {
 #[map]
 static TP_GONE: LruHashMap<Gone, u8> = LruHashMap::with_max_entries(1024, 0);
 
-/// Most CPUs swept at a cgroup's removal (`CFG_NR_CPUS` is the real count).
+/// Most CPUs swept at a cgroup's removal (`nr_cpus` is the real count).
 const MAX_CPUS: u64 = 1024;
 
 /// Scratch space to build a new stop in.
@@ -338,7 +338,7 @@ pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
         return;
     };
     let _ = TP_GONE.insert(Gone { cgroup, cgroup_id }, 1, 0);
-    let cpus = cfg(CFG_NR_CPUS);
+    let cpus = nr_cpus();
     for cpu in 0..MAX_CPUS {
         if cpu >= cpus {
             break;
