@@ -173,16 +173,31 @@ pub struct Request<'a> {
 pub enum Ended {
     /// The `until` future completed.
     Done,
-    /// SIGINT or SIGTERM.
+    /// SIGINT, SIGTERM or SIGHUP, or the reader of standard output went away.
     Interrupted,
 }
 
-/// SIGINT and SIGTERM, caught from the moment this is made until the process exits (tokio
-/// keeps its handler installed), so a signal that arrives between two waits is not lost and
-/// does not kill the process before it cleans up.
+/// What ends a run early: SIGINT, SIGTERM and SIGHUP (a dropped ssh session), caught from the
+/// moment this is made until the process exits (tokio keeps its handler installed), so a signal
+/// that arrives between two waits is not lost and does not kill the process before it cleans
+/// up; and standard output's pipe losing its reader (`| head -1`), seen at once rather than at
+/// the next write, which may never come when nothing stops.
 pub struct Interrupts {
     interrupt: Signal,
     terminate: Signal,
+    hangup: Signal,
+    /// Standard output, watched for the error a pipe without reader reports; `None` when it
+    /// cannot be watched (a regular file, which never loses its reader).
+    output: Option<AsyncFd<StdoutFd>>,
+}
+
+/// Standard output's descriptor, borrowed for epoll (never closed here).
+struct StdoutFd;
+
+impl std::os::fd::AsRawFd for StdoutFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        libc::STDOUT_FILENO
+    }
 }
 
 impl Interrupts {
@@ -195,14 +210,32 @@ impl Interrupts {
         Ok(Self {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+            // SAFETY: standard output stays open for the life of the process.
+            output: unsafe { AsyncFd::register_with_interest(StdoutFd, Interest::ERROR) }.ok(),
         })
     }
 
-    /// The next SIGINT or SIGTERM.
+    /// The next signal, or the end of standard output's reader.
     pub async fn recv(&mut self) {
+        let closed = async {
+            match &self.output {
+                Some(fd) => loop {
+                    match fd.ready(Interest::ERROR).await {
+                        Ok(guard) if guard.ready().is_error() => return,
+                        Ok(mut guard) => guard.clear_ready(),
+                        // Not watchable after all: only the signals end the run.
+                        Err(_) => std::future::pending::<()>().await,
+                    }
+                },
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = self.interrupt.recv() => {}
             _ = self.terminate.recv() => {}
+            _ = self.hangup.recv() => {}
+            () = closed => {}
         }
     }
 }
@@ -503,12 +536,12 @@ impl Session {
         };
         drop(self.reader);
         drop(self.probes);
-        self.report.finish(&reports, &totals).map_err(|e| {
-            Failure::environment(
-                format!("cannot write the report: {e}"),
-                "check that standard output (and the --record file, if any) can be written",
-            )
-        })?;
+        match self.report.finish(&reports, &totals) {
+            // The reader of standard output went away (`| head`): nobody is left to tell, and
+            // every other sink (the --record file) has finished.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            result => result.map_err(write_failed)?,
+        }
         Ok((reports, totals))
     }
 }
