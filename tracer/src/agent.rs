@@ -29,7 +29,7 @@ use crate::{
     filter::{Ancestors, Selection, Traced},
     privileges,
     probes::{BackendChoice, Probes},
-    records::{self, Event},
+    records::{self, Event, Record},
     report::{self, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
     sampler::{Baseline, Sampler, Snapshot, Target},
     schema::{CgroupRef, End, RefusedBackend, Start},
@@ -584,8 +584,14 @@ impl Reader {
     fn drain(&mut self, aggregate: &mut Aggregate, report: &mut Report, hierarchy: &mut Hierarchy) {
         let ring = self.fd.get_mut();
         while let Some(item) = ring.next() {
-            match Event::parse(&item) {
-                Ok(event) => {
+            match Record::parse(&item) {
+                Ok(Record::Period(period)) => {
+                    if self.traced.for_itself(period.cgroup_id, hierarchy) {
+                        report.period(&period, hierarchy.path_of(period.cgroup_id));
+                        aggregate.ingest_period(&period);
+                    }
+                }
+                Ok(Record::Stop(event)) => {
                     let cgroup_id = match &event {
                         Event::Start(stop) => stop.cgroup_id,
                         Event::End(end) => end.stop.cgroup_id,

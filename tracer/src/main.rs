@@ -2,6 +2,7 @@
 //!
 //! Data flows one way: kernel probes (`probes`) → ring-buffer records (`records`) → per-cgroup
 //! state (`aggregate`) → reports (`report`), with `btf`, `cgroups` and `cpustat` as inputs.
+mod advice;
 mod agent;
 mod aggregate;
 mod btf;

@@ -133,7 +133,16 @@ impl Recorded {
                     at_end.insert(summary.cgroup.id, *summary);
                 }
                 (Line::End(end), _) => totals = Some(end),
-                (Line::Other, _) => {}
+                // The advice is made again from the periods, as the live run made it.
+                (Line::Other | Line::Advice(_), _) => {}
+                (Line::Period(p), _) => {
+                    let period = p.record();
+                    widen(
+                        &mut span,
+                        (period.start_ns.unwrap_or(period.end_ns), period.end_ns),
+                    );
+                    aggregate.ingest_period(&period);
+                }
                 (Line::AncestorStop(a), _) => {
                     let end = a
                         .stop

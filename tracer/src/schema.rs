@@ -22,11 +22,12 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::aggregate::{Attributed, OpenStop};
+use crate::advice::Advice;
+use crate::aggregate::{Attributed, OpenStop, Run};
 use crate::cgroups::Version;
 use crate::cpustat::CpuStat;
 use crate::names::Name;
-use crate::records::{Bandwidth, EndReason, EndedStop, Event, RecordError, Task};
+use crate::records::{Bandwidth, EndReason, EndedStop, Event, Period, RecordError, Task};
 
 /// One NDJSON line.
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -40,6 +41,8 @@ pub enum Line {
     UnseenStartStop(UnseenStartStop),
     Summary(Box<Summary>),
     End(End),
+    Period(PeriodLine),
+    Advice(Box<AdviceLine>),
     /// A line type this version does not know (from a newer tracer): read, never written.
     #[serde(other, skip_serializing)]
     #[cfg_attr(test, proptest(skip))]
@@ -62,6 +65,8 @@ impl Line {
             Self::AncestorStop(a) => &mut a.stop.started.cgroup,
             Self::UnseenStartStop(u) => &mut u.cgroup,
             Self::Summary(s) => &mut s.cgroup,
+            Self::Period(p) => &mut p.cgroup,
+            Self::Advice(a) => &mut a.cgroup,
             Self::Start(_) | Self::End(_) | Self::Other => return,
         };
         cgroup.name = cgroup.path.as_deref().and_then(Name::of);
@@ -391,6 +396,78 @@ pub struct Summary {
     pub local_accounted_ns: u64,
 }
 
+/// `period`: one period of a cgroup with a quota (tracepoint backend), at the expiry of its
+/// period timer: the CPU time it ran in the period and whether it ended throttled.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeriodLine {
+    #[serde(flatten)]
+    pub cgroup: CgroupRef,
+    /// The previous expiry seen; `null` when the usage is unknown.
+    pub start_ns: Option<u64>,
+    pub end_ns: u64,
+    pub usage_ns: u64,
+    pub max_cpu_ns: u64,
+    pub cpus_used: u32,
+    pub throttled_cpus: u32,
+    #[serde(flatten)]
+    pub bandwidth: Bandwidth,
+    pub runtime_ns: Option<u64>,
+}
+
+impl PeriodLine {
+    pub fn of(p: &Period, cgroup: Option<&str>) -> Self {
+        Self {
+            cgroup: CgroupRef::new(p.cgroup_id, cgroup),
+            start_ns: p.start_ns,
+            end_ns: p.end_ns,
+            usage_ns: p.usage_ns,
+            max_cpu_ns: p.max_cpu_ns,
+            cpus_used: p.cpus_used,
+            throttled_cpus: p.throttled_cpus,
+            bandwidth: p.bandwidth,
+            runtime_ns: p.runtime_ns,
+        }
+    }
+
+    /// The record this line was made from.
+    pub fn record(&self) -> Period {
+        Period {
+            cgroup_id: self.cgroup.id,
+            end_ns: self.end_ns,
+            start_ns: self.start_ns,
+            usage_ns: self.usage_ns,
+            max_cpu_ns: self.max_cpu_ns,
+            cpus_used: self.cpus_used,
+            throttled_cpus: self.throttled_cpus,
+            bandwidth: self.bandwidth,
+            runtime_ns: self.runtime_ns,
+        }
+    }
+}
+
+/// `advice`: per cgroup with a quota whose demand was measured, at the end (after the
+/// `summary` lines): what its busy runs needed and the quota, burst and period that fit them
+/// (docs/definitions.md, "demand" and "advice").
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdviceLine {
+    #[serde(flatten)]
+    pub cgroup: CgroupRef,
+    /// Periods measured, of them ended throttled, and the CPU time used in them.
+    pub periods: u64,
+    pub throttled_periods: u64,
+    pub usage_ns: u64,
+    pub run_p50_ns: Option<u64>,
+    pub run_p90_ns: Option<u64>,
+    /// Run demand in [2^i, 2^(i+1)) ms at index i.
+    pub runs_log2_ms: Vec<u32>,
+    /// The largest runs, largest first.
+    pub largest_runs: Vec<Run>,
+    #[serde(flatten)]
+    pub advice: Advice,
+}
+
 /// `end`: whole-run counters, the last line.
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -552,6 +629,36 @@ mod tests {
             let line = Line::parse(&Line::of_event(&event, Some("/demo")).to_json()).unwrap();
             assert_eq!(line.event().unwrap(), Some((event, Some("/demo"))));
         }
+    }
+
+    #[test]
+    fn period_lines_hold_their_record() {
+        let p = Period {
+            cgroup_id: 3,
+            end_ns: 200,
+            start_ns: Some(100),
+            usage_ns: 40,
+            max_cpu_ns: 30,
+            cpus_used: 2,
+            throttled_cpus: 1,
+            bandwidth: Bandwidth {
+                quota_ns: Some(50),
+                period_ns: Some(100),
+                burst_ns: None,
+            },
+            runtime_ns: Some(0),
+        };
+        let line = Line::parse(&Line::Period(PeriodLine::of(&p, Some("/a"))).to_json()).unwrap();
+        let Line::Period(back) = line else {
+            panic!("not a period line");
+        };
+        assert_eq!(back.record(), p);
+        let v = parse(&Line::Period(PeriodLine::of(&p, None)));
+        assert_eq!(
+            (v["type"].as_str(), v["usage_ns"].as_u64()),
+            (Some("period"), Some(40))
+        );
+        assert!(v["burst_ns"].is_null());
     }
 
     /// Recordings made before this module existed (tests/golden.rs has their story).

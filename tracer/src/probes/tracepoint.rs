@@ -28,7 +28,7 @@ const CFG_ARMED_NS: u32 = 3;
 
 /// (program, tracepoint, needed). Attach order: the ends first, so no stop can begin whose end
 /// would go unseen; the refill entries next; the hot scheduler tracepoints last.
-const PROGRAMS: [(&str, &str, bool); 9] = [
+const PROGRAMS: [(&str, &str, bool); 10] = [
     ("tp_hrtimer_exit", "hrtimer_expire_exit", true),
     ("tp_csd_exit", "csd_function_exit", false),
     ("tp_cgroup_rmdir", "cgroup_rmdir", false),
@@ -38,6 +38,7 @@ const PROGRAMS: [(&str, &str, bool); 9] = [
     ("tp_sched_wakeup", "sched_wakeup", true),
     ("tp_sched_wakeup_new", "sched_wakeup_new", true),
     ("tp_sched_switch", "sched_switch", true),
+    ("tp_hrtimer_period", "hrtimer_expire_entry", false),
 ];
 
 /// Loads and attaches the tracepoint programs; fails if the kernel lacks what they need.
@@ -101,6 +102,12 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
             Ok(()) => {}
             Err(e) if tracepoint.starts_with("cgroup_") => {
                 debug!("cannot attach {tracepoint}: {e}");
+            }
+            Err(e) if program == "tp_hrtimer_period" => {
+                warn!(
+                    "cannot attach the per-period demand program to {tracepoint} ({e}); no \
+                     CPU demand is measured, so no quota advice is given"
+                );
             }
             Err(e) if !needed => {
                 // 6.2-6.4 unthrottle remote CPUs through a CSD but have no csd tracepoints.

@@ -22,6 +22,7 @@
 //! - `overcount`: cpu.stat throttled-time delta ÷ `wall_stop_ns`: how many times cpu.stat's
 //!   figure exceeds the time the group was really (at least partly) stopped.
 
+mod advice_text;
 mod histogram;
 pub mod live;
 pub mod prometheus;
@@ -34,10 +35,11 @@ use crossterm::event::Event as Key;
 
 pub use sink::{Entry, Ndjson, Sink, Text, Tick};
 
+use crate::advice::{self, Advice};
 use crate::aggregate::{CgroupSummary, DurationSummary};
 use crate::cgroups::Hierarchy;
 use crate::cpustat::CpuStat;
-use crate::records::{Bandwidth, EndedStop, Event};
+use crate::records::{Bandwidth, EndedStop, Event, Period};
 use crate::sampler::{Baseline, Sample, Snapshot};
 use crate::schema::{self, CgroupRef, End, Line, Start};
 
@@ -92,6 +94,38 @@ impl CgroupReport {
             .fold(s.kernel_accounted_ns(), |t, a| {
                 t.saturating_add(a.kernel_ns)
             })
+    }
+
+    /// What to set, from the demand the trace measured (`advice::advise`); `None` without a
+    /// measured run or a quota. The settings are the control files' at the end, else the
+    /// kernel's in the last period.
+    pub fn advice(&self) -> Option<Advice> {
+        let demand = self.summary.demand.as_ref()?;
+        let current = self
+            .settings
+            .filter(|s| s.period_ns.is_some())
+            .unwrap_or(demand.bandwidth);
+        let kernel = advice::Kernel {
+            burst: current.burst_ns.is_some() || demand.bandwidth.burst_ns.is_some(),
+        };
+        advice::advise(demand, current, kernel)
+    }
+
+    /// Its `advice` line, if it has advice.
+    pub fn advice_line(&self) -> Option<schema::AdviceLine> {
+        let advice = self.advice()?;
+        let d = self.summary.demand.as_ref()?;
+        Some(schema::AdviceLine {
+            cgroup: CgroupRef::new(self.summary.cgroup_id, self.path.as_deref()),
+            periods: d.periods,
+            throttled_periods: d.throttled_periods,
+            usage_ns: d.usage_ns,
+            run_p50_ns: d.runs.percentiles.map(|p| p.p50_ns),
+            run_p90_ns: d.runs.percentiles.map(|p| p.p90_ns),
+            runs_log2_ms: d.runs.log2_ms.clone(),
+            largest_runs: d.largest.clone(),
+            advice,
+        })
     }
 
     /// cpu.stat throttled-time delta ÷ wall-clock stopped time; `None` if either is missing or 0.
@@ -239,6 +273,15 @@ impl<'a> Report<'a> {
         self.emit(|| Line::of_event(event, cgroup), group_stop_ns, credited);
     }
 
+    /// One period of a cgroup with a quota: a `period` line.
+    pub fn period(&mut self, period: &Period, cgroup: Option<&str>) {
+        self.emit(
+            || Line::Period(schema::PeriodLine::of(period, cgroup)),
+            None,
+            &[],
+        );
+    }
+
     /// An ended stop of an ancestor that is traced only for `credited`, the traced descendants
     /// it stopped: an `ancestor_stop` line.
     pub fn ancestor_stop(&mut self, end: &EndedStop, cgroup: Option<&str>, credited: &[CgroupRef]) {
@@ -273,6 +316,9 @@ impl<'a> Report<'a> {
     pub fn finish(mut self, reports: &[CgroupReport], totals: &End) -> io::Result<()> {
         for r in reports {
             self.emit(|| Line::Summary(Box::new(r.summary_line())), None, &[]);
+        }
+        for line in reports.iter().filter_map(CgroupReport::advice_line) {
+            self.emit(|| Line::Advice(Box::new(line)), None, &[]);
         }
         self.emit(|| Line::End(*totals), None, &[]);
         let mut first = Ok(());

@@ -26,6 +26,7 @@ pub(super) fn render(info: &Start, reports: &[CgroupReport], totals: &End) -> St
         overview(&mut out, reports);
         for r in reports {
             detail(&mut out, r);
+            super::advice_text::render(&mut out, r, info.cgroup_version);
         }
     }
     footer(&mut out, totals);

@@ -260,7 +260,12 @@ impl Sink for Exporter {
                 self.credit(entry.credited, a.stop.duration_ns as f64 / NS_PER_S);
                 return;
             }
-            Line::Start(_) | Line::Summary(_) | Line::End(_) | Line::Other => return,
+            Line::Start(_)
+            | Line::Period(_)
+            | Line::Advice(_)
+            | Line::Summary(_)
+            | Line::End(_)
+            | Line::Other => return,
         };
         if let Some(ns) = stop_ns {
             self.credit(entry.credited, ns as f64 / NS_PER_S);
