@@ -19,6 +19,7 @@ mod records;
 mod replay;
 mod report;
 mod sampler;
+mod scan;
 mod schema;
 mod serve;
 mod terminal;
@@ -37,6 +38,7 @@ fn main() {
         Some(cli::Command::Doctor { json }) => std::process::exit(doctor::run(json)),
         Some(cli::Command::DemoWorkload(args)) => std::process::exit(demo::workload_main(args)),
         Some(cli::Command::Report { file }) => std::process::exit(replay::main(&file)),
+        Some(cli::Command::Scan(args)) => std::process::exit(scan::main(&args)),
         other => other,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
