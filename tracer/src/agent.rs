@@ -34,6 +34,7 @@ use crate::{
     },
     sampler::{Baseline, Sampler, Snapshot},
     schema::{End, RefusedBackend, Start},
+    wallclock::{self, Tracker},
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
@@ -216,6 +217,8 @@ pub struct Session {
     baseline: Baseline,
     started_ns: u64,
     exporter: Option<Exporter>,
+    /// The wall-clock offset the lines are stamped with, checked for steps before each drain.
+    clock: Tracker,
 }
 
 impl Session {
@@ -291,6 +294,7 @@ impl Session {
         let ring = probes.take_events()?;
         let sampler = Sampler::of(&hierarchy);
         let baseline = Baseline::take(&sampler, &mut hierarchy);
+        let clock = Tracker::start();
         let started_ns = records::monotonic_now_ns();
         let start = Start {
             tracer_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -314,6 +318,11 @@ impl Session {
                 .iter()
                 .map(|r| (*r).to_owned())
                 .collect(),
+            start_ns: Some(started_ns),
+            realtime_offset_ns: Some(clock.in_use().offset_ns),
+            utc_offset_s: Some(wallclock::local_utc_offset_s(
+                clock.in_use().unix_ns(started_ns),
+            )),
             ..Start::default()
         };
         let report = Report::new(start, request.sinks);
@@ -329,6 +338,7 @@ impl Session {
             baseline,
             started_ns,
             exporter: None,
+            clock,
         })
     }
 
@@ -441,6 +451,13 @@ impl Session {
     }
 
     fn drain(&mut self) {
+        if let Some(step) = self.clock.check() {
+            warn!(
+                "the wall clock was stepped by {:+.6} s: UTC times from now on use the new offset",
+                (step.now.offset_ns - step.previous.offset_ns) as f64 / 1e9
+            );
+            self.report.clock_step(step);
+        }
         self.reader.drain(
             &mut self.aggregate,
             &mut self.report,

@@ -25,6 +25,7 @@ mod serve;
 mod terminal;
 #[cfg(test)]
 mod testing;
+mod wallclock;
 mod workload;
 
 use clap::Parser as _;
