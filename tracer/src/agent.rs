@@ -34,6 +34,7 @@ use crate::{
     sampler::{Baseline, Sampler, Snapshot, Target},
     schema::{CgroupRef, End, RefusedBackend, Start},
     terminal::Keys,
+    wallclock::{self, Tracker},
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
@@ -250,6 +251,8 @@ pub struct Session {
     sampler: Sampler,
     baseline: Baseline,
     started_ns: u64,
+    /// The wall-clock offset the lines are stamped with, checked for steps before each drain.
+    clock: Tracker,
 }
 
 impl Session {
@@ -325,6 +328,7 @@ impl Session {
         let ring = probes.take_events()?;
         let sampler = Sampler::of(&hierarchy);
         let baseline = Baseline::take(&sampler, &mut hierarchy);
+        let clock = Tracker::start();
         let started_ns = records::monotonic_now_ns();
         let start = Start {
             tracer_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -348,6 +352,11 @@ impl Session {
                 .iter()
                 .map(|r| (*r).to_owned())
                 .collect(),
+            start_ns: Some(started_ns),
+            realtime_offset_ns: Some(clock.in_use().offset_ns),
+            utc_offset_s: Some(wallclock::local_utc_offset_s(
+                clock.in_use().unix_ns(started_ns),
+            )),
             ..Start::default()
         };
         let report = Report::new(start, request.sinks);
@@ -362,6 +371,7 @@ impl Session {
             sampler,
             baseline,
             started_ns,
+            clock,
         })
     }
 
@@ -512,6 +522,13 @@ impl Session {
     }
 
     fn drain(&mut self) {
+        if let Some(step) = self.clock.check() {
+            warn!(
+                "the wall clock was stepped by {:+.6} s: UTC times from now on use the new offset",
+                (step.now.offset_ns - step.previous.offset_ns) as f64 / 1e9
+            );
+            self.report.clock_step(step);
+        }
         self.reader
             .drain(&mut self.aggregate, &mut self.report, &mut self.hierarchy);
     }

@@ -42,6 +42,7 @@ use crate::cpustat::CpuStat;
 use crate::records::{Bandwidth, EndedStop, Event, Period};
 use crate::sampler::{Baseline, Sample, Snapshot};
 use crate::schema::{self, CgroupRef, End, Line, Start};
+use crate::wallclock::{self, Step};
 
 /// One cgroup's measurements and its cgroup-file readings at the end of the trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -123,7 +124,14 @@ impl CgroupReport {
             run_p50_ns: d.runs.percentiles.map(|p| p.p50_ns),
             run_p90_ns: d.runs.percentiles.map(|p| p.p90_ns),
             runs_log2_ms: d.runs.log2_ms.clone(),
-            largest_runs: d.largest.clone(),
+            largest_runs: d
+                .largest
+                .iter()
+                .map(|&run| schema::RunLine {
+                    run,
+                    wall: schema::WallSpan::default(),
+                })
+                .collect(),
             advice,
         })
     }
@@ -169,7 +177,7 @@ impl CgroupReport {
                 .map(|(r, n)| (r.as_str().to_owned(), *n))
                 .collect(),
             open: s.open_stops.len(),
-            open_stops: s.open_stops.clone(),
+            open_stops: s.open_stops.iter().map(schema::OpenStop::of).collect(),
             unseen_start_stops: s.unseen_start_stops,
             unseen_start_kernel_ns: s.unseen_start_kernel_ns,
             unseen_start_kernel_unknown: s.unseen_start_kernel_unknown,
@@ -208,14 +216,28 @@ pub fn collect(
 pub struct Report<'a> {
     start: Start,
     sinks: Vec<Box<dyn Sink + 'a>>,
+    /// The wall-clock offset the lines are stamped with; `None` for a recording made before
+    /// the lines had wall-clock times.
+    clock: Option<wallclock::Reading>,
 }
 
 impl<'a> Report<'a> {
-    /// Starts the output: each sink gets the `start` line now.
-    pub fn new(start: Start, sinks: Vec<Box<dyn Sink + 'a>>) -> Self {
+    /// Starts the output: each sink gets the `start` line now, its wall-clock times filled
+    /// in from its `realtime_offset_ns`.
+    pub fn new(mut start: Start, sinks: Vec<Box<dyn Sink + 'a>>) -> Self {
+        let clock = start
+            .realtime_offset_ns
+            .map(|offset_ns| wallclock::Reading {
+                at_ns: start.start_ns.unwrap_or_default(),
+                offset_ns,
+            });
+        if let Some(clock) = clock {
+            start.stamp(clock);
+        }
         let mut report = Self {
             start,
             sinks: Vec::with_capacity(sinks.len()),
+            clock,
         };
         for sink in sinks {
             report.sinks.push(report.started(sink));
@@ -240,6 +262,12 @@ impl<'a> Report<'a> {
         sink
     }
 
+    /// The wall clock was stepped: a `clock_step` line, and the new offset from now on.
+    pub fn clock_step(&mut self, step: Step) {
+        self.clock = Some(step.now);
+        self.emit(|| Line::ClockStep(schema::ClockStep::of(step)), None, &[]);
+    }
+
     /// Gives `line` to the sinks that take lines; made only if one of them does.
     fn emit(
         &mut self,
@@ -250,7 +278,10 @@ impl<'a> Report<'a> {
         if !self.sinks.iter().any(|s| s.takes_lines()) {
             return;
         }
-        let line = line();
+        let mut line = line();
+        if let Some(clock) = self.clock {
+            line.stamp(clock);
+        }
         let entry = Entry {
             line: &line,
             group_stop_ns,

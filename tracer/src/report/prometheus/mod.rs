@@ -263,6 +263,7 @@ impl Sink for Exporter {
             Line::Start(_)
             | Line::Period(_)
             | Line::Advice(_)
+            | Line::ClockStep(_)
             | Line::Summary(_)
             | Line::End(_)
             | Line::Other => return,
