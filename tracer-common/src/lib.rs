@@ -15,6 +15,10 @@ pub const EVENT_END: u32 = 2;
 /// The kernel adds it to cpu.stat inside the window, so the cross-check needs it.
 pub const EVENT_UNSEEN_START_END: u32 = 3;
 
+/// `PeriodEvent::kind`: one period of a group with a quota ended (its period timer fired).
+/// Shares the first field with `StopEvent::kind`, so a record's kind tells its type.
+pub const EVENT_PERIOD: u32 = 4;
+
 /// `StopEvent::end_reason` values, from the kernel function that called `unthrottle_cfs_rq`.
 pub const END_UNKNOWN: u32 = 0;
 /// Period or slack timer refill (`distribute_cfs_runtime`, `__cfsb_csd_unthrottle`).
@@ -86,6 +90,39 @@ pub struct StopEvent {
     /// Children that qualified beyond the `MAX_CHILDREN` listed, plus one when the walk gave up
     /// before the end of a very long list of children (so a lower bound then).
     pub children_unlisted: u32,
+}
+
+/// One ring-buffer record per period of a group with a quota (tracepoint backend): what the
+/// group ran in the period that its period timer's expiry ends, from the kernel's own
+/// accounting (`tg->se[cpu]->sum_exec_runtime`, the group entity's exec time on each CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeriodEvent {
+    /// `EVENT_PERIOD`.
+    pub kind: u32,
+    /// CPUs whose group entity ran in the period (Δ sum_exec_runtime > 0).
+    pub cpus_used: u32,
+    pub cgroup_id: u64,
+    /// `bpf_ktime_get_ns()` at the previous expiry of this group's period timer that the probe
+    /// saw; 0 = none (the first one seen: `usage_ns` is unknown).
+    pub start_ns: u64,
+    /// `bpf_ktime_get_ns()` at this expiry (hrtimer_expire_entry): the period boundary.
+    pub end_ns: u64,
+    /// Σ over CPUs of Δ`sum_exec_runtime` since `start_ns` (rq_clock_task ns).
+    pub usage_ns: u64,
+    /// The largest one CPU's share of `usage_ns`.
+    pub max_cpu_ns: u64,
+    /// `tg->cfs_bandwidth.quota`, `.period`, `.burst` at the expiry (`u64::MAX` = none).
+    pub quota_ns: u64,
+    pub period_ns: u64,
+    pub burst_ns: u64,
+    /// `cfs_b->runtime` at the expiry, before the refill: the pool the period left.
+    pub runtime_ns: u64,
+    /// cfs_rqs on `cfs_b->throttled_cfs_rq` at the expiry (the kernel counts the period in
+    /// `nr_throttled` when this is not 0).
+    pub throttled_cpus: u32,
+    /// CPUs whose entity was read; a CPU seen for the first time has no Δ yet.
+    pub cpus_read: u32,
 }
 
 /// Most direct children listed in one `StopEvent`.
@@ -185,6 +222,14 @@ pub struct Offsets {
     /// 1 when `task_group.cfs_rq` is one per-CPU pointer (`struct cfs_rq __percpu *`, 7.x):
     /// a group's cfs_rq on a CPU is that pointer plus the CPU's per-CPU offset.
     pub tg_cfs_rq_percpu: u32,
+    // Appended for per-period demand (tracepoint backend).
+    /// `task_group.cfs_bandwidth`: the bandwidth inside its group (`cfsb_*` are relative to it).
+    pub tg_cfs_bandwidth: u32,
+    /// `task_group.se`: `struct sched_entity **`, one group entity per CPU.
+    pub tg_se: u32,
+    pub se_sum_exec_runtime: u32,
+    /// `cfs_bandwidth.runtime`, relative to `cfs_bandwidth`.
+    pub cfsb_runtime: u32,
 }
 
 impl Offsets {
@@ -231,6 +276,10 @@ impl Offsets {
         tg_siblings: ABSENT,
         cfs_rq_nr_queued: ABSENT,
         tg_cfs_rq_percpu: 0,
+        tg_cfs_bandwidth: ABSENT,
+        tg_se: ABSENT,
+        se_sum_exec_runtime: ABSENT,
+        cfsb_runtime: ABSENT,
     };
 }
 
@@ -240,4 +289,6 @@ mod pod {
     unsafe impl aya::Pod for super::StopEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Offsets {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PeriodEvent {}
 }

@@ -42,6 +42,18 @@ pub fn offsets() -> &'static Offsets {
 #[unsafe(no_mangle)]
 static FILTER_CGROUPS: Global<u32> = Global::new(0);
 
+/// The number of possible CPUs, set by the agent at load. A constant to the verifier (frozen
+/// .rodata), so a loop over the CPUs is verified for this machine's count, not for the bound.
+#[unsafe(no_mangle)]
+static NR_CPUS: Global<u64> = Global::new(1);
+
+#[inline(always)]
+pub fn nr_cpus() -> u64 {
+    // SAFETY: as for `offsets`: a `Global` is always initialised; black_box keeps the loaded
+    // value from being folded into the compile-time initialiser.
+    unsafe { *core::hint::black_box((&raw const NR_CPUS).cast::<u64>()) }
+}
+
 /// Ring-buffer bytes pending past which a record wakes the reader; below it the reader's own
 /// tick drains the ring, so a busy machine does not pay one wakeup per record.
 #[unsafe(no_mangle)]

@@ -100,13 +100,14 @@ pub fn bump(counter: &PerCpuArray<u64>) {
     }
 }
 
-pub fn emit(event: &StopEvent) {
+/// Puts one record (a `StopEvent` or a `PeriodEvent`) on the ring buffer.
+pub fn emit<T>(event: &T) {
     let flags = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES.load() {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
     };
-    if EVENTS.output::<StopEvent>(event, flags.into()).is_err() {
+    if EVENTS.output::<T>(event, flags.into()).is_err() {
         bump(&LOST);
     }
 }

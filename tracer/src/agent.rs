@@ -1,9 +1,12 @@
 //! The tracing session: checks the machine, attaches the probes, moves records from the ring
 //! buffer into the aggregate until Ctrl-C, SIGTERM or --duration, then hands the result to the
 //! report with the cpu.stat deltas of the same window. [`run`] is the command line's session;
-//! `demo` drives a [`Session`] itself (its own cgroup filter and end), and `serve` one that also
-//! feeds the Prometheus exporter ([`Session::export_to`]).
+//! `demo` drives a [`Session`] itself (its own cgroup filter and end), and `serve` one whose
+//! report has the Prometheus exporter among its sinks ([`Session::add_sink`]). Every output is a
+//! sink of the one report: records go to it as the aggregate takes them, periodic readings as
+//! [`Session::tick`]s, keys as [`Session::key`].
 use std::{
+    collections::HashMap,
     fs,
     future::Future,
     path::Path,
@@ -26,14 +29,12 @@ use crate::{
     filter::{Ancestors, Selection, Traced},
     privileges,
     probes::{BackendChoice, Probes},
-    records::{self, Event},
-    report::{
-        self, CgroupReport, Ndjson, Report, Sink, Text,
-        live::{Live, Output},
-        prometheus::Exporter,
-    },
-    sampler::{Baseline, Sampler, Snapshot},
-    schema::{End, RefusedBackend, Start},
+    records::{self, Event, Record},
+    report::{self, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
+    sampler::{Baseline, Sampler, Snapshot, Target},
+    schema::{CgroupRef, End, RefusedBackend, Start},
+    terminal::Keys,
+    wallclock::{self, Tracker},
 };
 
 /// How often the ring buffer is drained when no wakeup came (records are written without one).
@@ -82,16 +83,16 @@ pub async fn run(options: RunArgs) -> Result<(), Failure> {
 
 fn write_failed(e: std::io::Error) -> Failure {
     Failure::environment(
-        format!("cannot write the live view: {e}"),
-        "check that standard output is writable",
+        format!("cannot write the report: {e}"),
+        "check that standard output (and the --record file, if any) can be written",
     )
 }
 
 /// The live view: a table every `every` until `deadline` or a signal. A table is printed at
 /// every tick, and at the deadline if at least half an interval passed since the last tick;
 /// the rest of the run, and an interrupted interval, are in the summary only. On a terminal, keys
-/// act at once (`report::live`); `q` or Ctrl-C ends the run like SIGINT. The terminal is given
-/// back when `output` drops, before the caller prints the summary.
+/// act at once (`report::live`); `q` or Ctrl-C ends the run like SIGINT. The view is the
+/// report's first sink, so the terminal is given back before the summary is printed.
 async fn live(
     session: &mut Session,
     every: Duration,
@@ -100,59 +101,61 @@ async fn live(
     min_stop_ns: u64,
     interrupts: &mut Interrupts,
 ) -> Result<(), Failure> {
-    let mut rows = Live::default();
-    let mut output = Output::stdout().map_err(|e| {
+    session.aggregate = std::mem::take(&mut session.aggregate).with_intervals(min_stop_ns);
+    let Some(watched) = session.sample(selected.to_vec(), interrupts).await? else {
+        return Ok(());
+    };
+    let (view, mut keys) = LiveView::stdout(watched).map_err(|e| {
         Failure::environment(
             format!("cannot take the terminal for the live view: {e}"),
             "pipe the output (| cat) for plain timestamped tables",
         )
     })?;
-    session.aggregate = std::mem::take(&mut session.aggregate).with_intervals(min_stop_ns);
-    let Some(watched) = session.sample(selected.to_vec(), interrupts).await? else {
-        return Ok(());
-    };
-    rows.watch(watched);
+    session.add_sink(Box::new(view));
     let mut next = tokio::time::Instant::now() + every;
     loop {
         let until = deadline.map_or(next, |d| d.min(next));
-        let mut event = None;
+        let mut key = None;
         let wait = async {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
-                e = output.next_event() => event = Some(e),
+                k = next_key(&mut keys) => key = Some(k),
             }
         };
         let ended = session.trace_until(wait, interrupts).await?;
         if ended == Ended::Interrupted {
             return Ok(());
         }
-        if let Some(event) = event {
-            let event = event.map_err(|e| {
+        if let Some(key) = key {
+            let key = key.map_err(|e| {
                 Failure::environment(
                     format!("cannot read keys from the terminal: {e}"),
                     "pipe the output (| cat) for plain timestamped tables",
                 )
             })?;
-            if output.event(&event).map_err(write_failed)? {
+            if session.key(&key)? {
                 return Ok(());
             }
             continue;
         }
         let last = deadline == Some(until);
         if until == next || (last && next - until <= every / 2) {
-            session.drain();
-            let intervals = session.aggregate.take_interval();
-            let ids = intervals.iter().map(|i| i.cgroup_id).collect();
-            let Some(snapshot) = session.sample(ids, interrupts).await? else {
+            if session.tick(Vec::new(), interrupts).await? == Ended::Interrupted {
                 return Ok(());
-            };
-            let table = rows.table(intervals, &snapshot, &mut session.hierarchy);
-            output.show(table).map_err(write_failed)?;
+            }
             next += every;
         }
         if last {
             return Ok(());
         }
+    }
+}
+
+/// The next key on the terminal; never when the view is not on one.
+async fn next_key(keys: &mut Option<Keys>) -> std::io::Result<crossterm::event::Event> {
+    match keys {
+        Some(keys) => keys.next().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -171,16 +174,31 @@ pub struct Request<'a> {
 pub enum Ended {
     /// The `until` future completed.
     Done,
-    /// SIGINT or SIGTERM.
+    /// SIGINT, SIGTERM or SIGHUP, or the reader of standard output went away.
     Interrupted,
 }
 
-/// SIGINT and SIGTERM, caught from the moment this is made until the process exits (tokio
-/// keeps its handler installed), so a signal that arrives between two waits is not lost and
-/// does not kill the process before it cleans up.
+/// What ends a run early: SIGINT, SIGTERM and SIGHUP (a dropped ssh session), caught from the
+/// moment this is made until the process exits (tokio keeps its handler installed), so a signal
+/// that arrives between two waits is not lost and does not kill the process before it cleans
+/// up; and standard output's pipe losing its reader (`| head -1`), seen at once rather than at
+/// the next write, which may never come when nothing stops.
 pub struct Interrupts {
     interrupt: Signal,
     terminate: Signal,
+    hangup: Signal,
+    /// Standard output, watched for the error a pipe without reader reports; `None` when it
+    /// cannot be watched (a regular file, which never loses its reader).
+    output: Option<AsyncFd<StdoutFd>>,
+}
+
+/// Standard output's descriptor, borrowed for epoll (never closed here).
+struct StdoutFd;
+
+impl std::os::fd::AsRawFd for StdoutFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        libc::STDOUT_FILENO
+    }
 }
 
 impl Interrupts {
@@ -193,14 +211,32 @@ impl Interrupts {
         Ok(Self {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+            // SAFETY: standard output stays open for the life of the process.
+            output: unsafe { AsyncFd::register_with_interest(StdoutFd, Interest::ERROR) }.ok(),
         })
     }
 
-    /// The next SIGINT or SIGTERM.
+    /// The next signal, or the end of standard output's reader.
     pub async fn recv(&mut self) {
+        let closed = async {
+            match &self.output {
+                Some(fd) => loop {
+                    match fd.ready(Interest::ERROR).await {
+                        Ok(guard) if guard.ready().is_error() => return,
+                        Ok(mut guard) => guard.clear_ready(),
+                        // Not watchable after all: only the signals end the run.
+                        Err(_) => std::future::pending::<()>().await,
+                    }
+                },
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = self.interrupt.recv() => {}
             _ = self.terminate.recv() => {}
+            _ = self.hangup.recv() => {}
+            () = closed => {}
         }
     }
 }
@@ -215,7 +251,8 @@ pub struct Session {
     sampler: Sampler,
     baseline: Baseline,
     started_ns: u64,
-    exporter: Option<Exporter>,
+    /// The wall-clock offset the lines are stamped with, checked for steps before each drain.
+    clock: Tracker,
 }
 
 impl Session {
@@ -291,6 +328,7 @@ impl Session {
         let ring = probes.take_events()?;
         let sampler = Sampler::of(&hierarchy);
         let baseline = Baseline::take(&sampler, &mut hierarchy);
+        let clock = Tracker::start();
         let started_ns = records::monotonic_now_ns();
         let start = Start {
             tracer_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -314,6 +352,11 @@ impl Session {
                 .iter()
                 .map(|r| (*r).to_owned())
                 .collect(),
+            start_ns: Some(started_ns),
+            realtime_offset_ns: Some(clock.in_use().offset_ns),
+            utc_offset_s: Some(wallclock::local_utc_offset_s(
+                clock.in_use().unix_ns(started_ns),
+            )),
             ..Start::default()
         };
         let report = Report::new(start, request.sinks);
@@ -328,7 +371,7 @@ impl Session {
             sampler,
             baseline,
             started_ns,
-            exporter: None,
+            clock,
         })
     }
 
@@ -375,31 +418,61 @@ impl Session {
         self.sampler.clone()
     }
 
-    /// Feeds `exporter` every record from now on.
-    pub fn export_to(&mut self, exporter: Exporter) {
-        self.exporter = Some(exporter);
+    /// Adds a sink to the report once the run is under way; it finishes before the others.
+    pub fn add_sink(&mut self, sink: Box<dyn Sink>) {
+        self.report.add(sink);
     }
 
-    /// Between drains: the exporter's lost-record count and cgroup bookkeeping, and the
-    /// tracked cgroups' cpu.stat read by the sampler (draining meanwhile); the cgroups it
-    /// dropped as gone are forgotten by the aggregate too, so a long run's memory stays bounded.
-    pub async fn refresh_exporter(
+    /// Cgroup `id` with its path, if it resolves.
+    pub fn cgroup(&mut self, id: u64) -> CgroupRef {
+        CgroupRef::new(id, self.hierarchy.path_of(id))
+    }
+
+    /// Drops what the aggregate keeps of cgroups `ids` (gone for good), so that a long run's
+    /// memory stays bounded.
+    pub fn forget(&mut self, ids: Vec<u64>) {
+        for id in ids {
+            self.aggregate.forget(id);
+        }
+    }
+
+    /// A key on the terminal, to the report's sinks; true when one of them ends the run.
+    pub fn key(&mut self, key: &crossterm::event::Event) -> Result<bool, Failure> {
+        self.report.key(key).map_err(write_failed)
+    }
+
+    /// A periodic reading for the sinks that show the run as it goes: the aggregate's interval
+    /// window, taken now, and the sampler's reading (draining meanwhile) of the cgroups it
+    /// names and of `also`.
+    pub async fn tick(
         &mut self,
+        also: Vec<Target>,
         interrupts: &mut Interrupts,
     ) -> Result<Ended, Failure> {
-        let lost = self.probes.lost()?;
-        let Some(exporter) = &mut self.exporter else {
-            return Ok(Ended::Done);
-        };
-        let tracked = exporter.refresh(&mut self.hierarchy, lost);
-        let Some(snapshot) = self.sample(tracked, interrupts).await? else {
+        self.drain();
+        let intervals = self.aggregate.take_interval();
+        let mut targets =
+            Sampler::targets(&mut self.hierarchy, intervals.iter().map(|i| i.cgroup_id));
+        targets.extend(also);
+        let Some(snapshot) = self.sample_targets(targets, interrupts).await? else {
             return Ok(Ended::Interrupted);
         };
-        if let Some(exporter) = &mut self.exporter {
-            for id in exporter.update(&snapshot, Instant::now()) {
-                self.aggregate.forget(id);
+        let mut paths = HashMap::new();
+        for id in intervals.iter().flat_map(|i| {
+            std::iter::once(i.cgroup_id).chain(i.by_ancestor.iter().map(|a| a.cgroup_id))
+        }) {
+            if let Some(path) = self.hierarchy.path_of(id) {
+                paths.insert(id, path.to_owned());
             }
         }
+        let tick = Tick {
+            at: Instant::now(),
+            snapshot: &snapshot,
+            intervals,
+            paths: &paths,
+            lost: self.probes.lost()?,
+        };
+        self.report.tick(&tick).map_err(write_failed)?;
         Ok(Ended::Done)
     }
 
@@ -411,6 +484,14 @@ impl Session {
         interrupts: &mut Interrupts,
     ) -> Result<Option<Snapshot>, Failure> {
         let targets = Sampler::targets(&mut self.hierarchy, ids);
+        self.sample_targets(targets, interrupts).await
+    }
+
+    async fn sample_targets(
+        &mut self,
+        targets: Vec<Target>,
+        interrupts: &mut Interrupts,
+    ) -> Result<Option<Snapshot>, Failure> {
         let sampler = self.sampler.clone();
         let mut snapshot = None;
         let read = async { snapshot = Some(sampler.read(targets).await) };
@@ -441,12 +522,15 @@ impl Session {
     }
 
     fn drain(&mut self) {
-        self.reader.drain(
-            &mut self.aggregate,
-            &mut self.report,
-            &mut self.hierarchy,
-            self.exporter.as_mut(),
-        );
+        if let Some(step) = self.clock.check() {
+            warn!(
+                "the wall clock was stepped by {:+.6} s: UTC times from now on use the new offset",
+                (step.now.offset_ns - step.previous.offset_ns) as f64 / 1e9
+            );
+            self.report.clock_step(step);
+        }
+        self.reader
+            .drain(&mut self.aggregate, &mut self.report, &mut self.hierarchy);
     }
 
     /// Ends the trace: the last drain, cpu.stat deltas, the report written. Returns the
@@ -469,12 +553,12 @@ impl Session {
         };
         drop(self.reader);
         drop(self.probes);
-        self.report.finish(&reports, &totals).map_err(|e| {
-            Failure::environment(
-                format!("cannot write the report: {e}"),
-                "check that standard output (and the --record file, if any) can be written",
-            )
-        })?;
+        match self.report.finish(&reports, &totals) {
+            // The reader of standard output went away (`| head`): nobody is left to tell, and
+            // every other sink (the --record file) has finished.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            result => result.map_err(write_failed)?,
+        }
         Ok((reports, totals))
     }
 }
@@ -514,21 +598,26 @@ impl Reader {
         })
     }
 
-    fn drain(
-        &mut self,
-        aggregate: &mut Aggregate,
-        report: &mut Report,
-        hierarchy: &mut Hierarchy,
-        mut exporter: Option<&mut Exporter>,
-    ) {
+    fn drain(&mut self, aggregate: &mut Aggregate, report: &mut Report, hierarchy: &mut Hierarchy) {
         let ring = self.fd.get_mut();
         while let Some(item) = ring.next() {
-            match Event::parse(&item) {
-                Ok(event) => {
+            match Record::parse(&item) {
+                Ok(Record::Period(period)) => {
+                    if self.traced.for_itself(period.cgroup_id, hierarchy) {
+                        report.period(&period, hierarchy.path_of(period.cgroup_id));
+                        aggregate.ingest_period(&period);
+                    }
+                }
+                Ok(Record::Stop(event)) => {
                     let cgroup_id = match &event {
                         Event::Start(stop) => stop.cgroup_id,
                         Event::End(end) => end.stop.cgroup_id,
                         Event::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
+                    };
+                    let resolve = |ids: Vec<u64>, hierarchy: &mut Hierarchy| -> Vec<CgroupRef> {
+                        ids.into_iter()
+                            .map(|d| CgroupRef::new(d, hierarchy.path_of(d)))
+                            .collect()
                     };
                     if !self.traced.for_itself(cgroup_id, hierarchy) {
                         // No row and no `stop` line: a stop of an ancestor that is not traced
@@ -537,21 +626,19 @@ impl Reader {
                         if let Event::End(end) = &event {
                             let credited = self.traced.credited_descendants(end, hierarchy);
                             if !credited.is_empty() {
-                                let keep = |d| credited.contains(&d);
-                                aggregate.credit_only(end, keep);
-                                if let Some(exporter) = exporter.as_deref_mut() {
-                                    exporter.credit(end, hierarchy, keep);
-                                }
+                                aggregate.credit_only(end, |d| credited.contains(&d));
+                                let credited = resolve(credited, hierarchy);
                                 report.ancestor_stop(end, hierarchy.path_of(cgroup_id), &credited);
                             }
                         }
                         continue;
                     }
-                    report.event(&event, hierarchy.path_of(cgroup_id));
                     let closed = aggregate.ingest(&event);
-                    if let Some(exporter) = exporter.as_deref_mut() {
-                        exporter.record(&event, closed, hierarchy);
-                    }
+                    let credited = match &event {
+                        Event::End(end) => resolve(end.stop.credited(), hierarchy),
+                        _ => Vec::new(),
+                    };
+                    report.event(&event, hierarchy.path_of(cgroup_id), closed, &credited);
                 }
                 Err(e) => {
                     self.malformed += 1;

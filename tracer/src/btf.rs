@@ -92,6 +92,9 @@ pub enum Feature {
     /// `task_group.children` / `.siblings` / `.cfs_rq` and `cfs_rq.nr_running` (`nr_queued`):
     /// every child a parent's stop stops, not only the one whose task was seen.
     StoppedChildren,
+    /// `task_group.se` / `sched_entity.sum_exec_runtime` and the bandwidth's place in its
+    /// group: the tracepoint backend's per-period CPU demand.
+    Demand,
 }
 
 impl fmt::Display for Feature {
@@ -107,6 +110,7 @@ impl fmt::Display for Feature {
             Feature::AsyncUnthrottle => "tracepoint backend async unthrottle ends",
             Feature::ParkedTasks => "parked task count",
             Feature::StoppedChildren => "stopped children of a quota owner",
+            Feature::Demand => "per-period CPU demand",
         })
     }
 }
@@ -126,6 +130,7 @@ impl Feature {
             Feature::AsyncUnthrottle => o.rq_cfsb_csd,
             Feature::ParkedTasks => o.task_throttled.offset,
             Feature::StoppedChildren => o.tg_children,
+            Feature::Demand => o.tg_se,
         };
         field != tracer_common::ABSENT
     }
@@ -568,6 +573,32 @@ const TABLE: &[Group] = &[
         need: Need::Newer(Feature::ParkedTasks),
         // 6.18: a task parked by the task-based throttle.
         fields: &[flag!(task_throttled, "task_struct", "throttled")],
+    },
+    Group {
+        need: Need::Newer(Feature::Demand),
+        // Read at each expiry of a group's period timer: its group entity on every CPU.
+        fields: &[
+            at!(
+                tg_cfs_bandwidth,
+                "task_group",
+                "cfs_bandwidth",
+                Shape::Struct("cfs_bandwidth")
+            ),
+            at!(tg_se, "task_group", "se", Shape::PtrPtr("sched_entity")),
+            at!(
+                se_sum_exec_runtime,
+                "sched_entity",
+                "sum_exec_runtime",
+                Shape::Int(8)
+            ),
+            at!(cfsb_runtime, "cfs_bandwidth", "runtime", Shape::Int(8)),
+            at!(
+                cfsb_period_timer,
+                "cfs_bandwidth",
+                "period_timer",
+                Shape::Struct("hrtimer")
+            ),
+        ],
     },
 ];
 

@@ -1,5 +1,5 @@
 //! Command-line options: tracing (no subcommand; `--interval` or `top` for the live view),
-//! `doctor`, `demo` and `serve`.
+//! `doctor`, `demo`, `serve` and `scan`.
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
@@ -112,6 +112,10 @@ pub enum Command {
     Serve(ServeArgs),
     /// The live view: the tracing options with `--interval 1s` unless another is given.
     Top(RunArgs),
+    /// Lists every cgroup held by a CPU quota (its own or an ancestor's) with its effective
+    /// limit and its cpu.stat counters, most throttled first: where to look, in one reading of
+    /// the cgroup tree, without eBPF or privileges beyond reading it.
+    Scan(ScanArgs),
     /// Prints the end report of a run recorded with --record FILE again, from the file alone:
     /// the summary, the histograms and the cpu.stat comparison, as the run printed them.
     Report {
@@ -131,6 +135,18 @@ pub struct DemoArgs {
 
     #[command(flatten)]
     pub probes: ProbeArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ScanArgs {
+    /// One JSON object per cgroup, one per line, instead of the table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Read the tree twice, this far apart (e.g. 10s), and show the deltas: what "now" is.
+    /// Cgroups made or removed in between are listed as such, without figures.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub interval: Option<Duration>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -269,6 +269,19 @@ fn read(path: &Path) -> Result<String, CpuStatError> {
     })
 }
 
+/// cgroup v2 `cpu.stat` `usage_usec` alone, in ns: what a cgroup whose cpu controller is not
+/// enabled still has (its tasks are scheduled in an ancestor's groups, under that one's quota),
+/// where [`CpuStat::read`] finds no period counters.
+pub fn read_v2_usage(dir: &Path) -> Result<u64, CpuStatError> {
+    let path = dir.join("cpu.stat");
+    Fields::parse(&read(&path)?)
+        .time("usage_usec", TimeUnit::Micros)
+        .ok_or(CpuStatError::Missing {
+            path,
+            field: "usage_usec",
+        })
+}
+
 /// The cgroup's current quota, period and burst, from its control files, in ns.
 /// v1: `cpu.cfs_quota_us` (-1 = no limit), `cpu.cfs_period_us`, `cpu.cfs_burst_us` (5.14+).
 /// v2: `cpu.max` ("max 100000" or "20000 100000"), `cpu.max.burst` (5.14+). The v2 root cgroup
@@ -501,6 +514,13 @@ throttled_usec 80001
         fs::write(d.join("cpu.max.burst"), "0\n").unwrap();
         let bw = read_bandwidth(d, Version::V2).unwrap();
         assert_eq!((bw.quota_ns, bw.burst_ns), (Some(20_000_000), Some(0)));
+        fs::write(
+            d.join("cpu.stat"),
+            "usage_usec 7\nuser_usec 5\nsystem_usec 2\n",
+        )
+        .unwrap();
+        assert_eq!(read_v2_usage(d).unwrap(), 7_000);
+        assert!(CpuStat::read(d, Version::V2).is_err());
         fs::write(d.join("cpu.max"), "20000\n").unwrap();
         assert!(matches!(
             read_bandwidth(d, Version::V2),

@@ -19,7 +19,7 @@ use crate::{
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// Every optional probe feature, in the order the report lists them.
-const FEATURES: [Feature; 10] = [
+const FEATURES: [Feature; 11] = [
     Feature::KernelDuration,
     Feature::TaskCount,
     Feature::Bandwidth,
@@ -30,6 +30,7 @@ const FEATURES: [Feature; 10] = [
     Feature::AsyncUnthrottle,
     Feature::ParkedTasks,
     Feature::StoppedChildren,
+    Feature::Demand,
 ];
 
 #[derive(Serialize)]
@@ -317,7 +318,8 @@ mod tests {
                 | Feature::SelfTime
                 | Feature::AsyncUnthrottle
                 | Feature::ParkedTasks
-                | Feature::StoppedChildren => {}
+                | Feature::StoppedChildren
+                | Feature::Demand => {}
             }
         }
     }

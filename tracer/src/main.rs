@@ -2,6 +2,7 @@
 //!
 //! Data flows one way: kernel probes (`probes`) → ring-buffer records (`records`) → per-cgroup
 //! state (`aggregate`) → reports (`report`), with `btf`, `cgroups` and `cpustat` as inputs.
+mod advice;
 mod agent;
 mod aggregate;
 mod btf;
@@ -19,11 +20,13 @@ mod records;
 mod replay;
 mod report;
 mod sampler;
+mod scan;
 mod schema;
 mod serve;
 mod terminal;
 #[cfg(test)]
 mod testing;
+mod wallclock;
 mod workload;
 
 use clap::Parser as _;
@@ -37,6 +40,7 @@ fn main() {
         Some(cli::Command::Doctor { json }) => std::process::exit(doctor::run(json)),
         Some(cli::Command::DemoWorkload(args)) => std::process::exit(demo::workload_main(args)),
         Some(cli::Command::Report { file }) => std::process::exit(replay::main(&file)),
+        Some(cli::Command::Scan(args)) => std::process::exit(scan::main(&args)),
         other => other,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use std::mem::size_of;
 
 use tracer_common::{
-    END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, EVENT_END, EVENT_START,
-    EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, MAX_CHILDREN, StopEvent,
+    END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, EVENT_END, EVENT_PERIOD,
+    EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, MAX_CHILDREN, PeriodEvent, StopEvent,
 };
 
 /// Why a ring-buffer record could not be turned into an [`Event`].
@@ -245,6 +245,80 @@ impl Event {
             }),
             other => Err(RecordError::UnknownKind(other)),
         }
+    }
+}
+
+/// One period of a group with a quota, as the tracepoint backend measures it at the expiry of
+/// the group's period timer (docs/definitions.md, "demand").
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Period {
+    pub cgroup_id: u64,
+    /// CLOCK_MONOTONIC ns of the expiry that ends the period (a kernel period boundary).
+    pub end_ns: u64,
+    /// CLOCK_MONOTONIC ns of the previous expiry seen; `None` when the usage is unknown (the
+    /// first expiry seen, or a CPU without the previous reading).
+    pub start_ns: Option<u64>,
+    /// CPU time the group ran in the period, Σ over CPUs of its entities' exec time (ns).
+    pub usage_ns: u64,
+    /// The largest one CPU's share of `usage_ns`.
+    pub max_cpu_ns: u64,
+    /// CPUs the group ran on in the period.
+    pub cpus_used: u32,
+    /// cfs_rqs throttled at the expiry (0 = the period ended unthrottled).
+    pub throttled_cpus: u32,
+    #[serde(flatten)]
+    pub bandwidth: Bandwidth,
+    /// The group's runtime pool left at the expiry, before the refill (ns).
+    pub runtime_ns: Option<u64>,
+}
+
+impl Period {
+    fn from_raw(raw: &PeriodEvent) -> Self {
+        Self {
+            cgroup_id: raw.cgroup_id,
+            end_ns: raw.end_ns,
+            start_ns: (raw.start_ns != 0 && raw.start_ns <= raw.end_ns).then_some(raw.start_ns),
+            usage_ns: raw.usage_ns,
+            max_cpu_ns: raw.max_cpu_ns,
+            cpus_used: raw.cpus_used,
+            throttled_cpus: raw.throttled_cpus,
+            bandwidth: Bandwidth {
+                quota_ns: limit(raw.quota_ns),
+                period_ns: limit(raw.period_ns),
+                burst_ns: limit(raw.burst_ns),
+            },
+            runtime_ns: limit(raw.runtime_ns),
+        }
+    }
+}
+
+/// Any ring-buffer record: a stop's ([`Event`]) or a period's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    Stop(Event),
+    Period(Period),
+}
+
+impl Record {
+    /// Decodes one record; its first field (`kind`) says which type it is.
+    pub fn parse(bytes: &[u8]) -> Result<Self, RecordError> {
+        let kind = bytes
+            .get(..4)
+            .map(|k| u32::from_ne_bytes([k[0], k[1], k[2], k[3]]));
+        if kind != Some(EVENT_PERIOD) {
+            return Event::parse(bytes).map(Self::Stop);
+        }
+        let want = size_of::<PeriodEvent>();
+        if bytes.len() != want {
+            return Err(RecordError::Size {
+                got: bytes.len(),
+                want,
+            });
+        }
+        // SAFETY: as in `Event::parse`, for the plain `#[repr(C)]` `PeriodEvent`.
+        let raw: PeriodEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        Ok(Self::Period(Period::from_raw(&raw)))
     }
 }
 
@@ -523,6 +597,56 @@ pub(crate) mod tests {
             panic!("unknown reason must still decode");
         };
         assert_eq!(end.reason, EndReason::Unknown);
+    }
+
+    #[test]
+    fn period_records_decode_and_stop_records_still_do() {
+        let period = PeriodEvent {
+            kind: EVENT_PERIOD,
+            cpus_used: 2,
+            cgroup_id: 7,
+            start_ns: 100,
+            end_ns: 200,
+            usage_ns: 90,
+            max_cpu_ns: 50,
+            quota_ns: 50,
+            period_ns: 100,
+            burst_ns: u64::MAX,
+            runtime_ns: 3,
+            throttled_cpus: 1,
+            cpus_read: 2,
+        };
+        // SAFETY: test-only view of a plain `#[repr(C)]` value as its bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&period as *const PeriodEvent).cast::<u8>(),
+                size_of::<PeriodEvent>(),
+            )
+        };
+        let Ok(Record::Period(p)) = Record::parse(bytes) else {
+            panic!("not a period");
+        };
+        assert_eq!(
+            (p.cgroup_id, p.start_ns, p.end_ns, p.usage_ns),
+            (7, Some(100), 200, 90)
+        );
+        assert_eq!((p.cpus_used, p.throttled_cpus, p.max_cpu_ns), (2, 1, 50));
+        assert_eq!(p.bandwidth.burst_ns, None);
+        // A first expiry: no usage.
+        let first = Period::from_raw(&PeriodEvent {
+            start_ns: 0,
+            ..period
+        });
+        assert_eq!(first.start_ns, None);
+        assert!(matches!(
+            Record::parse(&bytes[..bytes.len() - 1]),
+            Err(RecordError::Size { .. })
+        ));
+        let stop = bytes_of(&raw(EVENT_START, 1, 0, 1, 0));
+        assert!(matches!(
+            Record::parse(&stop),
+            Ok(Record::Stop(Event::Start(_)))
+        ));
     }
 
     #[test]

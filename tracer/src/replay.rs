@@ -133,7 +133,18 @@ impl Recorded {
                     at_end.insert(summary.cgroup.id, *summary);
                 }
                 (Line::End(end), _) => totals = Some(end),
-                (Line::Other, _) => {}
+                // The advice is made again from the periods, as the live run made it.
+                (Line::Other | Line::Advice(_), _) => {}
+                // The wall clock's steps change the lines' UTC times, which are in the lines.
+                (Line::ClockStep(_), _) => {}
+                (Line::Period(p), _) => {
+                    let period = p.record();
+                    widen(
+                        &mut span,
+                        (period.start_ns.unwrap_or(period.end_ns), period.end_ns),
+                    );
+                    aggregate.ingest_period(&period);
+                }
                 (Line::AncestorStop(a), _) => {
                     let end = a
                         .stop
@@ -230,7 +241,7 @@ mod tests {
     use crate::cpustat::{CpuStat, TimeUnit};
     use crate::records::{Bandwidth, EndReason, EndedStop};
     use crate::report::Ndjson;
-    use crate::schema::RefusedBackend;
+    use crate::schema::{CgroupRef, RefusedBackend};
     use crate::testing::{MS, ended};
 
     fn info() -> Start {
@@ -354,7 +365,7 @@ mod tests {
         let mut text = Vec::new();
         let (mut report, file) = recording_report(&mut text);
         for event in events {
-            report.event(event, Some("/demo"));
+            report.event(event, Some("/demo"), None, &[]);
         }
         report.finish(reports, &totals()).unwrap();
         (String::from_utf8(text).unwrap(), file)
@@ -446,7 +457,7 @@ mod tests {
         let mut live_text = Vec::new();
         let (mut report, file) = recording_report(&mut live_text);
         for e in &ends {
-            report.ancestor_stop(e, Some("/pod"), &[11]);
+            report.ancestor_stop(e, Some("/pod"), &[CgroupRef::new(11, Some("/pod/c1"))]);
         }
         report.finish(&reports, &totals()).unwrap();
         let live_text = String::from_utf8(live_text).unwrap();
@@ -487,6 +498,72 @@ mod tests {
         assert_eq!((&demo.cpu_stat, &demo.settings), (&None, &None));
         assert_eq!(demo.summary.open_stops[0].elapsed_ns, 0);
         assert_eq!(recorded.totals.elapsed_ns, 300 * MS);
+    }
+
+    #[test]
+    fn lines_carry_wall_clock_times_at_the_offset_in_use_and_replay_with_them() {
+        use crate::wallclock::{Reading, Step};
+        // CLOCK_MONOTONIC 0 is 2025-12-02T09:14:03Z; the clock is stepped 2 s ahead at 150 ms.
+        let offset_ns = 1_764_666_843_000_000_000;
+        let start = Start {
+            start_ns: Some(0),
+            realtime_offset_ns: Some(offset_ns),
+            utc_offset_s: Some(3600),
+            ..info()
+        };
+        let file = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+        let mut live_text = Vec::new();
+        let sinks: Vec<Box<dyn crate::report::Sink + '_>> = vec![
+            Box::new(Text::to(&mut live_text)),
+            Box::new(Ndjson::recording(&file).unwrap()),
+        ];
+        let mut report = Report::new(start, sinks);
+        report.event(&Event::End(ended(0, 0, 80)), Some("/demo"), None, &[]);
+        report.clock_step(Step {
+            previous: Reading {
+                at_ns: 0,
+                offset_ns,
+            },
+            now: Reading {
+                at_ns: 150 * MS,
+                offset_ns: offset_ns + 2_000 * MS as i64,
+            },
+        });
+        report.event(&Event::End(ended(1, 200, 280)), Some("/demo"), None, &[]);
+        report.finish(&[], &totals()).unwrap();
+        let live_text = String::from_utf8(live_text).unwrap();
+
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let [start, before, step, after, _end] = &lines[..] else {
+            panic!("{text}");
+        };
+        assert_eq!(start["realtime_offset_ns"], offset_ns);
+        assert_eq!(start["start_utc"], "2025-12-02T09:14:03.000000Z");
+        assert_eq!(start["start_unix_ns"], offset_ns);
+        assert_eq!(before["start_utc"], "2025-12-02T09:14:03.000000Z");
+        assert_eq!(before["end_utc"], "2025-12-02T09:14:03.080000Z");
+        assert_eq!(before["end_unix_ns"], offset_ns + 80 * MS as i64);
+        assert_eq!(
+            before["park_unix_ns"],
+            before["park_ns"].as_i64().unwrap() + offset_ns
+        );
+        assert_eq!(step["type"], "clock_step");
+        assert_eq!(step["step_ns"], 2_000 * MS);
+        assert_eq!(step["at_utc"], "2025-12-02T09:14:05.150000Z");
+        assert_eq!(after["start_utc"], "2025-12-02T09:14:05.200000Z");
+        assert_eq!(after["end_utc"], "2025-12-02T09:14:05.280000Z");
+
+        assert!(
+            live_text.contains("started at 10:14:03.000000 (2025-12-02, UTC+01:00) local time"),
+            "{live_text}"
+        );
+        // The live text had no per-cgroup reports to print: only the header is the same.
+        let recorded = Recorded::read(BufReader::new(File::open(&file).unwrap())).unwrap();
+        assert_eq!(replayed(recorded).lines().nth(1), live_text.lines().nth(1));
     }
 
     #[test]

@@ -28,8 +28,9 @@ pub struct Target {
 pub struct Sample {
     pub at: Instant,
     pub stat: Option<CpuStat>,
-    /// CPU time used, ns: v2 `cpu.stat` usage_usec, v1 `cpuacct.usage` of the same path in the
-    /// cpuacct hierarchy (the cpu hierarchy's own directory when they are co-mounted).
+    /// CPU time used, ns: v2 `cpu.stat` usage_usec (also of a cgroup without the cpu
+    /// controller, whose `stat` is `None`), v1 `cpuacct.usage` of the same path in the cpuacct
+    /// hierarchy (the cpu hierarchy's own directory when they are co-mounted).
     pub usage_ns: Option<u64>,
     pub settings: Option<Bandwidth>,
     /// Its directory exists (a cgroup can exist and still not be readable).
@@ -111,7 +112,10 @@ impl Sampler {
         let dir = self.root.join(relative);
         let stat = CpuStat::read(&dir, self.version).ok();
         let usage_ns = match self.version {
-            Version::V2 => stat.as_ref().and_then(|s| s.usage_ns),
+            Version::V2 => stat
+                .as_ref()
+                .and_then(|s| s.usage_ns)
+                .or_else(|| cpustat::read_v2_usage(&dir).ok()),
             Version::V1 => match &self.cpuacct {
                 Some(root) => cpuacct_usage(&root.join(relative)),
                 None => cpuacct_usage(&dir),

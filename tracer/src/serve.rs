@@ -50,19 +50,21 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let exporter = Exporter::new(Config {
         max_cgroups: args.max_cgroups,
         gone_after: args.gone_after,
-        named: selected,
+        named: selected.into_iter().map(|id| session.cgroup(id)).collect(),
     });
     let scraper = exporter.scraper();
-    session.export_to(exporter);
+    session.add_sink(Box::new(exporter));
     let address = listener.local_addr().unwrap_or(args.listen);
-    tokio::spawn(accept(listener, scraper, session.sampler()));
+    tokio::spawn(accept(listener, scraper.clone(), session.sampler()));
     eprintln!("throttle-tracer: serving metrics on http://{address}/metrics");
 
     let mut interrupts = Interrupts::new()?;
     loop {
-        if session.refresh_exporter(&mut interrupts).await? == Ended::Interrupted {
+        // The exporter's tick: the kernel's lost-record count and the tracked cgroups' cpu.stat.
+        if session.tick(scraper.targets(), &mut interrupts).await? == Ended::Interrupted {
             break;
         }
+        session.forget(scraper.take_gone());
         let pause = tokio::time::sleep(REFRESH_INTERVAL);
         if session.trace_until(pause, &mut interrupts).await? == Ended::Interrupted {
             break;

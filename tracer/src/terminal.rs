@@ -1,6 +1,6 @@
 //! The terminal while the live view owns it: raw mode (every key at once, Ctrl-C included, as a
 //! key rather than SIGINT) and the alternate screen, drawn through ratatui; its key and resize
-//! events as a stream for the tokio loop. The terminal is given back on every way out: when the
+//! events ([`Keys`]) as a stream for the tokio loop, which hands them to the report. The terminal is given back on every way out: when the
 //! [`Screen`] drops (the run's end, `q`, a signal, an error), and on a panic in a hook that runs
 //! before the panic message is printed, so the message lands on the normal screen instead of
 //! the alternate one that is about to be left.
@@ -27,7 +27,6 @@ pub struct Screen {
     /// First, so that it drops first: the terminal is back before anything else goes.
     _restore: Restore,
     terminal: Terminal<CrosstermBackend<Stdout>>,
-    events: EventStream,
 }
 
 impl Screen {
@@ -46,7 +45,6 @@ impl Screen {
         execute!(io::stdout(), EnterAlternateScreen)?;
         Ok(Self {
             terminal: Terminal::new(CrosstermBackend::new(io::stdout()))?,
-            events: EventStream::new(),
             _restore: restore,
         })
     }
@@ -55,10 +53,16 @@ impl Screen {
     pub fn draw(&mut self, draw: impl FnOnce(&mut Frame)) -> io::Result<()> {
         self.terminal.draw(draw).map(drop)
     }
+}
 
+/// The terminal's key presses and resizes, while a [`Screen`] has it in raw mode.
+#[derive(Default)]
+pub struct Keys(EventStream);
+
+impl Keys {
     /// The next key press or resize; never returns once the terminal's input has ended.
     pub async fn next(&mut self) -> io::Result<Event> {
-        match self.events.next().await {
+        match self.0.next().await {
             Some(event) => event,
             None => std::future::pending().await,
         }

@@ -99,3 +99,9 @@ fn kernel_without_kprobes_is_refused_with_a_way_out() {
     assert_failure(&out, 1, "kprobes are not available");
     assert_hint(&out, "CONFIG_KPROBES");
 }
+
+#[test]
+fn a_scan_interval_of_nothing_is_a_usage_error() {
+    let out = run(&["scan", "--interval", "0s"]);
+    assert_failure(&out, 2, "--interval");
+}

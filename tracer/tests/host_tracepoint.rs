@@ -62,6 +62,7 @@ impl Scene {
         let v: Value = serde_json::from_str(&first).expect("first line is JSON");
         assert_eq!(v["type"], "start", "{first}");
         assert_eq!(v["backend"], common::backend(), "{first}");
+        assert!(v["realtime_offset_ns"].is_i64(), "{first}");
         rx
     }
 
@@ -238,5 +239,81 @@ fn kernel_accounted_time_matches_cpu_stat() {
     assert!(
         (group_stops as f64 - periods as f64).abs() <= tolerance,
         "group stops {group_stops} vs nr_throttled {periods}"
+    );
+}
+
+/// One busy thread at 20 ms / 100 ms that logs its own CLOCK_REALTIME around each time it is
+/// held (`throttle-workload held`): the stop that held it has a UTC span that begins when the
+/// workload last ran (within 1 ms) and ends before it ran again (within 1 ms): the tracer's
+/// CLOCK_MONOTONIC → UTC mapping is the workload's own wall clock.
+#[test]
+fn the_stop_that_held_a_workload_has_its_wall_clock_time() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let mut scene = Scene::new(&host.cpu, "utc", 20_000, 100_000);
+    let rx = scene.start_tracer();
+    let mut workload = common::spawn_in(
+        common::held(2).stdout(Stdio::piped()),
+        &scene.cgroup,
+        Some(common::last_cpu()),
+    );
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut workload.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(workload.wait().expect("wait workload").success());
+    scene.cgroup.wait_refilled();
+    let lines = scene.stop_tracer(rx);
+    let stops = of_type(&lines, "stop");
+    let int = |v: &Value, key: &str| v[key].as_i64().unwrap_or_else(|| panic!("no {key}: {v}"));
+    // (last realtime before, first after) of each hold, as the workload saw them.
+    let holds: Vec<(i64, i64)> = out
+        .lines()
+        .map(|l| {
+            let f: Vec<i64> = l
+                .split(' ')
+                .skip(2)
+                .step_by(2)
+                .map(|v| v.parse().unwrap())
+                .collect();
+            (f[0], f[1])
+        })
+        .collect();
+    assert!(holds.len() >= 10, "{} holds: {out}", holds.len());
+    let (mut lead, mut lag) = (Vec::new(), Vec::new());
+    for &(held, resumed) in &holds {
+        let covering: Vec<&&Value> = stops
+            .iter()
+            .filter(|s| int(s, "start_unix_ns") <= resumed && int(s, "end_unix_ns") >= held)
+            .collect();
+        assert_eq!(covering.len(), 1, "hold {held}..{resumed}: {covering:#?}");
+        let s = covering[0];
+        let (start, end) = (int(s, "start_unix_ns"), int(s, "end_unix_ns"));
+        // The same offset for both ends of one stop, and the UTC text is the same time.
+        assert_eq!(end - start, int(s, "duration_ns"), "{s}");
+        let utc: jiff::Timestamp = s["end_utc"].as_str().unwrap().parse().unwrap();
+        assert_eq!(utc.as_nanosecond() as i64, end / 1_000 * 1_000, "{s}");
+        lead.push(start - held);
+        lag.push(resumed - end);
+        assert!(
+            (start - held).abs() <= 1_000_000,
+            "stop began {} ns after the workload last ran: {s}",
+            start - held
+        );
+        assert!(
+            resumed - end >= -1_000_000,
+            "the workload ran {} ns before the stop ended: {s}",
+            end - resumed
+        );
+    }
+    let us = |v: &mut Vec<i64>| {
+        v.sort_unstable();
+        (v[v.len() / 2] / 1_000, v[0] / 1_000, v[v.len() - 1] / 1_000)
+    };
+    println!(
+        "{} holds, each inside one stop; stop start − last run (µs, median/min/max) {:?}; \
+         resumed − stop end (µs) {:?}",
+        holds.len(),
+        us(&mut lead),
+        us(&mut lag)
     );
 }

@@ -8,7 +8,69 @@ throttle-tracer doctor > /tmp/doctor 2>&1
 mark "DOCTOR exit status $?"
 section doctor /tmp/doctor
 
-# scenario NAME BACKEND "QUOTA PERIOD" BURST WORKLOAD-COMMAND...
+# tracer_start BACKEND NAME...: makes the cgroup of every scenario NAME of BACKEND and starts one
+# tracer for them all (a start is most of a short scenario's time under TCG), on CPU 0, away from
+# s1's pinned thread, whose stops would shrink by what the tracer ran. Each cgroup is created
+# before the tracer starts and its workload only after, as when the tracer is run by hand.
+tracer_start() {
+    backend=$1
+    shift
+    selection=
+    for name in "$@"; do
+        mkdir "/sys/fs/cgroup/$name"
+        selection="$selection --cgroup /$name"
+    done
+    out=/tmp/tracer-$backend
+    taskset -c 0 throttle-tracer --json --backend "$backend" $selection \
+        > "$out.ndjson" 2> "$out.stderr" &
+    tracer=$!
+    waited=0
+    until grep -q '"type":"start"' "$out.ndjson"; do
+        if ! kill -0 "$tracer" 2> /dev/null || [ "$waited" -ge 3600 ]; then
+            kill -KILL "$tracer" 2> /dev/null
+            wait "$tracer"
+            status=$?
+            for name in "$@"; do
+                mark "FAIL $name the tracer printed no start line (exit status $status)"
+            done
+            section "tracer-$backend/ndjson" "$out.ndjson"
+            section "tracer-$backend/stderr" "$out.stderr"
+            tracer=
+            return
+        fi
+        sleep 0.05
+        waited=$((waited + 1))
+    done
+    # The tracer's own start-up work (on CPU 0, but single-threaded TCG runs both vCPUs on one
+    # host thread) disturbed the first stops of s1 on 6.1 (62-67 ms): let it finish first.
+    sleep 0.5
+}
+
+# tracer_stop BACKEND NAME...: ends the backend's tracer and prints, for each scenario NAME, the
+# tracer's exit status and the NDJSON lines of its cgroup (and its children) with the run's
+# `start` and `end` lines.
+tracer_stop() {
+    backend=$1
+    shift
+    [ -n "$tracer" ] || return
+    out=/tmp/tracer-$backend
+    kill -INT "$tracer"
+    (sleep 30 && kill -KILL "$tracer") 2> /dev/null &
+    watchdog=$!
+    wait "$tracer"
+    status=$?
+    kill "$watchdog" 2> /dev/null
+    for name in "$@"; do
+        mark "TRACER $name exit status $status"
+        grep -e '"type":"start"' -e '"type":"end"' -e "\"cgroup\":\"/$name\"" \
+            -e "\"cgroup\":\"/$name/" "$out.ndjson" > "/tmp/$name.ndjson"
+        section "$name/ndjson" "/tmp/$name.ndjson"
+        section "$name/stderr" "$out.stderr"
+    done
+}
+
+# scenario NAME BACKEND "QUOTA PERIOD" BURST WORKLOAD-COMMAND...: one workload in the cgroup NAME
+# that tracer_start made, traced by the backend's tracer.
 # BURST "-" leaves cpu.max.burst alone; "0" is written where the kernel has the file.
 # WORKLOAD-COMMAND "pinned SECONDS": one busy thread pinned to CPU 0 and one pinned to CPU 1 in
 # the quota's group; "children SECONDS": the same in each of two child cgroups c1, c2 of the
@@ -16,8 +78,10 @@ section doctor /tmp/doctor
 scenario() {
     name=$1 backend=$2 max=$3 burst=$4
     shift 4
+    if [ -z "$tracer" ]; then
+        return
+    fi
     cg=/sys/fs/cgroup/$name
-    mkdir "$cg"
     echo "$max" > "$cg/cpu.max"
     if [ "$burst" != "-" ]; then
         if [ -e "$cg/cpu.max.burst" ]; then
@@ -32,28 +96,7 @@ scenario() {
         echo +cpu > "$cg/cgroup.subtree_control"
         mkdir "$cg/c1" "$cg/c2"
     fi
-
     out=/tmp/$name
-    # On CPU 0, away from s1's pinned thread, whose stops would shrink by what the tracer ran.
-    taskset -c 0 throttle-tracer --json --backend "$backend" --cgroup "/$name" \
-        > "$out.ndjson" 2> "$out.stderr" &
-    tracer=$!
-    waited=0
-    until grep -q '"type":"start"' "$out.ndjson"; do
-        if ! kill -0 "$tracer" 2> /dev/null || [ "$waited" -ge 3600 ]; then
-            kill -KILL "$tracer" 2> /dev/null
-            wait "$tracer"
-            mark "FAIL $name the tracer printed no start line (exit status $?)"
-            section "$name/ndjson" "$out.ndjson"
-            section "$name/stderr" "$out.stderr"
-            return
-        fi
-        sleep 0.05
-        waited=$((waited + 1))
-    done
-    # The tracer's own start-up work (on CPU 0, but single-threaded TCG runs both vCPUs on one
-    # host thread) disturbed the first stops of s1 on 6.1 (62-67 ms): let it finish first.
-    sleep 0.5
 
     section "$name/cpu.stat.before" "$cg/cpu.stat"
     if [ "$1" = children ] || [ "$1" = pinned ]; then
@@ -92,16 +135,7 @@ scenario() {
     if [ "$1" = children ]; then
         children_stat "$name" "$cg" after
     fi
-
-    kill -INT "$tracer"
-    (sleep 30 && kill -KILL "$tracer") 2> /dev/null &
-    watchdog=$!
-    wait "$tracer"
-    mark "TRACER $name exit status $?"
-    kill "$watchdog" 2> /dev/null
     section "$name/workload" "$out.workload"
-    section "$name/ndjson" "$out.ndjson"
-    section "$name/stderr" "$out.stderr"
 }
 
 # children_stat NAME CGROUP-DIR before|after: c1's and c2's cpu.stat, and cpu.stat.local where

@@ -57,6 +57,7 @@ const PLANS: &[(&str, Plan)] = &[
             ),
         ]),
     ),
+    ("endings", Plan::Run(&[])),
     (
         "golden",
         Plan::HostOnly("recordings in tracer/tests/data, no cgroup"),
@@ -77,6 +78,10 @@ const PLANS: &[(&str, Plan)] = &[
         ),
     ),
     ("recording", Plan::Run(&[])),
+    (
+        "scan",
+        Plan::Run(&[("nobody_can_scan_a_readable_tree", SETPRIV)]),
+    ),
     ("serve_selection", Plan::Run(&[])),
 ];
 

@@ -69,9 +69,16 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         binaries::build()?
     };
+    // One tracer per backend traces all its scenarios (a start takes seconds under TCG).
     let mut calls: Vec<String> = backends
         .iter()
-        .flat_map(|b| SCENARIOS.iter().map(move |s| s.guest_call(b)))
+        .flat_map(|b| {
+            let names: Vec<String> = SCENARIOS.iter().map(|s| s.run_name(b)).collect();
+            let names = names.join(" ");
+            std::iter::once(format!("tracer_start {b} {names}"))
+                .chain(SCENARIOS.iter().map(move |s| s.guest_call(b)))
+                .chain(std::iter::once(format!("tracer_stop {b} {names}")))
+        })
         .collect();
     let selection = if host_tests {
         let selection = guest_tests::select(&binaries.tests)?;

@@ -25,8 +25,10 @@
 //!
 //! This file holds the programs, each of which only decodes its tracepoint's arguments:
 //! `observe` (a task's group chain), `stop` (the open stops, START and END), `refill` (the timer
-//! and CSD callbacks' lists), `config` (what the agent writes after load).
+//! and CSD callbacks' lists), `demand` (per-period CPU use, at each period timer's expiry),
+//! `config` (what the agent writes after load).
 mod config;
+mod demand;
 mod observe;
 mod refill;
 mod stop;
@@ -57,6 +59,14 @@ pub fn tp_sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "hrtimer_expire_entry")]
 pub fn tp_hrtimer_entry(ctx: BtfTracePointContext) -> i32 {
     refill::timer_entry(offsets(), ctx.arg(0));
+    0
+}
+
+/// A second program on the same tracepoint: the demand measurement is verified (and fails to
+/// load, on a kernel that refuses it) apart from the stops' programs.
+#[btf_tracepoint(function = "hrtimer_expire_entry")]
+pub fn tp_hrtimer_period(ctx: BtfTracePointContext) -> i32 {
+    demand::timer_entry(offsets(), ctx.arg(0));
     0
 }
 

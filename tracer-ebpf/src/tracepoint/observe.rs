@@ -68,10 +68,16 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
                     let reason = ended_reason(o, cfs_rq, st);
                     end(o, cfs_rq, st.ev.start_ns, reason, false);
                     start(o, cfs_rq, now(), task, parked);
-                } else if parked {
-                    note_park(o, cfs_rq, st, now());
-                    if st.ev.leaf_cgroup_id == 0 {
-                        st.ev.leaf_cgroup_id = stops::leaf_cgroup(o, task);
+                } else {
+                    if parked {
+                        note_park(o, cfs_rq, st, now());
+                        if st.ev.leaf_cgroup_id == 0 {
+                            st.ev.leaf_cgroup_id = stops::leaf_cgroup(o, task);
+                        }
+                    }
+                    if st.children_unlisted != 0 {
+                        st.children_unlisted = 0;
+                        stops::stopped_children(o, cfs_rq, &mut st.ev);
                     }
                 }
                 return;

@@ -12,9 +12,9 @@ use tracer_common::{
     Offsets, StopEvent,
 };
 
-use super::config::{CFG_ARMED_NS, CFG_NR_CPUS, cfg};
+use super::config::{CFG_ARMED_NS, cfg};
 use crate::{
-    OPEN_FULL,
+    OPEN_FULL, nr_cpus,
     stops::{self, now, read},
 };
 
@@ -39,7 +39,11 @@ pub(super) struct TpStop {
     /// `throttled_clock_self_time` at START; `u64::MAX` when the kernel has none (< 6.6).
     self_time0: u64,
     pub(super) flags: u32,
-    _pad: u32,
+    /// Non-zero: the stop was opened by a refill callback's walk, which does not list the
+    /// stopped children (see `start`); the next observation from a task lists them. Not in
+    /// `flags`: only observations from a task of this cfs_rq's CPU, which hold its rq lock,
+    /// write it after the stop is open, so it needs no atomic update.
+    pub(super) children_unlisted: u32,
     /// The first observation of `throttled == 0` that was left to a callback's exit; 0 = none.
     /// The earliest sign of the end, so it is the END's time.
     pub(super) unthrottled_ns: u64,
@@ -97,7 +101,7 @@ struct Gone {
 #[map]
 static TP_GONE: LruHashMap<Gone, u8> = LruHashMap::with_max_entries(1024, 0);
 
-/// Most CPUs swept at a cgroup's removal (`CFG_NR_CPUS` is the real count).
+/// Most CPUs swept at a cgroup's removal (`nr_cpus` is the real count).
 const MAX_CPUS: u64 = 1024;
 
 /// Scratch space to build a new stop in.
@@ -137,6 +141,7 @@ pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool)
     st.ev.cfs_rq = cfs_rq;
     st.self_time0 = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time).unwrap_or(u64::MAX);
     st.flags = 0;
+    st.children_unlisted = 0;
     st.unthrottled_ns = 0;
     st.cgroup = 0;
     st.key = GroupCpu {
@@ -162,10 +167,13 @@ pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool)
             // Only here: the refill callbacks' programs call `start` inside their list walk
             // with `task` 0, and the verifier then prunes this walk from them (it doubled their
             // verification time). A stop is first seen at a refill only if no context switch
-            // on its CPU saw it first; it then credits the running task's group alone.
+            // on its CPU saw it first (a slack timer's walk right after the throttle); its
+            // children are listed at the next observation from a task, before the tasks the
+            // throttle stopped have all left the queue unnoticed.
             stops::stopped_children(o, cfs_rq, &mut st.ev);
         } else {
             stops::running_task(o, cfs_rq, &mut st.ev);
+            st.children_unlisted = 1;
         }
         st.ev.kernel_start_clock = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
         if parked {
@@ -330,7 +338,7 @@ pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
         return;
     };
     let _ = TP_GONE.insert(Gone { cgroup, cgroup_id }, 1, 0);
-    let cpus = cfg(CFG_NR_CPUS);
+    let cpus = nr_cpus();
     for cpu in 0..MAX_CPUS {
         if cpu >= cpus {
             break;

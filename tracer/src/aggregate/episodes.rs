@@ -61,6 +61,8 @@ pub struct CgroupSummary {
     /// For a quota owner: ended stops that stopped more children than a record lists, so some
     /// children in `descendants` miss them.
     pub children_unlisted_stops: u64,
+    /// Its per-period CPU demand and busy runs; `None` when no period of it was measured.
+    pub demand: Option<super::DemandSummary>,
 }
 
 /// Ended stops of a quota owner that stopped a descendant's task, seen from either side.
@@ -297,6 +299,7 @@ impl CgroupState {
             descendants: Vec::new(),
             stopped_by_ancestor: Vec::new(),
             children_unlisted_stops: self.children_unlisted_stops,
+            demand: None,
         }
     }
 }

@@ -28,22 +28,26 @@
 //! (`children_unlisted_stops`).
 //!
 //! [`durations`] keeps distributions, [`episodes`] one cgroup's stops and group stops,
-//! [`window`] the live interval; this module routes records to them and joins the ancestor
-//! attributions at the end.
+//! [`demand`] one cgroup's per-period CPU demand and busy runs, [`window`] the live interval;
+//! this module routes records to them and joins the ancestor attributions at the end.
 
+mod demand;
 mod durations;
 mod episodes;
 mod window;
 
 use std::collections::HashMap;
 
+pub use demand::{DemandSummary, Run};
 pub use durations::DurationSummary;
+#[cfg(test)]
+pub use durations::Percentiles;
 pub use episodes::{Attributed, CgroupSummary, OpenStop};
 use episodes::{CgroupState, sort_attributed};
 pub use window::IntervalSummary;
 use window::Window;
 
-use crate::records::{EndedStop, Event};
+use crate::records::{EndedStop, Event, Period};
 
 /// All cgroups' state for one trace.
 #[derive(Debug, Default)]
@@ -53,6 +57,8 @@ pub struct Aggregate {
     window: Option<Window>,
     /// (quota owner, descendant) → the owner's ended stops that stopped the descendant's task.
     attributed: HashMap<(u64, u64), Attributed>,
+    /// Per cgroup, its periods (tracepoint backend); reported only for cgroups with a summary.
+    demand: HashMap<u64, demand::Demand>,
 }
 
 impl Aggregate {
@@ -66,6 +72,7 @@ impl Aggregate {
                 .collect(),
             attributed: HashMap::new(),
             window: None,
+            demand: HashMap::new(),
         }
     }
 
@@ -115,6 +122,14 @@ impl Aggregate {
         closed
     }
 
+    /// Takes one period record of a cgroup with a quota.
+    pub fn ingest_period(&mut self, period: &Period) {
+        self.demand
+            .entry(period.cgroup_id)
+            .or_default()
+            .period(period);
+    }
+
     /// Counts the ended stop `end` for each descendant it stopped that `keep` admits.
     fn credit(&mut self, end: &EndedStop, keep: impl Fn(u64) -> bool) {
         for d in end.stop.credited().into_iter().filter(|&d| keep(d)) {
@@ -137,6 +152,7 @@ impl Aggregate {
     /// Drops what is known about a cgroup (a long `serve` run forgets cgroups that are gone).
     pub fn forget(&mut self, cgroup_id: u64) {
         self.cgroups.remove(&cgroup_id);
+        self.demand.remove(&cgroup_id);
         self.attributed
             .retain(|&(owner, d), _| owner != cgroup_id && d != cgroup_id);
     }
@@ -152,10 +168,14 @@ impl Aggregate {
         for &(_, d) in self.attributed.keys() {
             self.cgroups.entry(d).or_default();
         }
+        let mut demand = std::mem::take(&mut self.demand);
         let mut out: Vec<CgroupSummary> = self
             .cgroups
             .into_iter()
-            .map(|(id, state)| state.finish(id, now_ns))
+            .map(|(id, state)| CgroupSummary {
+                demand: demand.remove(&id).map(demand::Demand::finish),
+                ..state.finish(id, now_ns)
+            })
             .collect();
         let by_id: HashMap<u64, usize> = out
             .iter()

@@ -4,6 +4,7 @@
 //! throttle-workload busy --threads N --seconds S
 //! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R
 //! throttle-workload requests --seconds S
+//! throttle-workload held --seconds S
 //! ```
 //!
 //! `busy` spins N threads for S seconds of wall time. `spiky` first finds its group's period
@@ -14,6 +15,9 @@
 //! CLOCK_MONOTONIC timestamps and the CPU time burned — the clock the tracer's `start_ns` and
 //! `end_ns` use — so that stops can be matched to rounds. `requests` is the workload of
 //! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
+//! `held` spins one thread for S seconds reading CLOCK_REALTIME, and at the end prints one line
+//! per time it was held (two reads 30 ms or more apart): the last read before and the first
+//! after, `held realtime_ns R resumed_realtime_ns R'`: its own wall-clock account of each stop.
 use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -62,6 +66,13 @@ enum Mode {
         #[arg(long, value_name = "S")]
         seconds: u32,
     },
+    /// Spins for S seconds, then prints its CLOCK_REALTIME around each time it was held, one
+    /// line each.
+    Held {
+        /// Wall time to run for.
+        #[arg(long, value_name = "S")]
+        seconds: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -79,6 +90,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
+        Mode::Held { seconds } => held(u64::from(seconds) * 1_000_000_000),
     }
     ExitCode::SUCCESS
 }
@@ -145,6 +157,26 @@ fn busy(threads: usize, length: Duration) {
 const STOP_GAP_NS: u64 = 30_000_000;
 /// CPU time that gets stopped under every quota + burst the tests use (at most 100 ms a period).
 const SYNC_BURN_NS: u64 = 400_000_000;
+
+/// Spins for `length_ns` reading CLOCK_REALTIME, then prints the reads around each hold. A
+/// hold is found on the one clock it is reported in: with a second clock read in the loop, a
+/// hold between the two reads of one turn would show in one clock's gap and not the other's.
+fn held(length_ns: u64) {
+    let realtime = || workload::clock_ns(libc::CLOCK_REALTIME);
+    let deadline = Instant::now() + Duration::from_nanos(length_ns);
+    let mut holds = Vec::new();
+    let mut last = realtime();
+    while Instant::now() < deadline {
+        let now = realtime();
+        if now.saturating_sub(last) >= STOP_GAP_NS {
+            holds.push((last, now));
+        }
+        last = now;
+    }
+    for (held, resumed) in holds {
+        println!("held realtime_ns {held} resumed_realtime_ns {resumed}");
+    }
+}
 
 /// Phase-locked rounds. With a plain sleep between rounds (the reference's lab), a round is
 /// stopped or not depending on where in the period it starts, and wake-up delays move that

@@ -273,9 +273,13 @@ pub fn try_backend(
         LevelFilter::Debug => 4,
         LevelFilter::Trace => 5,
     };
+    // The tracepoint backend's sweep at a cgroup's removal looks at every possible CPU's stop
+    // of the group; the verifier walks the loop for this count.
+    let nr_cpus = aya::util::nr_cpus().map_or(1024, |n| n as u64);
     let mut ebpf = EbpfLoader::new()
         .override_global("OFFSETS", offsets, true)
         .override_global("FILTER_CGROUPS", &filter_on, true)
+        .override_global("NR_CPUS", &nr_cpus, true)
         .override_global("AYA_LOG_LEVEL", &log_level, false)
         .load(OBJECT)
         .map_err(|e| load_failure(&e))?;

@@ -25,11 +25,10 @@ const CFG_PERIOD_TIMER_FN: u32 = 0;
 const CFG_SLACK_TIMER_FN: u32 = 1;
 const CFG_CSD_UNTHROTTLE_FN: u32 = 2;
 const CFG_ARMED_NS: u32 = 3;
-const CFG_NR_CPUS: u32 = 4;
 
 /// (program, tracepoint, needed). Attach order: the ends first, so no stop can begin whose end
 /// would go unseen; the refill entries next; the hot scheduler tracepoints last.
-const PROGRAMS: [(&str, &str, bool); 9] = [
+const PROGRAMS: [(&str, &str, bool); 10] = [
     ("tp_hrtimer_exit", "hrtimer_expire_exit", true),
     ("tp_csd_exit", "csd_function_exit", false),
     ("tp_cgroup_rmdir", "cgroup_rmdir", false),
@@ -39,6 +38,7 @@ const PROGRAMS: [(&str, &str, bool); 9] = [
     ("tp_sched_wakeup", "sched_wakeup", true),
     ("tp_sched_wakeup_new", "sched_wakeup_new", true),
     ("tp_sched_switch", "sched_switch", true),
+    ("tp_hrtimer_period", "hrtimer_expire_entry", false),
 ];
 
 /// Loads and attaches the tracepoint programs; fails if the kernel lacks what they need.
@@ -79,15 +79,9 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
             .ok_or_else(|| super::internal("map TP_CONFIG missing"))?;
         let mut config: Array<_, u64> =
             Array::try_from(map).map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
-        // The sweep at a cgroup's removal looks at every possible CPU's stop of the group.
-        let nr_cpus = aya::util::nr_cpus().map_or(1024, |n| n as u64);
         // CFG_CSD_UNTHROTTLE_FN only once both csd programs are attached: the eBPF side
         // leaves an async unthrottle's end to the CSD's exit when it is set.
-        for (slot, value) in [
-            (CFG_PERIOD_TIMER_FN, period),
-            (CFG_SLACK_TIMER_FN, slack),
-            (CFG_NR_CPUS, Some(nr_cpus)),
-        ] {
+        for (slot, value) in [(CFG_PERIOD_TIMER_FN, period), (CFG_SLACK_TIMER_FN, slack)] {
             config
                 .set(slot, value.unwrap_or(0), 0)
                 .map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
@@ -108,6 +102,12 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
             Ok(()) => {}
             Err(e) if tracepoint.starts_with("cgroup_") => {
                 debug!("cannot attach {tracepoint}: {e}");
+            }
+            Err(e) if program == "tp_hrtimer_period" => {
+                warn!(
+                    "cannot attach the per-period demand program to {tracepoint} ({e}); no \
+                     CPU demand is measured, so no quota advice is given"
+                );
             }
             Err(e) if !needed => {
                 // 6.2-6.4 unthrottle remote CPUs through a CSD but have no csd tracepoints.

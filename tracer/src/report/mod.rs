@@ -1,11 +1,13 @@
 //! Readers of the aggregate: the run's output, written to a list of [`Sink`]s (the NDJSON
-//! stream on stdout, the `--record` file, the text summary printed at the end), the live view
-//! ([`live`]) and the Prometheus exporter of `serve` ([`prometheus`]). Nothing here reads the
-//! machine: cgroup files come in as readings taken by the caller.
+//! stream on stdout, the `--record` file, the text summary printed at the end, the live view
+//! ([`live`]) and the Prometheus exporter of `serve` ([`prometheus`])). Nothing here reads the
+//! machine: cgroup files and paths come in as readings taken by the caller.
 //!
 //! The run loop drives one [`Report`]: made with the `start` line once, [`Report::event`] per
-//! record, [`Report::finish`] with [`collect`]'s per-cgroup reports. Each sink takes the
-//! [`schema`](crate::schema) lines it wants as they happen and writes its own end.
+//! record (after the aggregate took it), [`Report::tick`] per periodic reading,
+//! [`Report::key`] per key on the terminal, [`Report::finish`] with [`collect`]'s per-cgroup
+//! reports. Each sink takes the [`schema`](crate::schema) lines it wants as they happen, the
+//! ticks and keys it acts on, and writes its own end.
 //! `throttle-tracer report` (`replay`) feeds a recording back through the same aggregate and
 //! the text sink.
 //! A [`CgroupReport`] joins what the trace measured ([`CgroupSummary`]) with what the cgroup's
@@ -20,6 +22,7 @@
 //! - `overcount`: cpu.stat throttled-time delta ÷ `wall_stop_ns`: how many times cpu.stat's
 //!   figure exceeds the time the group was really (at least partly) stopped.
 
+mod advice_text;
 mod histogram;
 pub mod live;
 pub mod prometheus;
@@ -28,14 +31,18 @@ mod text;
 
 use std::io;
 
-pub use sink::{Ndjson, Sink, Text};
+use crossterm::event::Event as Key;
 
+pub use sink::{Entry, Ndjson, Sink, Text, Tick};
+
+use crate::advice::{self, Advice};
 use crate::aggregate::{CgroupSummary, DurationSummary};
 use crate::cgroups::Hierarchy;
 use crate::cpustat::CpuStat;
-use crate::records::{Bandwidth, EndedStop, Event};
+use crate::records::{Bandwidth, EndedStop, Event, Period};
 use crate::sampler::{Baseline, Sample, Snapshot};
 use crate::schema::{self, CgroupRef, End, Line, Start};
+use crate::wallclock::{self, Step};
 
 /// One cgroup's measurements and its cgroup-file readings at the end of the trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -90,6 +97,45 @@ impl CgroupReport {
             })
     }
 
+    /// What to set, from the demand the trace measured (`advice::advise`); `None` without a
+    /// measured run or a quota. The settings are the control files' at the end, else the
+    /// kernel's in the last period.
+    pub fn advice(&self) -> Option<Advice> {
+        let demand = self.summary.demand.as_ref()?;
+        let current = self
+            .settings
+            .filter(|s| s.period_ns.is_some())
+            .unwrap_or(demand.bandwidth);
+        let kernel = advice::Kernel {
+            burst: current.burst_ns.is_some() || demand.bandwidth.burst_ns.is_some(),
+        };
+        advice::advise(demand, current, kernel)
+    }
+
+    /// Its `advice` line, if it has advice.
+    pub fn advice_line(&self) -> Option<schema::AdviceLine> {
+        let advice = self.advice()?;
+        let d = self.summary.demand.as_ref()?;
+        Some(schema::AdviceLine {
+            cgroup: CgroupRef::new(self.summary.cgroup_id, self.path.as_deref()),
+            periods: d.periods,
+            throttled_periods: d.throttled_periods,
+            usage_ns: d.usage_ns,
+            run_p50_ns: d.runs.percentiles.map(|p| p.p50_ns),
+            run_p90_ns: d.runs.percentiles.map(|p| p.p90_ns),
+            runs_log2_ms: d.runs.log2_ms.clone(),
+            largest_runs: d
+                .largest
+                .iter()
+                .map(|&run| schema::RunLine {
+                    run,
+                    wall: schema::WallSpan::default(),
+                })
+                .collect(),
+            advice,
+        })
+    }
+
     /// cpu.stat throttled-time delta ÷ wall-clock stopped time; `None` if either is missing or 0.
     pub fn overcount(&self) -> Option<f64> {
         let throttled = self.cpu_stat.as_ref()?.throttled_ns;
@@ -131,7 +177,7 @@ impl CgroupReport {
                 .map(|(r, n)| (r.as_str().to_owned(), *n))
                 .collect(),
             open: s.open_stops.len(),
-            open_stops: s.open_stops.clone(),
+            open_stops: s.open_stops.iter().map(schema::OpenStop::of).collect(),
             unseen_start_stops: s.unseen_start_stops,
             unseen_start_kernel_ns: s.unseen_start_kernel_ns,
             unseen_start_kernel_unknown: s.unseen_start_kernel_unknown,
@@ -166,56 +212,146 @@ pub fn collect(
         .collect()
 }
 
-/// The run's output: every line and the end, to each of its sinks.
+/// The run's output: every line, every tick and the end, to each of its sinks.
 pub struct Report<'a> {
     start: Start,
     sinks: Vec<Box<dyn Sink + 'a>>,
+    /// The wall-clock offset the lines are stamped with; `None` for a recording made before
+    /// the lines had wall-clock times.
+    clock: Option<wallclock::Reading>,
 }
 
 impl<'a> Report<'a> {
-    /// Starts the output: each sink gets the `start` line now.
-    pub fn new(start: Start, mut sinks: Vec<Box<dyn Sink + 'a>>) -> Self {
-        let line = Line::Start(start.clone());
-        for sink in &mut sinks {
-            sink.line(&line);
+    /// Starts the output: each sink gets the `start` line now, its wall-clock times filled
+    /// in from its `realtime_offset_ns`.
+    pub fn new(mut start: Start, sinks: Vec<Box<dyn Sink + 'a>>) -> Self {
+        let clock = start
+            .realtime_offset_ns
+            .map(|offset_ns| wallclock::Reading {
+                at_ns: start.start_ns.unwrap_or_default(),
+                offset_ns,
+            });
+        if let Some(clock) = clock {
+            start.stamp(clock);
         }
-        Self { start, sinks }
+        let mut report = Self {
+            start,
+            sinks: Vec::with_capacity(sinks.len()),
+            clock,
+        };
+        for sink in sinks {
+            report.sinks.push(report.started(sink));
+        }
+        report
+    }
+
+    /// Adds a sink once the run is under way (the live view, which takes the terminal only
+    /// once the probes are attached; the exporter). It gets the `start` line now, and finishes
+    /// before the others: a view that holds the terminal gives it back before the summary.
+    pub fn add(&mut self, sink: Box<dyn Sink + 'a>) {
+        let sink = self.started(sink);
+        self.sinks.insert(0, sink);
+    }
+
+    fn started(&self, mut sink: Box<dyn Sink + 'a>) -> Box<dyn Sink + 'a> {
+        sink.line(&Entry {
+            line: &Line::Start(self.start.clone()),
+            group_stop_ns: None,
+            credited: &[],
+        });
+        sink
+    }
+
+    /// The wall clock was stepped: a `clock_step` line, and the new offset from now on.
+    pub fn clock_step(&mut self, step: Step) {
+        self.clock = Some(step.now);
+        self.emit(|| Line::ClockStep(schema::ClockStep::of(step)), None, &[]);
     }
 
     /// Gives `line` to the sinks that take lines; made only if one of them does.
-    fn emit(&mut self, line: impl FnOnce() -> Line) {
+    fn emit(
+        &mut self,
+        line: impl FnOnce() -> Line,
+        group_stop_ns: Option<u64>,
+        credited: &[CgroupRef],
+    ) {
         if !self.sinks.iter().any(|s| s.takes_lines()) {
             return;
         }
-        let line = line();
+        let mut line = line();
+        if let Some(clock) = self.clock {
+            line.stamp(clock);
+        }
+        let entry = Entry {
+            line: &line,
+            group_stop_ns,
+            credited,
+        };
         for sink in self.sinks.iter_mut().filter(|s| s.takes_lines()) {
-            sink.line(&line);
+            sink.line(&entry);
         }
     }
 
-    /// One record, as the aggregate takes it; `cgroup` is its cgroup's path if it resolved.
-    pub fn event(&mut self, event: &Event, cgroup: Option<&str>) {
-        self.emit(|| Line::of_event(event, cgroup));
+    /// One record of a traced cgroup (`cgroup`: its path if it resolved), with the group stop
+    /// the aggregate closed on it and the traced descendants it stopped.
+    pub fn event(
+        &mut self,
+        event: &Event,
+        cgroup: Option<&str>,
+        group_stop_ns: Option<u64>,
+        credited: &[CgroupRef],
+    ) {
+        self.emit(|| Line::of_event(event, cgroup), group_stop_ns, credited);
+    }
+
+    /// One period of a cgroup with a quota: a `period` line.
+    pub fn period(&mut self, period: &Period, cgroup: Option<&str>) {
+        self.emit(
+            || Line::Period(schema::PeriodLine::of(period, cgroup)),
+            None,
+            &[],
+        );
     }
 
     /// An ended stop of an ancestor that is traced only for `credited`, the traced descendants
     /// it stopped: an `ancestor_stop` line.
-    pub fn ancestor_stop(&mut self, end: &EndedStop, cgroup: Option<&str>, credited: &[u64]) {
-        self.emit(|| {
-            Line::AncestorStop(schema::AncestorStop {
-                stop: schema::Stop::of(end, cgroup),
-                credited_cgroup_ids: credited.to_vec(),
-            })
-        });
+    pub fn ancestor_stop(&mut self, end: &EndedStop, cgroup: Option<&str>, credited: &[CgroupRef]) {
+        self.emit(
+            || {
+                Line::AncestorStop(schema::AncestorStop {
+                    stop: schema::Stop::of(end, cgroup),
+                    credited_cgroup_ids: credited.iter().map(|c| c.id).collect(),
+                })
+            },
+            None,
+            credited,
+        );
+    }
+
+    /// A periodic reading, to every sink; the first write error.
+    pub fn tick(&mut self, tick: &Tick) -> io::Result<()> {
+        self.sinks.iter_mut().try_for_each(|s| s.tick(tick))
+    }
+
+    /// A key press or resize, to every sink; true when one of them ends the run.
+    pub fn key(&mut self, key: &Key) -> io::Result<bool> {
+        let mut ends = false;
+        for sink in &mut self.sinks {
+            ends |= sink.key(key)?;
+        }
+        Ok(ends)
     }
 
     /// The per-cgroup summaries and the totals, then each sink's end; returns the first
     /// write error of the run, in the order of the sinks.
     pub fn finish(mut self, reports: &[CgroupReport], totals: &End) -> io::Result<()> {
         for r in reports {
-            self.emit(|| Line::Summary(Box::new(r.summary_line())));
+            self.emit(|| Line::Summary(Box::new(r.summary_line())), None, &[]);
         }
-        self.emit(|| Line::End(*totals));
+        for line in reports.iter().filter_map(CgroupReport::advice_line) {
+            self.emit(|| Line::Advice(Box::new(line)), None, &[]);
+        }
+        self.emit(|| Line::End(*totals), None, &[]);
         let mut first = Ok(());
         for sink in self.sinks {
             let result = sink.finish(&self.start, reports, totals);
@@ -286,7 +422,7 @@ pub(crate) mod tests {
             ..Start::default()
         };
         let mut report = Report::new(start, vec![sink(&mut buf)]);
-        report.event(&Event::End(ended(0, 0, 80)), Some("/demo"));
+        report.event(&Event::End(ended(0, 0, 80)), Some("/demo"), None, &[]);
         report.finish(&[demo_report()], &End::default()).unwrap();
         String::from_utf8(buf).unwrap()
     }
@@ -323,7 +459,7 @@ pub(crate) mod tests {
             Start::default(),
             vec![Box::new(Ndjson::to(Closed, Some(0)))],
         );
-        report.event(&Event::End(ended(0, 0, 80)), None);
+        report.event(&Event::End(ended(0, 0, 80)), None, None, &[]);
         let err = report.finish(&[], &End::default()).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
     }

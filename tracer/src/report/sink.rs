@@ -1,25 +1,67 @@
-//! Where the report's output goes: a [`Sink`] takes the run's [`Line`]s as they happen and
-//! writes its end. [`Ndjson`] is the NDJSON stream (`--json` on stdout, or every line into a
-//! `--record` file, each flushed so that a killed run leaves every line it made); [`Text`] is
-//! the summary printed at the end.
+//! Where the report's output goes: a [`Sink`] takes the run's [`Line`]s as they happen (each
+//! with what the aggregate made of its record, an [`Entry`]), the periodic readings of a run
+//! that shows itself as it goes (a [`Tick`]), the terminal's keys, and writes its end.
+//! [`Ndjson`] is the NDJSON stream (`--json` on stdout, or every line into a `--record` file,
+//! each flushed so that a killed run leaves every line it made); [`Text`] is the summary printed
+//! at the end; the live view ([`super::live::LiveView`]) and the Prometheus exporter
+//! ([`super::prometheus::Exporter`]) are sinks too.
 //!
 //! A write error does not end the run (a closed `| head` must not lose the recording): the
 //! sink keeps the first one, skips later writes and returns it from [`Sink::finish`].
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, LineWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crossterm::event::Event as Key;
 
 use super::{CgroupReport, text};
+use crate::aggregate::IntervalSummary;
 use crate::error::Failure;
-use crate::schema::{End, Line, Start};
+use crate::sampler::Snapshot;
+use crate::schema::{CgroupRef, End, Line, Start};
+
+/// One record of the run as the sinks get it: its line, and what the aggregate made of it.
+pub struct Entry<'a> {
+    pub line: &'a Line,
+    /// The length of the group stop (the union of the cgroup's overlapping per-CPU stops) that
+    /// the aggregate closed for good on this record.
+    pub group_stop_ns: Option<u64>,
+    /// The traced descendants an ended stop stopped (a quota owner's children, or the
+    /// descendants an `ancestor_stop` is kept for), with their paths.
+    pub credited: &'a [CgroupRef],
+}
+
+/// A periodic reading of a run that shows itself as it goes: the live view's interval, `serve`'s
+/// refresh.
+pub struct Tick<'a> {
+    pub at: Instant,
+    /// The sampler's reading of the cgroups the tick is for.
+    pub snapshot: &'a Snapshot,
+    /// The aggregate's interval window, taken now (empty unless the aggregate keeps one).
+    pub intervals: Vec<IntervalSummary>,
+    /// The paths of the cgroups the intervals name (their own and their quota owners').
+    pub paths: &'a HashMap<u64, String>,
+    /// The kernel's count of records lost so far.
+    pub lost: u64,
+}
 
 /// One destination of the report.
 pub trait Sink {
     /// Whether it takes the lines as they happen; the report makes a line only if a sink does.
     fn takes_lines(&self) -> bool;
-    /// One line of the run.
-    fn line(&mut self, line: &Line);
+    /// One record's line.
+    fn line(&mut self, entry: &Entry);
+    /// A periodic reading; most sinks only write at the end.
+    fn tick(&mut self, _tick: &Tick) -> io::Result<()> {
+        Ok(())
+    }
+    /// A key press or resize on the terminal; true when it ends the run.
+    fn key(&mut self, _key: &Key) -> io::Result<bool> {
+        Ok(false)
+    }
     /// The end of the run; returns the first write error of the run.
     fn finish(
         self: Box<Self>,
@@ -94,10 +136,10 @@ impl<W: Write> Sink for Ndjson<W> {
         true
     }
 
-    fn line(&mut self, line: &Line) {
+    fn line(&mut self, entry: &Entry) {
         if self.failed.is_none()
-            && self.shows(line)
-            && let Err(e) = writeln!(self.out, "{}", line.to_json())
+            && self.shows(entry.line)
+            && let Err(e) = writeln!(self.out, "{}", entry.line.to_json())
         {
             self.failed = Some(e);
         }
@@ -139,7 +181,7 @@ impl<W: Write> Sink for Text<W> {
         false
     }
 
-    fn line(&mut self, _: &Line) {}
+    fn line(&mut self, _: &Entry) {}
 
     fn finish(
         mut self: Box<Self>,

@@ -26,6 +26,7 @@ pub(super) fn render(info: &Start, reports: &[CgroupReport], totals: &End) -> St
         overview(&mut out, reports);
         for r in reports {
             detail(&mut out, r);
+            super::advice_text::render(&mut out, r, info.cgroup_version);
         }
     }
     footer(&mut out, totals);
@@ -52,6 +53,14 @@ fn header(out: &mut String, info: &Start, totals: &End) {
         info.backend,
         info.kernel
     );
+    // Recordings made before the lines had wall-clock times have none.
+    if let (Some(unix_ns), Some(utc_offset_s)) = (info.start_unix_ns, info.utc_offset_s) {
+        let _ = writeln!(
+            out,
+            "started at {} local time; the NDJSON lines also carry UTC",
+            crate::wallclock::local_time(unix_ns, utc_offset_s)
+        );
+    }
     let _ = writeln!(
         out,
         "cpu controller: {version} at {}; cgroups: {}; probe features off: {}",

@@ -102,6 +102,17 @@ impl Cgroup {
         self.cpu.local_throttled_ns(&self.dir)
     }
 
+    /// CPU time its tasks used, in ns: v2 cpu.stat `usage_usec`; v1 `cpuacct.usage` of the same
+    /// path in the cpuacct hierarchy (made with [`Cgroup::with_cpuacct`]) or, co-mounted, its
+    /// own directory.
+    pub fn usage_ns(&self) -> u64 {
+        let cpuacct = match &self.cpu.cpuacct {
+            Some(root) => root.join(self.path.trim_start_matches('/')),
+            None => self.dir.clone(),
+        };
+        self.cpu.usage_ns(&self.dir, &cpuacct)
+    }
+
     /// The pids in the cgroup now.
     pub fn tasks(&self) -> Vec<u32> {
         tasks(&self.dir)

@@ -160,6 +160,27 @@ impl CpuHierarchy {
         self.throttled_ns(&read(dir, "cpu.stat.local"), "cpu.stat.local")
     }
 
+    /// Whether the kernel has cpu.stat.local (6.6+).
+    pub fn has_local(&self, dir: &Path) -> bool {
+        dir.join("cpu.stat.local").exists()
+    }
+
+    /// CPU time used by `dir`'s tasks, ns: v2 cpu.stat `usage_usec`; v1 `cpuacct.usage` in
+    /// `cpuacct_dir`, the same cgroup in the cpuacct hierarchy.
+    pub fn usage_ns(&self, dir: &Path, cpuacct_dir: &Path) -> u64 {
+        match self.version {
+            Version::V1 => read(cpuacct_dir, "cpuacct.usage")
+                .trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("cpuacct.usage of {}: {e}", cpuacct_dir.display())),
+            Version::V2 => {
+                let text = read(dir, "cpu.stat");
+                field(&text, "usage_usec").unwrap_or_else(|| panic!("cpu.stat: no usage_usec"))
+                    * 1_000
+            }
+        }
+    }
+
     fn throttled_ns(&self, text: &str, file: &str) -> u64 {
         let (name, scale) = match self.version {
             Version::V1 => ("throttled_time", 1),

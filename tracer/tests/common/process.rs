@@ -84,6 +84,14 @@ pub fn busy(threads: u32, seconds: u32) -> Command {
     cmd
 }
 
+/// `throttle-workload held`: one spinning thread for `seconds` that prints its own
+/// CLOCK_REALTIME around each time it was held, one `held ...` line each.
+pub fn held(seconds: u32) -> Command {
+    let mut cmd = Command::new(WORKLOAD);
+    cmd.args(["held", "--seconds", &seconds.to_string()]);
+    cmd
+}
+
 /// The machine's last CPU, where the tests pin what they throttle (as `taskset -c <last>`).
 pub fn last_cpu() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()) - 1

@@ -24,14 +24,61 @@ use std::io::{self, IsTerminal as _, Write as _};
 
 use crossterm::event::Event;
 
-use crate::terminal::Screen;
+use super::CgroupReport;
+use super::sink::{Entry, Sink, Tick};
+use crate::sampler::Snapshot;
+use crate::schema::{End, Start};
+use crate::terminal::{Keys, Screen};
 
 use tui::View;
 
 pub use rows::{Live, Table};
 
+/// The live view as a sink of the report: a table at every tick, keys acted on at once.
+pub struct LiveView {
+    rows: Live,
+    output: Output,
+}
+
+impl LiveView {
+    /// Takes the terminal if stdout is one (and its keys, returned), plain blocks otherwise;
+    /// `watched` is the selected cgroups' reading at the start, so that their first row already
+    /// has deltas.
+    pub fn stdout(watched: Snapshot) -> io::Result<(Self, Option<Keys>)> {
+        let mut rows = Live::default();
+        rows.watch(watched);
+        let output = Output::stdout()?;
+        let keys = matches!(output.0, Kind::Terminal(_)).then(Keys::default);
+        Ok((Self { rows, output }, keys))
+    }
+}
+
+impl Sink for LiveView {
+    fn takes_lines(&self) -> bool {
+        false
+    }
+
+    fn line(&mut self, _: &Entry) {}
+
+    fn tick(&mut self, tick: &Tick) -> io::Result<()> {
+        let table = self
+            .rows
+            .table(tick.at, &tick.intervals, tick.snapshot, tick.paths);
+        self.output.show(table)
+    }
+
+    fn key(&mut self, key: &Event) -> io::Result<bool> {
+        self.output.event(key)
+    }
+
+    /// Gives the terminal back (the report finishes this sink first, before the summary).
+    fn finish(self: Box<Self>, _: &Start, _: &[CgroupReport], _: &End) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Where the tables go: the terminal, or plain blocks on stdout.
-pub struct Output(Kind);
+struct Output(Kind);
 
 enum Kind {
     Plain(io::Stdout),
@@ -41,7 +88,7 @@ enum Kind {
 
 impl Output {
     /// The terminal if stdout is one (taken until this drops), plain blocks otherwise.
-    pub fn stdout() -> io::Result<Self> {
+    fn stdout() -> io::Result<Self> {
         if !io::stdout().is_terminal() {
             return Ok(Self(Kind::Plain(io::stdout())));
         }
@@ -51,7 +98,7 @@ impl Output {
     }
 
     /// Shows the interval's table.
-    pub fn show(&mut self, table: Table) -> io::Result<()> {
+    fn show(&mut self, table: Table) -> io::Result<()> {
         match &mut self.0 {
             Kind::Plain(out) => {
                 out.write_all(plain::render(&table).as_bytes())?;
@@ -65,16 +112,8 @@ impl Output {
         }
     }
 
-    /// The next key or resize on the terminal; never when the output is plain.
-    pub async fn next_event(&mut self) -> io::Result<Event> {
-        match &mut self.0 {
-            Kind::Plain(_) => std::future::pending().await,
-            Kind::Terminal(terminal) => terminal.0.next().await,
-        }
-    }
-
     /// Acts on `event` and redraws; true when it ends the run.
-    pub fn event(&mut self, event: &Event) -> io::Result<bool> {
+    fn event(&mut self, event: &Event) -> io::Result<bool> {
         let Kind::Terminal(terminal) = &mut self.0 else {
             return Ok(false);
         };

@@ -34,14 +34,22 @@ pub(super) const COLUMNS: usize = 13;
 pub(super) const PATH: usize = 0;
 pub(super) const OWNER: usize = 11;
 
-/// `--- 2026-11-29T22:50:01.123Z  interval 1.00s  1 stopped cgroup(s) ---`
+/// `--- 2026-11-29T22:50:01.123Z  interval 1.00s  1 stopped cgroup(s)  23:50:01.123 local ---`
 pub(super) fn title(table: &Table) -> String {
     format!(
-        "--- {}  interval {:.2}s  {} stopped cgroup(s) ---",
+        "--- {}  interval {:.2}s  {} stopped cgroup(s)  {} local ---",
         humantime::format_rfc3339_millis(table.at),
         table.interval.as_secs_f64(),
         table.rows.len(),
+        local_time_of_day(table.at),
     )
+}
+
+fn local_time_of_day(at: std::time::SystemTime) -> String {
+    let unix_ns = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    crate::wallclock::local_time_of_day_ms(unix_ns)
 }
 
 /// Shown instead of the header when nothing was stopped.
@@ -191,7 +199,10 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "--- 2027-01-15T08:00:00.000Z  interval 1.00s  2 stopped cgroup(s) ---"
+            format!(
+                "--- 2027-01-15T08:00:00.000Z  interval 1.00s  2 stopped cgroup(s)  {} local ---",
+                local_time_of_day(table(vec![]).at)
+            )
         );
         assert!(
             lines[1].starts_with("CGROUP") && lines[1].ends_with("NAME"),

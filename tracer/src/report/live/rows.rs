@@ -1,6 +1,7 @@
 //! The live view's rows: one per cgroup stopped in the interval, from the aggregate's interval
-//! window ([`crate::aggregate::IntervalSummary`]: what ended in the interval) and the sampler's
-//! reading of the cgroup's files at the tick (no I/O here). cpu.stat and the CPU usage (v2 `usage_usec`; v1 `cpuacct.usage` of the same path in
+//! window ([`crate::aggregate::IntervalSummary`]: what ended in the interval), the sampler's
+//! reading of the cgroup's files at the tick and the paths the run loop resolved (no I/O here).
+//! cpu.stat and the CPU usage (v2 `usage_usec`; v1 `cpuacct.usage` of the same path in
 //! the cpuacct hierarchy, which is the cpu hierarchy when they are co-mounted `cpu,cpuacct`; `-`
 //! when that cgroup does not exist there) are diffed against this view's previous reading of the
 //! same cgroup, so a cgroup's first row has `-` there unless the run selected it at the start.
@@ -9,7 +10,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::aggregate::{DurationSummary, IntervalSummary};
-use crate::cgroups::Hierarchy;
 use crate::names::Name;
 use crate::records::Bandwidth;
 use crate::sampler::{Sample, Snapshot};
@@ -153,24 +153,26 @@ impl Live {
         self.readings.extend(snapshot);
     }
 
-    /// Builds the interval's table from the aggregate's interval window and the cgroup files.
+    /// Builds the interval's table at `at` from the aggregate's interval window, the cgroup
+    /// files and the cgroups' paths.
     pub fn table(
         &mut self,
-        intervals: Vec<IntervalSummary>,
+        at: Instant,
+        intervals: &[IntervalSummary],
         snapshot: &Snapshot,
-        hierarchy: &mut Hierarchy,
+        paths: &HashMap<u64, String>,
     ) -> Table {
-        let now = Instant::now();
-        let interval = now.duration_since(self.last_tick);
-        self.last_tick = now;
+        let interval = at.saturating_duration_since(self.last_tick);
+        self.last_tick = at;
         let mut rows: Vec<Row> = intervals
-            .into_iter()
-            .map(|mut interval| {
+            .iter()
+            .map(|interval| {
+                let mut interval = interval.clone();
                 let id = interval.cgroup_id;
                 for a in &mut interval.by_ancestor {
-                    a.path = hierarchy.path_of(a.cgroup_id).map(str::to_owned);
+                    a.path = paths.get(&a.cgroup_id).cloned();
                 }
-                let path = hierarchy.path_of(id).map(str::to_owned);
+                let path = paths.get(&id).cloned();
                 let reading = snapshot.get(&id).filter(|s| s.stat.is_some());
                 let (periods, cpus) = match (self.readings.get(&id), reading) {
                     (Some(before), Some(after)) => deltas(before, after),
@@ -229,7 +231,7 @@ fn friendly_name(path: &str) -> Option<String> {
 pub(super) mod tests {
     use super::*;
     use crate::aggregate::Aggregate;
-    use crate::cgroups::Version;
+    use crate::cgroups::{Hierarchy, Version};
     use crate::records::Event;
     use crate::report::live::plain;
     use crate::sampler::Sampler;
@@ -265,13 +267,16 @@ pub(super) mod tests {
 
     #[test]
     fn rows_from_a_synthetic_aggregate_most_wall_stopped_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
         let mut live = Live {
             last_tick: Instant::now() - Duration::from_secs(1),
             ..Live::default()
         };
-        let t = live.table(synthetic(), &Snapshot::new(), &mut h);
+        let t = live.table(
+            Instant::now(),
+            &synthetic(),
+            &Snapshot::new(),
+            &HashMap::new(),
+        );
         let ids: Vec<u64> = t.rows.iter().map(|r| r.cgroup_id).collect();
         assert_eq!(ids, [4242, 7]);
         let top = &t.rows[0];
@@ -324,7 +329,8 @@ pub(super) mod tests {
         let mut interval = synthetic().remove(0);
         interval.cgroup_id = id;
         let now = sampler.read_now(&Sampler::targets(&mut h, [id]));
-        let t = live.table(vec![interval], &now, &mut h);
+        let paths = HashMap::from([(id, h.path_of(id).unwrap().to_owned())]);
+        let t = live.table(Instant::now(), &[interval], &now, &paths);
         let r = &t.rows[0];
         assert_eq!(r.periods, Some((10, 10)));
         assert_eq!(r.throttled_ratio(), Some(1.0));
@@ -338,7 +344,7 @@ pub(super) mod tests {
     fn a_child_stopped_by_its_parents_quota_has_a_row_naming_the_parent() {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir_all(dir.path().join("pod/ctr")).unwrap();
-        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let h = Hierarchy::at(dir.path().to_owned(), Version::V1);
         let (pod, ctr) = (h.id_of("/pod").unwrap(), h.id_of("/pod/ctr").unwrap());
         let mut agg = Aggregate::watching(&[]).with_intervals(0);
         for i in 0..4u32 {
@@ -351,7 +357,13 @@ pub(super) mod tests {
             last_tick: Instant::now() - Duration::from_secs(1),
             ..Live::default()
         };
-        let t = live.table(agg.take_interval(), &Snapshot::new(), &mut h);
+        let paths = HashMap::from([(pod, "/pod".to_owned()), (ctr, "/pod/ctr".to_owned())]);
+        let t = live.table(
+            Instant::now(),
+            &agg.take_interval(),
+            &Snapshot::new(),
+            &paths,
+        );
         assert_eq!(
             t.rows.len(),
             1,
@@ -375,9 +387,12 @@ pub(super) mod tests {
 
     #[test]
     fn sort_keys_order_the_rows() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
-        let mut t = Live::default().table(synthetic(), &Snapshot::new(), &mut h);
+        let mut t = Live::default().table(
+            Instant::now(),
+            &synthetic(),
+            &Snapshot::new(),
+            &HashMap::new(),
+        );
         let order = |t: &Table| t.rows.iter().map(|r| r.cgroup_id).collect::<Vec<_>>();
         assert_eq!(order(&t), [4242, 7], "wall");
         let mut key = SortKey::default();

@@ -237,14 +237,14 @@ impl Families {
 mod tests {
     use super::BUCKET_COUNT;
     use crate::report::prometheus::Exporter;
-    use crate::report::prometheus::tests::{config, families, feed, tree};
+    use crate::report::prometheus::tests::{config, families, feed, reporting, tree};
 
     #[test]
     fn protobuf_has_native_buckets_beside_the_classic_ones() {
         let (_dir, mut h, id) = tree();
-        let mut e = Exporter::new(config(10));
-        feed(&mut e, &mut h, id);
-        let families = families(&e.scraper().protobuf().unwrap());
+        let (mut report, scraper) = reporting(Exporter::new(config(10)));
+        feed(&mut report, &mut h, id);
+        let families = families(&scraper.protobuf().unwrap());
         let histogram = |name: &str| {
             let family = families.iter().find(|f| f.name == name).unwrap();
             family.metric[0].histogram.clone().unwrap()

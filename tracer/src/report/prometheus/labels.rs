@@ -58,7 +58,7 @@ pub(super) struct DropLabels {
 mod tests {
     use crate::cgroups::{Hierarchy, Version};
     use crate::report::prometheus::Exporter;
-    use crate::report::prometheus::tests::{config, feed, sample, tree};
+    use crate::report::prometheus::tests::{config, feed, reporting, sample, tree};
 
     #[test]
     fn container_pod_and_unit_labels_when_the_path_names_them() {
@@ -70,9 +70,9 @@ mod tests {
         std::fs::create_dir_all(dir.path().join(&leaf)).unwrap();
         let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
         let cg = h.id_of(&format!("/{leaf}")).unwrap();
-        let mut e = Exporter::new(config(10));
-        feed(&mut e, &mut h, cg);
-        let (_, text) = e.scraper().encode(false).unwrap();
+        let (mut report, scraper) = reporting(Exporter::new(config(10)));
+        feed(&mut report, &mut h, cg);
+        let (_, text) = scraper.encode(false).unwrap();
         let series = format!(
             "throttle_tracer_stops_total{{cgroup=\"/{leaf}\",container=\"0123456789ab\",\
              pod=\"1b2c3d4e-0000-4000-8000-123456789abc\",unit=\"cri-containerd-{id}.scope\"}}"
@@ -80,8 +80,8 @@ mod tests {
         assert_eq!(sample(&text, &series), 3.0);
         // A path that names nothing has the cgroup label alone.
         let (_dir, mut h, demo) = tree();
-        feed(&mut e, &mut h, demo);
-        let (_, text) = e.scraper().encode(false).unwrap();
+        feed(&mut report, &mut h, demo);
+        let (_, text) = scraper.encode(false).unwrap();
         assert_eq!(
             sample(&text, r#"throttle_tracer_stops_total{cgroup="/demo"}"#),
             3.0

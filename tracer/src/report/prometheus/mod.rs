@@ -1,12 +1,12 @@
 //! The Prometheus exporter: per-cgroup stop histograms and counters, encoded by the
 //! prometheus-client crate and served by `serve`.
 //!
-//! It is a reader like the other reports: the run loop hands it each record together with what
-//! the aggregate made of it ([`Exporter::record`]: the per-CPU stop the record ended, the group
-//! stop the aggregate closed for good), so its figures are the text summary's, seen live. The
-//! sampler's last reading of each tracked cgroup's cpu.stat ([`Exporter::update`]) is mirrored
-//! beside them at scrape time, raw (what the file said, not a delta since the start), so
-//! dashboards can put both side by side.
+//! It is a [`Sink`] of the report like the others: it gets each record's line together with
+//! what the aggregate made of it (the per-CPU stop the line ended, the group stop the aggregate
+//! closed for good, the descendants it stopped), so its figures are the text summary's, seen
+//! live. The sampler's reading of each tracked cgroup's cpu.stat at each tick ([`Tick`]) is
+//! mirrored beside them at scrape time, raw (what the file said, not a delta since the start),
+//! so dashboards can put both side by side.
 //!
 //! This module tracks the cgroups that have series; [`families`] is the table of the families
 //! the run loop writes, [`collector`] mirrors cpu.stat, [`labels`] has the label sets and
@@ -46,6 +46,7 @@ mod labels;
 mod scraper;
 
 use std::collections::{HashMap, HashSet};
+use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -55,10 +56,10 @@ use self::collector::CpuStatCollector;
 use self::families::Families;
 use self::labels::CgroupLabels;
 pub use self::scraper::Scraper;
-use crate::cgroups::Hierarchy;
+use super::{CgroupReport, Entry, Sink, Tick};
 use crate::cpustat::CpuStat;
-use crate::records::{EndedStop, Event};
 use crate::sampler::Snapshot;
+use crate::schema::{CgroupRef, End, Line, Start};
 
 const NS_PER_S: f64 = 1e9;
 
@@ -79,7 +80,7 @@ pub struct Config {
     /// How long a removed cgroup keeps its series.
     pub gone_after: Duration,
     /// Cgroups to track from the start, stops or not (those the selection names).
-    pub named: Vec<u64>,
+    pub named: Vec<CgroupRef>,
 }
 
 /// A cgroup with series.
@@ -99,6 +100,9 @@ struct Tracked {
 #[derive(Debug)]
 struct Shared {
     cgroups: HashMap<u64, Tracked>,
+    /// Cgroups dropped as gone since the run loop last asked ([`Scraper::take_gone`]), for the
+    /// aggregate to forget too, so that a long run's memory stays bounded.
+    gone: Vec<u64>,
 }
 
 type SharedRef = Arc<Mutex<Shared>>;
@@ -126,20 +130,26 @@ impl Exporter {
         let families = Families::new();
         let shared = Arc::new(Mutex::new(Shared {
             cgroups: HashMap::new(),
+            gone: Vec::new(),
         }));
         let mut registry = Registry::with_prefix("throttle_tracer");
         families.register(&mut registry);
         registry.register_collector(Box::new(CpuStatCollector {
             shared: shared.clone(),
         }));
-        Self {
+        let named = config.named.clone();
+        let mut exporter = Self {
             config,
             families,
             shared,
             registry: Arc::new(registry),
             refused: HashSet::new(),
             lost_seen: 0,
+        };
+        for cgroup in &named {
+            exporter.track(cgroup);
         }
+        exporter
     }
 
     /// What the HTTP server encodes at each scrape.
@@ -150,45 +160,10 @@ impl Exporter {
         }
     }
 
-    /// One record, with the length of the group stop the aggregate closed for good on it (the
-    /// return value of `Aggregate::ingest`).
-    pub fn record(&mut self, event: &Event, group_stop_ns: Option<u64>, hierarchy: &mut Hierarchy) {
-        if let Event::End(end) = event {
-            self.credit(end, hierarchy, |_| true);
-        }
-        let id = match event {
-            Event::Start(stop) => stop.cgroup_id,
-            Event::End(end) => end.stop.cgroup_id,
-            Event::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
-        };
-        let Some(labels) = self.track(id, hierarchy) else {
-            return;
-        };
-        let f = &self.families;
-        if let Event::End(end) = event {
-            let seconds = end.duration_ns() as f64 / NS_PER_S;
-            f.cpu_stop.get_or_create(&labels).observe(seconds);
-            f.stops.get_or_create(&labels).inc();
-            f.cpu_stopped.get_or_create(&labels).inc_by(seconds);
-        }
-        if let Some(ns) = group_stop_ns {
-            let seconds = ns as f64 / NS_PER_S;
-            f.group_stop.get_or_create(&labels).observe(seconds);
-            f.wall_stopped.get_or_create(&labels).inc_by(seconds);
-        }
-    }
-
-    /// Counts the ended stop `end` of an ancestor's quota for each descendant it stopped that
-    /// `keep` admits (`Stop::credited`).
-    pub fn credit(
-        &mut self,
-        end: &EndedStop,
-        hierarchy: &mut Hierarchy,
-        keep: impl Fn(u64) -> bool,
-    ) {
-        let seconds = end.duration_ns() as f64 / NS_PER_S;
-        for d in end.stop.credited().into_iter().filter(|&d| keep(d)) {
-            let Some(labels) = self.track(d, hierarchy) else {
+    /// Counts a stop of `seconds` of an ancestor's quota for each descendant in `credited`.
+    fn credit(&mut self, credited: &[CgroupRef], seconds: f64) {
+        for d in credited {
+            let Some(labels) = self.track(d) else {
                 continue;
             };
             self.families.ancestor_stops.get_or_create(&labels).inc();
@@ -199,8 +174,9 @@ impl Exporter {
         }
     }
 
-    /// The labels of cgroup `id`, tracking it first if there is room; `None` if there is not.
-    fn track(&mut self, id: u64, hierarchy: &mut Hierarchy) -> Option<CgroupLabels> {
+    /// The labels of `cgroup`, tracking it first if there is room; `None` if there is not.
+    fn track(&mut self, cgroup: &CgroupRef) -> Option<CgroupLabels> {
+        let id = cgroup.id;
         let mut shared = lock(&self.shared);
         if let Some(t) = shared.cgroups.get(&id) {
             return Some(t.labels.clone());
@@ -212,7 +188,7 @@ impl Exporter {
             return None;
         }
         self.refused.remove(&id);
-        let path = hierarchy.path_of(id).map(str::to_owned);
+        let path = cgroup.path.clone();
         let labels = CgroupLabels::of(path.clone().unwrap_or_else(|| format!("id:{id}")));
         // A removed cgroup whose path was reused: the new one continues its series.
         let previous: Vec<u64> = shared
@@ -239,23 +215,9 @@ impl Exporter {
         Some(labels)
     }
 
-    /// Between drains (about once a second): tracks the named cgroups and takes the kernel's
-    /// lost-record count. Returns the tracked cgroups, for the sampler to read.
-    pub fn refresh(&mut self, hierarchy: &mut Hierarchy, lost: u64) -> Vec<u64> {
-        for id in std::mem::take(&mut self.config.named) {
-            self.track(id, hierarchy);
-        }
-        self.families
-            .lost
-            .inc_by(lost.saturating_sub(self.lost_seen));
-        self.lost_seen = self.lost_seen.max(lost);
-        lock(&self.shared).cgroups.keys().copied().collect()
-    }
-
     /// Takes the sampler's reading of the tracked cgroups, which scrapes then serve, and drops
     /// the cgroups missing from it (no path, or no directory) for longer than `gone_after`.
-    /// Returns their ids, for the aggregate to forget.
-    pub fn update(&mut self, snapshot: &Snapshot, now: Instant) -> Vec<u64> {
+    fn update(&mut self, snapshot: &Snapshot, now: Instant) {
         let mut shared = lock(&self.shared);
         let mut gone = Vec::new();
         for (id, t) in &mut shared.cgroups {
@@ -279,8 +241,65 @@ impl Exporter {
                 self.families.dropped("gone");
             }
         }
+        shared.gone.extend(gone);
         self.families.tracked.set(shared.cgroups.len() as i64);
-        gone
+    }
+}
+
+impl Sink for Exporter {
+    fn takes_lines(&self) -> bool {
+        true
+    }
+
+    fn line(&mut self, entry: &Entry) {
+        let (cgroup, stop_ns) = match entry.line {
+            Line::StopBegin(s) => (&s.cgroup, None),
+            Line::Stop(s) => (&s.started.cgroup, Some(s.duration_ns)),
+            Line::UnseenStartStop(u) => (&u.cgroup, None),
+            Line::AncestorStop(a) => {
+                self.credit(entry.credited, a.stop.duration_ns as f64 / NS_PER_S);
+                return;
+            }
+            Line::Start(_)
+            | Line::Period(_)
+            | Line::Advice(_)
+            | Line::ClockStep(_)
+            | Line::Summary(_)
+            | Line::End(_)
+            | Line::Other => return,
+        };
+        if let Some(ns) = stop_ns {
+            self.credit(entry.credited, ns as f64 / NS_PER_S);
+        }
+        let Some(labels) = self.track(cgroup) else {
+            return;
+        };
+        let f = &self.families;
+        if let Some(ns) = stop_ns {
+            let seconds = ns as f64 / NS_PER_S;
+            f.cpu_stop.get_or_create(&labels).observe(seconds);
+            f.stops.get_or_create(&labels).inc();
+            f.cpu_stopped.get_or_create(&labels).inc_by(seconds);
+        }
+        if let Some(ns) = entry.group_stop_ns {
+            let seconds = ns as f64 / NS_PER_S;
+            f.group_stop.get_or_create(&labels).observe(seconds);
+            f.wall_stopped.get_or_create(&labels).inc_by(seconds);
+        }
+    }
+
+    /// The kernel's lost-record count, and the sampler's reading of the tracked cgroups.
+    fn tick(&mut self, tick: &Tick) -> io::Result<()> {
+        self.families
+            .lost
+            .inc_by(tick.lost.saturating_sub(self.lost_seen));
+        self.lost_seen = self.lost_seen.max(tick.lost);
+        self.update(tick.snapshot, tick.at);
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>, _: &Start, _: &[CgroupReport], _: &End) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -290,7 +309,10 @@ pub(crate) mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::cgroups::Version;
+    use crate::aggregate::Aggregate;
+    use crate::cgroups::{Hierarchy, Version};
+    use crate::records::Event;
+    use crate::report::Report;
     use crate::testing::{MS, ended};
 
     pub(super) fn tree() -> (tempfile::TempDir, Hierarchy, u64) {
@@ -307,17 +329,36 @@ pub(crate) mod tests {
         (dir, h, id)
     }
 
-    /// The run loop's refresh: bookkeeping, then the sampler's reading of the tracked cgroups.
-    pub(super) fn refreshed(
-        e: &mut Exporter,
-        h: &mut Hierarchy,
+    /// `exporter` as the one sink of a report, and its scraper.
+    pub(super) fn reporting(exporter: Exporter) -> (Report<'static>, Scraper) {
+        let scraper = exporter.scraper();
+        (
+            Report::new(Start::default(), vec![Box::new(exporter)]),
+            scraper,
+        )
+    }
+
+    /// The run loop's tick: the sampler's reading of the tracked cgroups; returns the cgroups
+    /// dropped as gone.
+    pub(super) fn ticked(
+        report: &mut Report,
+        scraper: &Scraper,
+        h: &Hierarchy,
         lost: u64,
-        now: Instant,
+        at: Instant,
     ) -> Vec<u64> {
-        let tracked = e.refresh(h, lost);
         let sampler = crate::sampler::Sampler::at(h, None);
-        let snapshot = sampler.read_now(&crate::sampler::Sampler::targets(h, tracked));
-        e.update(&snapshot, now)
+        let snapshot = sampler.read_now(&scraper.targets());
+        report
+            .tick(&Tick {
+                at,
+                snapshot: &snapshot,
+                intervals: Vec::new(),
+                paths: &HashMap::new(),
+                lost,
+            })
+            .unwrap();
+        scraper.take_gone()
     }
 
     pub(super) fn config(max_cgroups: usize) -> Config {
@@ -335,19 +376,16 @@ pub(crate) mod tests {
             .unwrap_or_else(|| panic!("no {series} in\n{text}"))
     }
 
-    /// Stops on two CPUs of /demo: [0, 80] and [20, 100] overlap, then [200, 280].
-    pub(super) fn feed(
-        e: &mut Exporter,
-        h: &mut Hierarchy,
-        id: u64,
-    ) -> crate::aggregate::Aggregate {
-        let mut agg = crate::aggregate::Aggregate::watching(&[]);
+    /// Stops on two CPUs of /demo: [0, 80] and [20, 100] overlap, then [200, 280], through the
+    /// aggregate and the report as the run loop feeds them.
+    pub(super) fn feed(report: &mut Report, h: &mut Hierarchy, id: u64) -> Aggregate {
+        let mut agg = Aggregate::watching(&[]);
         for (cpu, s, end) in [(0, 0, 80), (1, 20, 100), (0, 200, 280)] {
             let mut stop = ended(cpu, s, end);
             stop.stop.cgroup_id = id;
             for ev in [Event::Start(stop.stop.clone()), Event::End(stop)] {
                 let closed = agg.ingest(&ev);
-                e.record(&ev, closed, h);
+                report.event(&ev, h.path_of(id), closed, &[]);
             }
         }
         agg
@@ -356,10 +394,10 @@ pub(crate) mod tests {
     #[test]
     fn series_are_the_aggregates_figures_and_cpu_stat() {
         let (_dir, mut h, id) = tree();
-        let mut e = Exporter::new(config(10));
-        let agg = feed(&mut e, &mut h, id);
-        refreshed(&mut e, &mut h, 3, Instant::now());
-        let (ty, text) = e.scraper().encode(false).unwrap();
+        let (mut report, scraper) = reporting(Exporter::new(config(10)));
+        let agg = feed(&mut report, &mut h, id);
+        ticked(&mut report, &scraper, &h, 3, Instant::now());
+        let (ty, text) = scraper.encode(false).unwrap();
         assert_eq!(ty, TEXT_CONTENT_TYPE);
         let l = r#"{cgroup="/demo"}"#;
         assert_eq!(
@@ -441,7 +479,7 @@ pub(crate) mod tests {
         assert_eq!(s.stops.count, 3);
         assert_eq!(s.stops.sum_ns, 240 * MS);
 
-        let (ty, om) = e.scraper().encode(true).unwrap();
+        let (ty, om) = scraper.encode(true).unwrap();
         assert_eq!(ty, OPENMETRICS_CONTENT_TYPE);
         assert!(om.ends_with("# EOF\n"), "{om}");
         assert!(om.contains("# UNIT throttle_tracer_cpu_stop_seconds seconds"));
@@ -465,12 +503,18 @@ pub(crate) mod tests {
             std::fs::create_dir(dir.path().join("demo").join(c)).unwrap();
             children.push(h.id_of(&format!("/demo/{c}")).unwrap());
         }
-        let mut e = Exporter::new(config(10));
+        let (mut report, scraper) = reporting(Exporter::new(config(10)));
         let mut stop = ended(0, 0, 80);
         stop.stop.cgroup_id = id;
         stop.stop.children = children;
-        e.record(&Event::End(stop), None, &mut h);
-        let (_, text) = e.scraper().encode(false).unwrap();
+        let credited: Vec<CgroupRef> = stop
+            .stop
+            .credited()
+            .into_iter()
+            .map(|d| CgroupRef::new(d, h.path_of(d)))
+            .collect();
+        report.ancestor_stop(&stop, h.path_of(id), &credited);
+        let (_, text) = scraper.encode(false).unwrap();
         for c in ["a", "b"] {
             let l = format!(r#"{{cgroup="/demo/{c}"}}"#);
             assert_eq!(
@@ -496,10 +540,10 @@ pub(crate) mod tests {
         let (dir, mut h, id) = tree();
         std::fs::create_dir(dir.path().join("other")).unwrap();
         let other = h.id_of("/other").unwrap();
-        let mut e = Exporter::new(config(1));
-        feed(&mut e, &mut h, id);
-        feed(&mut e, &mut h, other);
-        let (_, text) = e.scraper().encode(false).unwrap();
+        let (mut report, scraper) = reporting(Exporter::new(config(1)));
+        feed(&mut report, &mut h, id);
+        feed(&mut report, &mut h, other);
+        let (_, text) = scraper.encode(false).unwrap();
         assert!(!text.contains(r#"cgroup="/other""#), "{text}");
         let limit = r#"throttle_tracer_cgroups_dropped_total{reason="limit"}"#;
         let gone = r#"throttle_tracer_cgroups_dropped_total{reason="gone"}"#;
@@ -508,18 +552,16 @@ pub(crate) mod tests {
         // /demo disappears: kept for the grace period, then dropped; /other gets its place.
         std::fs::remove_dir_all(dir.path().join("demo")).unwrap();
         let t0 = Instant::now();
-        assert!(refreshed(&mut e, &mut h, 0, t0).is_empty());
-        assert!(refreshed(&mut e, &mut h, 0, t0 + Duration::from_secs(299)).is_empty());
-        assert_eq!(
-            refreshed(&mut e, &mut h, 0, t0 + Duration::from_secs(300)),
-            [id]
-        );
-        let (_, text) = e.scraper().encode(false).unwrap();
+        let mut tick = |at| ticked(&mut report, &scraper, &h, 0, at);
+        assert!(tick(t0).is_empty());
+        assert!(tick(t0 + Duration::from_secs(299)).is_empty());
+        assert_eq!(tick(t0 + Duration::from_secs(300)), [id]);
+        let (_, text) = scraper.encode(false).unwrap();
         assert!(!text.contains(r#"cgroup="/demo""#), "{text}");
         assert_eq!(sample(&text, gone), 1.0);
         assert_eq!(sample(&text, "throttle_tracer_cgroups_tracked"), 0.0);
-        feed(&mut e, &mut h, other);
-        let (_, text) = e.scraper().encode(false).unwrap();
+        feed(&mut report, &mut h, other);
+        let (_, text) = scraper.encode(false).unwrap();
         assert_eq!(
             sample(&text, r#"throttle_tracer_stops_total{cgroup="/other"}"#),
             3.0
@@ -529,12 +571,12 @@ pub(crate) mod tests {
     #[test]
     fn named_cgroups_have_series_before_they_stop() {
         let (_dir, mut h, demo) = tree();
-        let mut e = Exporter::new(Config {
-            named: vec![demo],
+        let (mut report, scraper) = reporting(Exporter::new(Config {
+            named: vec![CgroupRef::new(demo, h.path_of(demo))],
             ..config(10)
-        });
-        refreshed(&mut e, &mut h, 0, Instant::now());
-        let (_, text) = e.scraper().encode(false).unwrap();
+        }));
+        ticked(&mut report, &scraper, &h, 0, Instant::now());
+        let (_, text) = scraper.encode(false).unwrap();
         assert_eq!(
             sample(&text, r#"throttle_tracer_stops_total{cgroup="/demo"}"#),
             0.0
@@ -569,10 +611,10 @@ pub(crate) mod tests {
         ]
         .map(|(name, ty)| (format!("throttle_tracer_{name}"), ty.to_owned()));
         let (_dir, mut h, id) = tree();
-        let mut e = Exporter::new(config(10));
-        feed(&mut e, &mut h, id);
-        refreshed(&mut e, &mut h, 0, Instant::now());
-        let protobuf: Vec<(String, String)> = families(&e.scraper().protobuf().unwrap())
+        let (mut report, scraper) = reporting(Exporter::new(config(10)));
+        feed(&mut report, &mut h, id);
+        ticked(&mut report, &scraper, &h, 0, Instant::now());
+        let protobuf: Vec<(String, String)> = families(&scraper.protobuf().unwrap())
             .iter()
             .map(|f| (f.name.clone(), format!("{:?}", f.r#type()).to_lowercase()))
             .collect();
@@ -583,13 +625,13 @@ pub(crate) mod tests {
                 .map(|(name, ty)| (name.to_owned(), ty.to_owned()))
                 .collect()
         };
-        assert_eq!(declared(&e.scraper().encode(false).unwrap().1), expected);
+        assert_eq!(declared(&scraper.encode(false).unwrap().1), expected);
         let openmetrics = expected
             .clone()
             .map(|(name, ty)| match name.strip_suffix("_total") {
                 Some(family) if ty == "counter" => (family.to_owned(), ty),
                 _ => (name, ty),
             });
-        assert_eq!(declared(&e.scraper().encode(true).unwrap().1), openmetrics);
+        assert_eq!(declared(&scraper.encode(true).unwrap().1), openmetrics);
     }
 }

@@ -23,20 +23,29 @@ impl Scraper {
     /// drains the ring buffer meanwhile), so that the scrape that follows mirrors the counters
     /// as they are, not as they were at the run loop's last refresh.
     pub async fn refresh(&self, sampler: &Sampler) {
-        let targets: Vec<Target> = lock(&self.shared)
+        let snapshot = sampler.read(self.targets()).await;
+        for (id, t) in &mut lock(&self.shared).cgroups {
+            if let Some(sample) = snapshot.get(id) {
+                t.stat.clone_from(&sample.stat);
+            }
+        }
+    }
+
+    /// The tracked cgroups whose path is known, for the sampler to read.
+    pub fn targets(&self) -> Vec<Target> {
+        lock(&self.shared)
             .cgroups
             .iter()
             .filter_map(|(&id, t)| {
                 let path = t.path.clone()?;
                 Some(Target { id, path })
             })
-            .collect();
-        let snapshot = sampler.read(targets).await;
-        for (id, t) in &mut lock(&self.shared).cgroups {
-            if let Some(sample) = snapshot.get(id) {
-                t.stat.clone_from(&sample.stat);
-            }
-        }
+            .collect()
+    }
+
+    /// The cgroups the exporter dropped as gone since the last call.
+    pub fn take_gone(&self) -> Vec<u64> {
+        std::mem::take(&mut lock(&self.shared).gone)
     }
 
     /// The metrics now, as OpenMetrics text (what Prometheus asks for) or else as the

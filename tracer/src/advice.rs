@@ -1,0 +1,474 @@
+//! What to set: quota, burst and period values from a cgroup's measured busy runs
+//! (`aggregate::DemandSummary`), its settings now and what the kernel has. A pure function
+//! ([`advise`]): every summary, `advise` and `demo` use it, and its arithmetic is
+//! docs/definitions.md's "advice".
+//!
+//! - A run on n CPUs can use at most n × period per period: its **need** in one period is
+//!   min(demand, n × period).
+//! - Every advised value has a margin of 5 % (at least 1 ms) over what the runs needed, rounded
+//!   up to 1 ms: the kernel hands out runtime in slices and keeps up to 1 ms per CPU, so an
+//!   exact fit can still stop.
+//! - **quota**: the largest run's need (and the p99 run's), in one period at today's period.
+//! - **burst** (5.14+): the smallest burst with quota + burst ≥ the largest need, then grown
+//!   until a replay of the runs in order with the kernel's refill rule (each period the pool
+//!   becomes min(left + quota, quota + burst)) stops none of them; the kernel refuses a burst
+//!   above the quota (the ceiling rule), so no burst is advised past it. A configured burst
+//!   with which no stopped run would have fitted buys nothing.
+//! - **period**: the shortest period (≤ 1 s, the kernel's maximum) in which, at today's
+//!   quota/period ratio, every window of that length holds no more demand than its quota.
+
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::{DemandSummary, Run};
+use crate::records::Bandwidth;
+
+const MS: u64 = 1_000_000;
+/// The kernel's longest period (`max_cfs_quota_period`).
+pub const MAX_PERIOD_NS: u64 = 1_000 * MS;
+/// The kernel's shortest period and quota (`min_cfs_quota_period`, 1 ms).
+const MIN_NS: u64 = MS;
+
+/// A quota at a period, and what it costs.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Setting {
+    pub quota_ns: u64,
+    pub period_ns: u64,
+    /// quota ÷ period in thousandths of a CPU: `docker --cpus` × 1000, Kubernetes millicores.
+    pub millicpus: u64,
+    /// The longest stop it allows a run on the CPUs the largest run used: period − quota ÷ n.
+    pub longest_stop_ns: u64,
+}
+
+impl Setting {
+    fn new(quota_ns: u64, period_ns: u64, cpus: u32) -> Self {
+        Self {
+            quota_ns,
+            period_ns,
+            millicpus: (quota_ns.saturating_mul(1000)).div_ceil(period_ns.max(1)),
+            longest_stop_ns: period_ns.saturating_sub(quota_ns / u64::from(cpus.max(1))),
+        }
+    }
+}
+
+/// The burst part of the advice.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BurstAdvice {
+    /// The smallest burst that lets the largest run through alone (quota + burst ≥ its need).
+    pub for_largest_ns: Option<u64>,
+    /// The burst advised: `for_largest_ns`, or more when the refill between runs needs it;
+    /// `None` when none is needed or none can do it (`why_not`).
+    pub burst_ns: Option<u64>,
+    /// Runs the replay of the refill still stops with the largest allowed burst (= quota).
+    pub stopped_with_ceiling: u64,
+    /// Why no burst is advised, when one would be needed.
+    pub why_not: Option<String>,
+    /// A burst is configured, and with it no stopped run would have run through: it buys
+    /// nothing.
+    pub configured_useless: bool,
+}
+
+/// The advice for one cgroup.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advice {
+    /// How long the measurement covers (ns of periods measured): the advice covers only what
+    /// the trace saw.
+    pub covered_ns: u64,
+    pub runs: u64,
+    /// The largest run's demand and CPUs, and the p99 run's demand.
+    pub largest_run_ns: u64,
+    pub largest_run_cpus: u32,
+    pub p99_run_ns: u64,
+    /// The settings the advice starts from.
+    #[serde(flatten)]
+    pub current: Bandwidth,
+    /// Whether the largest run already fits the quota in one period.
+    pub fits: bool,
+    /// The quota that fits the largest run (`None` when it fits already).
+    pub quota: Option<Setting>,
+    /// The quota that fits the p99 run.
+    pub quota_p99: Option<Setting>,
+    pub burst: BurstAdvice,
+    /// The period that fits the runs at today's ratio (`None` when it fits already, or no
+    /// period up to 1 s does: `period_why_not`).
+    pub period: Option<Setting>,
+    pub period_why_not: Option<String>,
+    /// The run still stopped when the trace ended is larger than every run that ended: the
+    /// advice is a lower bound.
+    pub unfinished_larger: bool,
+}
+
+/// What the kernel can set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    /// `cpu.max.burst` / `cpu.cfs_burst_us` exist (5.14+).
+    pub burst: bool,
+}
+
+/// The advice for a cgroup whose runs are `demand`, with the settings `current`; `None`
+/// without a quota or a period, or without a single run.
+pub fn advise(demand: &DemandSummary, current: Bandwidth, kernel: Kernel) -> Option<Advice> {
+    let quota = current.quota_ns?;
+    let period = current.period_ns.filter(|&p| p > 0)?;
+    let mut runs: Vec<Run> = demand.runs_in_order.clone();
+    let largest = demand.largest.first().copied()?;
+    let unfinished_larger = demand
+        .unfinished
+        .is_some_and(|u| u.demand_ns > largest.demand_ns);
+    let top = demand
+        .unfinished
+        .filter(|_| unfinished_larger)
+        .unwrap_or(largest);
+    if let Some(u) = demand.unfinished {
+        runs.push(u);
+    }
+    let need = need(&top, period);
+    let p99 = demand
+        .runs
+        .percentiles
+        .map_or(top.demand_ns, |p| p.p99_ns)
+        .min(u64::from(demand.max_cpus.max(1)).saturating_mul(period));
+    let fits = need <= quota;
+    // A group cannot use more than its CPUs' time: that much never stops it.
+    let all_cpus = u64::from(top.cpus.max(1)).saturating_mul(period);
+    let quota_for = |n: u64| {
+        let q = margin(n).min(all_cpus).max(MIN_NS);
+        (q > quota).then(|| Setting::new(q, period, top.cpus))
+    };
+    let burst = burst(&runs, need, quota, period, current.burst_ns, kernel);
+    let (period_advice, period_why_not) = if fits {
+        (None, None)
+    } else {
+        longer_period(&runs, quota, period, top.cpus)
+    };
+    Some(Advice {
+        covered_ns: demand.covered_ns,
+        runs: demand.runs.count,
+        largest_run_ns: top.demand_ns,
+        largest_run_cpus: top.cpus,
+        p99_run_ns: p99,
+        current,
+        fits,
+        quota: quota_for(need),
+        quota_p99: quota_for(p99),
+        burst,
+        period: period_advice,
+        period_why_not,
+        unfinished_larger,
+    })
+}
+
+/// What `run` needs in one period of `period`: its demand, or all its CPUs' time.
+fn need(run: &Run, period: u64) -> u64 {
+    run.demand_ns
+        .min(u64::from(run.cpus.max(1)).saturating_mul(period))
+}
+
+/// `ns` + 5 % (at least 1 ms), rounded up to a whole ms.
+fn margin(ns: u64) -> u64 {
+    let with = ns.saturating_add((ns / 20).max(MS));
+    with.div_ceil(MS).saturating_mul(MS)
+}
+
+fn burst(
+    runs: &[Run],
+    need: u64,
+    quota: u64,
+    period: u64,
+    configured: Option<u64>,
+    kernel: Kernel,
+) -> BurstAdvice {
+    let configured_useless = configured.is_some_and(|b| {
+        b > 0 && {
+            let stopped: Vec<u64> = runs
+                .iter()
+                .map(|r| self::need(r, period))
+                .filter(|&n| n > quota)
+                .collect();
+            !stopped.is_empty() && stopped.iter().all(|&n| n > quota.saturating_add(b))
+        }
+    });
+    let mut advice = BurstAdvice {
+        configured_useless,
+        ..BurstAdvice::default()
+    };
+    if need <= quota {
+        return advice;
+    }
+    if !kernel.burst {
+        advice.why_not = Some("this kernel has no burst (5.14+)".into());
+        return advice;
+    }
+    let single = margin(need).saturating_sub(quota);
+    advice.for_largest_ns = Some(single);
+    if single > quota {
+        advice.why_not = Some(format!(
+            "the largest run needs a burst of {} ms, and the kernel refuses a burst above the \
+             quota ({} ms): quota + burst is at most twice the quota",
+            single / MS,
+            quota / MS
+        ));
+        return advice;
+    }
+    let mut b = single;
+    while stopped_by_replay(runs, quota, period, b) > 0 {
+        b += MS;
+        if b > quota {
+            advice.stopped_with_ceiling = stopped_by_replay(runs, quota, period, quota);
+            advice.why_not = Some(format!(
+                "the quota the runs leave unused does not refill a burst in time: even the \
+                 largest allowed burst ({} ms, the quota) still stops {} run(s)",
+                quota / MS,
+                advice.stopped_with_ceiling
+            ));
+            return advice;
+        }
+    }
+    advice.burst_ns = Some(b);
+    advice
+}
+
+/// Replays `runs` in order with the kernel's refill rule at `quota` + `burst`: each run's need
+/// arrives in its first period, the pool is min(left + quota, quota + burst) at every period
+/// boundary (idle periods between runs included), and a run that finds too little is stopped.
+/// Returns the runs stopped.
+fn stopped_by_replay(runs: &[Run], quota: u64, period: u64, burst: u64) -> u64 {
+    let ceiling = quota.saturating_add(burst);
+    let mut pool = ceiling;
+    let mut stopped = 0;
+    let mut last_end: Option<u64> = None;
+    for run in runs {
+        if let Some(end) = last_end {
+            // The periods between the previous run's first one and this one's.
+            let idle = run.start_ns.saturating_sub(end) / period.max(1);
+            pool = refill(pool, idle, quota, ceiling);
+        }
+        let n = need(run, period);
+        if n > pool {
+            stopped += 1;
+            pool = 0;
+        } else {
+            pool -= n;
+        }
+        // The rest of the run's periods hold no work of their own (it was the deferred work).
+        pool = refill(pool, u64::from(run.periods.max(1)), quota, ceiling);
+        last_end = Some(run.end_ns);
+    }
+    stopped
+}
+
+fn refill(pool: u64, periods: u64, quota: u64, ceiling: u64) -> u64 {
+    pool.saturating_add(quota.saturating_mul(periods))
+        .min(ceiling)
+}
+
+/// The shortest period up to 1 s in which every window of its length holds at most its quota
+/// (at today's ratio) of demand, with the margin; runs count at their starts.
+fn longer_period(
+    runs: &[Run],
+    quota: u64,
+    period: u64,
+    cpus: u32,
+) -> (Option<Setting>, Option<String>) {
+    let largest = runs.iter().map(|r| r.demand_ns).max().unwrap_or(0);
+    // quota' = quota × period' / period ≥ margin(largest).
+    let first =
+        (u128::from(margin(largest)) * u128::from(period)).div_ceil(u128::from(quota.max(1)));
+    let mut candidate = u64::try_from(first).unwrap_or(u64::MAX).div_ceil(MS) * MS;
+    while candidate <= MAX_PERIOD_NS {
+        let q = quota_at(quota, period, candidate);
+        if max_window(runs, candidate) <= q.saturating_sub((q / 20).max(MS)) {
+            return (Some(Setting::new(q, candidate, cpus)), None);
+        }
+        candidate += MS;
+    }
+    (
+        None,
+        Some(format!(
+            "at today's ratio the runs need a period longer than 1 s (the kernel's maximum); \
+             the largest run alone needs {} ms",
+            u64::try_from(first / u128::from(MS)).unwrap_or(u64::MAX)
+        )),
+    )
+}
+
+/// The quota at `period_ns` with the ratio `quota` / `period`.
+fn quota_at(quota: u64, period: u64, period_ns: u64) -> u64 {
+    let q = u128::from(quota) * u128::from(period_ns) / u128::from(period.max(1));
+    u64::try_from(q).unwrap_or(u64::MAX)
+}
+
+/// The most demand of runs starting within any window of `len` ns.
+fn max_window(runs: &[Run], len: u64) -> u64 {
+    let mut best = 0;
+    let mut sum = 0u64;
+    let mut first = 0;
+    for (i, run) in runs.iter().enumerate() {
+        sum = sum.saturating_add(run.demand_ns);
+        while runs[first].start_ns.saturating_add(len) <= run.start_ns && first < i {
+            sum -= runs[first].demand_ns;
+            first += 1;
+        }
+        best = best.max(sum);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::DurationSummary;
+
+    /// Runs of `demand_ms` each on `cpus` CPUs, one every `every_ms`, lasting `periods`.
+    fn runs(demand_ms: &[u64], every_ms: u64, periods: u32, cpus: u32) -> Vec<Run> {
+        demand_ms
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| {
+                let start = i as u64 * every_ms * MS;
+                Run {
+                    start_ns: start,
+                    end_ns: start + u64::from(periods) * 100 * MS,
+                    periods,
+                    throttled_periods: periods - 1,
+                    demand_ns: d * MS,
+                    cpus,
+                }
+            })
+            .collect()
+    }
+
+    fn summary(runs: Vec<Run>) -> DemandSummary {
+        let mut largest = runs.clone();
+        largest.sort_by_key(|r| std::cmp::Reverse(r.demand_ns));
+        let max = largest[0].demand_ns;
+        DemandSummary {
+            periods: 100,
+            unknown_periods: 0,
+            throttled_periods: 10,
+            usage_ns: runs.iter().map(|r| r.demand_ns).sum(),
+            covered_ns: 10_000 * MS,
+            runs: DurationSummary {
+                count: runs.len() as u64,
+                sum_ns: 0,
+                percentiles: Some(crate::aggregate::Percentiles {
+                    p50_ns: max,
+                    p90_ns: max,
+                    p99_ns: max,
+                    max_ns: max,
+                }),
+                log2_ms: vec![],
+            },
+            max_cpus: runs.iter().map(|r| r.cpus).max().unwrap_or(1),
+            largest,
+            runs_in_order: runs,
+            broken_runs: 0,
+            unfinished: None,
+            bandwidth: Bandwidth::default(),
+        }
+    }
+
+    fn bandwidth(quota_ms: u64, period_ms: u64, burst_ms: u64) -> Bandwidth {
+        Bandwidth {
+            quota_ns: Some(quota_ms * MS),
+            period_ns: Some(period_ms * MS),
+            burst_ns: Some(burst_ms * MS),
+        }
+    }
+
+    const BURST: Kernel = Kernel { burst: true };
+
+    #[test]
+    fn a_spiky_load_gets_a_quota_a_burst_and_a_period_that_each_fit_its_run() {
+        // 60 ms of CPU every 500 ms on one CPU, quota 40 ms / 100 ms.
+        let s = summary(runs(&[60; 10], 500, 2, 1));
+        let a = advise(&s, bandwidth(40, 100, 0), BURST).unwrap();
+        assert!(!a.fits);
+        // 60 ms + 3 ms margin.
+        let q = a.quota.unwrap();
+        assert_eq!(
+            (q.quota_ns, q.period_ns, q.millicpus),
+            (63 * MS, 100 * MS, 630)
+        );
+        assert_eq!(q.longest_stop_ns, 37 * MS);
+        // Burst 23 ms: 400 ms of idle between runs refill it many times over.
+        assert_eq!(a.burst.for_largest_ns, Some(23 * MS));
+        assert_eq!(a.burst.burst_ns, Some(23 * MS));
+        assert!(!a.burst.configured_useless);
+        // Period: 40 % of p' ≥ 63 ms → 158 ms (quota 63.2 ms).
+        let p = a.period.unwrap();
+        assert_eq!(p.period_ns, 158 * MS);
+        assert_eq!(p.quota_ns, 63_200_000);
+        assert_eq!(p.longest_stop_ns, 158 * MS - 63_200_000);
+    }
+
+    #[test]
+    fn runs_too_close_for_the_refill_need_more_burst_or_none() {
+        // 70 ms runs every 100 ms (two periods each) at quota 40 ms: a 70 + 3.5 → 74 ms need,
+        // burst 34 ms alone, but the next run arrives after one refill of 40 ms: the pool is
+        // never back to 74 ms. Even a 40 ms burst (the ceiling) stops them.
+        let s = summary(runs(&[70; 10], 100, 1, 1));
+        let a = advise(&s, bandwidth(40, 100, 0), BURST).unwrap();
+        assert_eq!(a.burst.for_largest_ns, Some(34 * MS));
+        assert_eq!(a.burst.burst_ns, None);
+        assert!(a.burst.stopped_with_ceiling > 0);
+        assert!(a.burst.why_not.unwrap().contains("refill"));
+        // At the same ratio no period fits a load above it on average (0.7 CPU > 0.4).
+        assert_eq!(a.period, None);
+        assert!(a.period_why_not.is_some());
+    }
+
+    #[test]
+    fn the_ceiling_rule_and_a_useless_burst() {
+        // 120 ms runs at quota 50 ms: burst 76 ms > quota, refused by the kernel.
+        let s = summary(runs(&[120; 4], 1000, 3, 2));
+        let a = advise(&s, bandwidth(50, 100, 25), BURST).unwrap();
+        assert_eq!(a.burst.burst_ns, None);
+        assert!(
+            a.burst
+                .why_not
+                .unwrap()
+                .contains("refuses a burst above the quota")
+        );
+        // 25 ms of burst makes a 75 ms ceiling, short of every run: it buys nothing.
+        assert!(a.burst.configured_useless);
+        // On two CPUs the 120 ms run needs 126 ms of quota per period.
+        assert_eq!(a.quota.unwrap().quota_ns, 126 * MS);
+        assert_eq!(a.quota.unwrap().longest_stop_ns, 100 * MS - 63 * MS);
+        // A burst that would let them through is not useless.
+        let a = advise(&s, bandwidth(100, 100, 25), BURST).unwrap();
+        assert!(!a.burst.configured_useless);
+    }
+
+    #[test]
+    fn what_the_kernel_lacks_is_not_advised_and_a_fit_needs_nothing() {
+        let s = summary(runs(&[60; 3], 500, 2, 1));
+        let a = advise(&s, bandwidth(40, 100, 0), Kernel { burst: false }).unwrap();
+        assert_eq!(a.burst.burst_ns, None);
+        assert!(a.burst.why_not.unwrap().contains("5.14"));
+        let a = advise(&s, bandwidth(80, 100, 0), BURST).unwrap();
+        assert!(a.fits);
+        assert_eq!((a.quota, a.period, a.burst.burst_ns), (None, None, None));
+        // No quota, no advice.
+        let none = Bandwidth {
+            quota_ns: None,
+            ..bandwidth(0, 100, 0)
+        };
+        assert_eq!(advise(&s, none, BURST), None);
+    }
+
+    #[test]
+    fn a_single_thread_cannot_use_more_than_its_period() {
+        // 250 ms of CPU on one thread: at 100 ms periods it needs all of each period (one
+        // CPU), not 250 ms of quota.
+        let s = summary(runs(&[250; 2], 2000, 3, 1));
+        let a = advise(&s, bandwidth(50, 100, 0), BURST).unwrap();
+        let q = a.quota.unwrap();
+        assert_eq!(
+            (q.quota_ns, q.millicpus, q.longest_stop_ns),
+            (100 * MS, 1000, 0)
+        );
+    }
+}

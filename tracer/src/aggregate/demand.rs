@@ -1,0 +1,242 @@
+//! Per-period CPU demand and busy runs of each cgroup with a quota (docs/definitions.md,
+//! "demand"), from the tracepoint backend's period records.
+//!
+//! - **period**: from one expiry of the group's period timer to the next: the kernel's own
+//!   period boundaries. Its **usage** is the CPU time the group's entities ran in it.
+//! - **busy run**: consecutive periods from the first one that ends throttled through the
+//!   first one that ends unthrottled (the work the stops deferred is done by then); a period
+//!   that ends unthrottled outside a run is a run of one. Its **demand** is the usage summed
+//!   over its periods: what the work needed in one go. Runs of no usage (an idle group's
+//!   periods) are not runs.
+//! - **parallelism** of a run: the most CPUs the group ran on within one of its periods (an
+//!   upper bound of the CPUs it ran on at once).
+//!
+//! A period whose usage is unknown (the first one seen, a CPU without the previous reading)
+//! breaks the run it falls in: that run is dropped and counted (`broken_runs`), never
+//! reported short. A run still throttled when the trace ends is `unfinished`, a lower bound
+//! kept apart from the distribution.
+
+use super::durations::{DurationSummary, Durations};
+use crate::records::{Bandwidth, Period};
+
+/// Largest runs kept with their times.
+const LARGEST: usize = 5;
+/// Runs kept in order for the advice's replay of the refill (`DemandSummary::runs_in_order`);
+/// ~3 hours of runs of one at 100 ms. Past it the advice covers the first ones only.
+const MAX_IN_ORDER: usize = 100_000;
+
+/// One busy run (or a run of one period).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct Run {
+    /// CLOCK_MONOTONIC ns: the start of its first period and the end of its last.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub periods: u32,
+    /// Of them, the periods that ended throttled.
+    pub throttled_periods: u32,
+    /// Σ usage of its periods, ns.
+    pub demand_ns: u64,
+    /// The most CPUs it ran on within one period.
+    pub cpus: u32,
+}
+
+/// A cgroup's demand over the trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DemandSummary {
+    /// Periods with a known usage.
+    pub periods: u64,
+    /// Periods whose usage was unknown.
+    pub unknown_periods: u64,
+    /// Known periods that ended throttled (the kernel's `nr_throttled` counts these).
+    pub throttled_periods: u64,
+    /// Σ usage of the known periods, ns.
+    pub usage_ns: u64,
+    /// Σ length of the known periods, ns: how long the measurement covers.
+    pub covered_ns: u64,
+    /// The distribution of run demand (`sum_ns` = the usage inside runs).
+    pub runs: DurationSummary,
+    /// The largest runs, largest first.
+    pub largest: Vec<Run>,
+    /// Every run in order (at most `MAX_IN_ORDER`), for the advice.
+    pub runs_in_order: Vec<Run>,
+    /// Runs that had a period of unknown usage, dropped.
+    pub broken_runs: u64,
+    /// The run still throttled at the end of the trace, if any (its demand a lower bound).
+    pub unfinished: Option<Run>,
+    /// The most CPUs the group ran on within one period.
+    pub max_cpus: u32,
+    /// The settings of the last period.
+    pub bandwidth: Bandwidth,
+}
+
+/// One cgroup's periods so far.
+#[derive(Debug, Default)]
+pub(super) struct Demand {
+    periods: u64,
+    unknown_periods: u64,
+    throttled_periods: u64,
+    usage_ns: u64,
+    covered_ns: u64,
+    runs: Durations,
+    largest: Vec<Run>,
+    in_order: Vec<Run>,
+    broken_runs: u64,
+    open: Option<Run>,
+    max_cpus: u32,
+    bandwidth: Bandwidth,
+}
+
+impl Demand {
+    pub(super) fn period(&mut self, p: &Period) {
+        self.bandwidth = p.bandwidth;
+        let Some(start_ns) = p.start_ns else {
+            self.unknown_periods += 1;
+            if self.open.take().is_some() {
+                self.broken_runs += 1;
+            }
+            return;
+        };
+        self.periods += 1;
+        self.usage_ns = self.usage_ns.saturating_add(p.usage_ns);
+        self.covered_ns = self.covered_ns.saturating_add(p.end_ns - start_ns);
+        self.max_cpus = self.max_cpus.max(p.cpus_used);
+        let throttled = p.throttled_cpus > 0;
+        self.throttled_periods += u64::from(throttled);
+        let run = self.open.get_or_insert(Run {
+            start_ns,
+            ..Run::default()
+        });
+        run.end_ns = p.end_ns;
+        run.periods += 1;
+        run.throttled_periods += u32::from(throttled);
+        run.demand_ns = run.demand_ns.saturating_add(p.usage_ns);
+        run.cpus = run.cpus.max(p.cpus_used);
+        if !throttled && let Some(run) = self.open.take() {
+            self.close(run);
+        }
+    }
+
+    fn close(&mut self, run: Run) {
+        if run.demand_ns == 0 {
+            return;
+        }
+        self.runs.record(run.demand_ns);
+        if self.in_order.len() < MAX_IN_ORDER {
+            self.in_order.push(run);
+        }
+        let at = self
+            .largest
+            .iter()
+            .position(|r| r.demand_ns < run.demand_ns)
+            .unwrap_or(self.largest.len());
+        if at < LARGEST {
+            self.largest.insert(at, run);
+            self.largest.truncate(LARGEST);
+        }
+    }
+
+    pub(super) fn finish(self) -> DemandSummary {
+        DemandSummary {
+            periods: self.periods,
+            unknown_periods: self.unknown_periods,
+            throttled_periods: self.throttled_periods,
+            usage_ns: self.usage_ns,
+            covered_ns: self.covered_ns,
+            runs: self.runs.summary(),
+            largest: self.largest,
+            runs_in_order: self.in_order,
+            broken_runs: self.broken_runs,
+            unfinished: self.open.filter(|r| r.demand_ns > 0),
+            max_cpus: self.max_cpus,
+            bandwidth: self.bandwidth,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::aggregate::tests::MS;
+
+    /// A known period of cgroup 1 ending at `end_ms` (100 ms long) with `usage_ms` used on
+    /// `cpus` CPUs, ending throttled or not.
+    pub(crate) fn period(end_ms: u64, usage_ms: u64, cpus: u32, throttled: bool) -> Period {
+        Period {
+            cgroup_id: 1,
+            end_ns: end_ms * MS,
+            start_ns: Some((end_ms - 100) * MS),
+            usage_ns: usage_ms * MS,
+            max_cpu_ns: usage_ms * MS / u64::from(cpus.max(1)),
+            cpus_used: cpus,
+            throttled_cpus: u32::from(throttled) * cpus,
+            bandwidth: Bandwidth {
+                quota_ns: Some(50 * MS),
+                period_ns: Some(100 * MS),
+                burst_ns: Some(0),
+            },
+            runtime_ns: None,
+        }
+    }
+
+    fn demand(periods: &[Period]) -> DemandSummary {
+        let mut d = Demand::default();
+        for p in periods {
+            d.period(p);
+        }
+        d.finish()
+    }
+
+    #[test]
+    fn a_run_goes_from_the_first_throttled_period_through_the_first_unthrottled_one() {
+        let s = demand(&[
+            period(100, 10, 1, false),
+            // 120 ms of work against a 50 ms quota: 50 + 50 + 20.
+            period(200, 50, 2, true),
+            period(300, 50, 1, true),
+            period(400, 20, 1, false),
+            // Idle: not a run.
+            period(500, 0, 0, false),
+            period(600, 30, 1, false),
+        ]);
+        assert_eq!((s.periods, s.throttled_periods), (6, 2));
+        assert_eq!(s.usage_ns, 160 * MS);
+        assert_eq!(s.covered_ns, 600 * MS);
+        assert_eq!(s.runs.count, 3);
+        let big = s.largest[0];
+        assert_eq!(
+            (big.start_ns, big.end_ns, big.periods, big.throttled_periods),
+            (100 * MS, 400 * MS, 3, 2)
+        );
+        assert_eq!((big.demand_ns, big.cpus), (120 * MS, 2));
+        assert_eq!(
+            s.largest
+                .iter()
+                .map(|r| r.demand_ns / MS)
+                .collect::<Vec<_>>(),
+            [120, 30, 10]
+        );
+        assert_eq!(s.runs_in_order.len(), 3);
+        assert_eq!(s.runs_in_order[0].demand_ns, 10 * MS);
+        assert_eq!(s.max_cpus, 2);
+        assert_eq!((s.broken_runs, s.unfinished), (0, None));
+    }
+
+    #[test]
+    fn a_period_of_unknown_usage_drops_its_run_and_a_run_at_the_end_is_unfinished() {
+        let mut unknown = period(300, 0, 1, true);
+        unknown.start_ns = None;
+        let s = demand(&[
+            period(200, 50, 1, true),
+            unknown,
+            period(400, 20, 1, false),
+            period(500, 50, 1, true),
+        ]);
+        assert_eq!((s.periods, s.unknown_periods, s.broken_runs), (3, 1, 1));
+        // The run after the hole starts at its next period (a run of one).
+        assert_eq!(s.runs.count, 1);
+        assert_eq!(s.largest[0].demand_ns, 20 * MS);
+        let open = s.unfinished.unwrap();
+        assert_eq!((open.demand_ns, open.periods), (50 * MS, 1));
+    }
+}
