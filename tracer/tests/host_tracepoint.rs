@@ -244,7 +244,8 @@ fn kernel_accounted_time_matches_cpu_stat() {
 
 /// One busy thread at 20 ms / 100 ms that logs its own CLOCK_REALTIME around each time it is
 /// held (`throttle-workload held`): the stop that held it has a UTC span that begins when the
-/// workload last ran (within 1 ms) and ends before it ran again (within 1 ms): the tracer's
+/// workload last ran (within 1 ms, 10 ms under emulation: [`common::emulated`]) and ends before
+/// it ran again (within as much): the tracer's
 /// CLOCK_MONOTONIC → UTC mapping is the workload's own wall clock.
 #[test]
 fn the_stop_that_held_a_workload_has_its_wall_clock_time() {
@@ -279,6 +280,12 @@ fn the_stop_that_held_a_workload_has_its_wall_clock_time() {
         })
         .collect();
     assert!(holds.len() >= 10, "{} holds: {out}", holds.len());
+    // Under emulation the workload's clock reads lag by a vCPU turn: 2.4 ms seen on a 7.2 guest.
+    let bound = if common::emulated() {
+        10_000_000
+    } else {
+        1_000_000
+    };
     let (mut lead, mut lag) = (Vec::new(), Vec::new());
     for &(held, resumed) in &holds {
         let covering: Vec<&&Value> = stops
@@ -295,12 +302,12 @@ fn the_stop_that_held_a_workload_has_its_wall_clock_time() {
         lead.push(start - held);
         lag.push(resumed - end);
         assert!(
-            (start - held).abs() <= 1_000_000,
+            (start - held).abs() <= bound,
             "stop began {} ns after the workload last ran: {s}",
             start - held
         );
         assert!(
-            resumed - end >= -1_000_000,
+            resumed - end >= -bound,
             "the workload ran {} ns before the stop ended: {s}",
             end - resumed
         );

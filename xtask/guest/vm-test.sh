@@ -162,7 +162,7 @@ busy_in() {
 host_test() {
     out=/tmp/test-$1-$2
     mark "TEST $1::$2"
-    CI=true TT_TEST_BACKEND=kprobe "/tests/$1" --exact "$2" --test-threads=1 --show-output \
+    CI=true TT_TEST_BACKEND=kprobe TT_TEST_EMULATED=1 "/tests/$1" --exact "$2" --test-threads=1 --show-output \
         > "$out" 2>&1
     mark "TESTED $1::$2 exit status $?"
     section "test/$1::$2" "$out"

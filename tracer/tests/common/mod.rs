@@ -99,6 +99,14 @@ pub fn backend() -> String {
     std::env::var("TT_TEST_BACKEND").unwrap_or_else(|_| "tracepoint".into())
 }
 
+/// Whether the tests run in an emulated VM (`TT_TEST_EMULATED=1`, set by vm-test's guests):
+/// single-threaded TCG runs the two vCPUs in turn, so a thread's view of the clock can lag
+/// its CPU's events by the other vCPU's turn (milliseconds). Timing bounds that hold on real
+/// CPUs to a millisecond widen there; nothing else changes.
+pub fn emulated() -> bool {
+    std::env::var("TT_TEST_EMULATED").is_ok_and(|v| v == "1")
+}
+
 /// How often [`wait_until`] looks.
 const POLL: Duration = Duration::from_millis(25);
 
