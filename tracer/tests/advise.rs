@@ -366,3 +366,52 @@ fn a_burst_below_demand_minus_quota_is_flagged_as_buying_nothing() {
     assert_eq!(t.outcome.throttled, without, "the burst changed the stops");
     assert_eq!(without, ROUNDS as u64);
 }
+
+/// `throttle-tracer advise --json` over a stretch of 80 ms rounds at 50 ms / 100 ms prints
+/// only `advice` lines, and its largest run is a round's own CPU. It starts in the middle of
+/// the rounds (the tracer takes seconds to attach on a busy machine, and says nothing when it
+/// has): the workload starts just after a boundary, so that its own first stop is one quota
+/// (50 ms), smaller than a round, and keeps going for longer than the tracer needs.
+#[test]
+fn advise_prints_only_the_advice_and_measures_the_rounds() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let cgroup = Cgroup::throttled(&host.cpu, "advise-cmd", QUOTA_US, PERIOD_US).with_cpuacct();
+    let boundary_ns = run_spiky(&cgroup, 80, 0, 1).refill_ns;
+    let advise = Running::spawn(
+        Command::new(TRACER)
+            .args(["advise", "--json", "--backend", "tracepoint"])
+            .args(["--duration", "5s", "--cgroup"])
+            .arg(cgroup.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    );
+    let period_ns = PERIOD_US * 1000;
+    let now = monotonic_ns();
+    let next = boundary_ns + (now - boundary_ns).div_ceil(period_ns) * period_ns;
+    thread::sleep(Duration::from_nanos(next + 1_000_000 - now));
+    let outcome = run_spiky(&cgroup, 80, 16, 1);
+    let out = advise.wait_with_output();
+    assert!(out.status.success(), "advise: {}", out.status);
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines.iter().all(|v| v["type"] == "advice"), "{lines:#?}");
+    let a = advice(&lines, &cgroup);
+    let known = outcome.rounds.iter().map(|r| r.cpu_ns).max().unwrap() as f64;
+    let largest = ns(&a["largest_run_ns"]) as f64;
+    eprintln!(
+        "advise over {:.1} s: {} runs, largest {:.1} ms; a round burned {:.1} ms; advised quota {} ns",
+        ns(&a["covered_ns"]) as f64 / 1e9,
+        a["runs"],
+        largest / 1e6,
+        known / 1e6,
+        a["quota"]["quota_ns"]
+    );
+    assert!(
+        (largest - known).abs() <= 0.05 * known,
+        "largest run {largest} ns vs a round's own CPU {known} ns: {a}"
+    );
+}
