@@ -1,6 +1,7 @@
 //! The tracing session: checks the machine, attaches the probes, moves records from the ring
 //! buffer into the aggregate until Ctrl-C, SIGTERM or --duration, then hands the result to the
-//! report with the cpu.stat deltas of the same window. [`run`] is the command line's session;
+//! report with the cpu.stat deltas of the same window. [`run`] is the command line's session,
+//! [`advise`] the same with the advice as its only output;
 //! `demo` drives a [`Session`] itself (its own cgroup filter and end), and `serve` one whose
 //! report has the Prometheus exporter among its sinks ([`Session::add_sink`]). Every output is a
 //! sink of the one report: records go to it as the aggregate takes them, periodic readings as
@@ -24,13 +25,13 @@ use crate::{
     aggregate::Aggregate,
     btf,
     cgroups::Hierarchy,
-    cli::{RunArgs, TracingArgs},
+    cli::{AdviseArgs, RunArgs, TracingArgs},
     error::Failure,
     filter::{Ancestors, Selection, Traced},
     privileges,
     probes::{BackendChoice, Probes},
     records::{self, Event, Record},
-    report::{self, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
+    report::{self, AdviceOnly, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
     sampler::{Baseline, Sampler, Snapshot, Target},
     schema::{CgroupRef, End, RefusedBackend, Start},
     terminal::Keys,
@@ -78,6 +79,17 @@ pub async fn run(options: RunArgs) -> Result<(), Failure> {
             session.trace_until(until, &mut interrupts).await?;
         }
     }
+    session.finish().map(|_| ())
+}
+
+/// `throttle-tracer advise`: traces for `--duration` (or until a signal), then prints only the
+/// advice.
+pub async fn advise(options: AdviseArgs) -> Result<(), Failure> {
+    let sinks: Vec<Box<dyn Sink>> = vec![Box::new(AdviceOnly::stdout(options.json))];
+    let (mut session, _) = Session::start_selected(&options.tracing, sinks)?;
+    let mut interrupts = Interrupts::new()?;
+    let until = tokio::time::sleep(options.duration);
+    session.trace_until(until, &mut interrupts).await?;
     session.finish().map(|_| ())
 }
 

@@ -1,5 +1,5 @@
 //! Command-line options: tracing (no subcommand; `--interval` or `top` for the live view),
-//! `doctor`, `demo`, `serve` and `scan`.
+//! `advise`, `doctor`, `demo`, `serve` and `scan`.
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
@@ -112,6 +112,10 @@ pub enum Command {
     Serve(ServeArgs),
     /// The live view: the tracing options with `--interval 1s` unless another is given.
     Top(RunArgs),
+    /// Traces for --duration and prints only what to set: for each cgroup whose periods were
+    /// measured (tracepoint backend), its busy runs' demand and the quota, burst and period
+    /// that fit them. It covers only what the trace saw.
+    Advise(AdviseArgs),
     /// Lists every cgroup held by a CPU quota (its own or an ancestor's) with its effective
     /// limit and its cpu.stat counters, most throttled first: where to look, in one reading of
     /// the cgroup tree, without eBPF or privileges beyond reading it.
@@ -135,6 +139,20 @@ pub struct DemoArgs {
 
     #[command(flatten)]
     pub probes: ProbeArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AdviseArgs {
+    /// How long to measure (e.g. 5m): long enough to hold the workload's busiest stretch.
+    #[arg(long, value_parser = positive_duration, default_value = "30s")]
+    pub duration: Duration,
+
+    /// Print the `advice` NDJSON lines (one per cgroup) instead of the text.
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub tracing: TracingArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -220,11 +238,12 @@ mod tests {
             assert_eq!(t.probes.backend, BackendChoice::Tracepoint);
         };
         check(&parse(&selection).run.tracing);
-        for command in ["top", "serve"] {
+        for command in ["top", "serve", "advise"] {
             let args: Vec<&str> = std::iter::once(command).chain(selection).collect();
             match parse(&args).command {
                 Some(Command::Top(run)) => check(&run.tracing),
                 Some(Command::Serve(serve)) => check(&serve.tracing),
+                Some(Command::Advise(advise)) => check(&advise.tracing),
                 other => panic!("{command}: {other:?}"),
             }
         }

@@ -13,8 +13,8 @@
 //!    demo (`PR_SET_PDEATHSIG`) if the demo is killed.
 //! 5. When the workload is done (or on Ctrl-C / SIGTERM) the usual report is printed, then what it
 //!    shows: average use against the quota, real stop lengths against cpu.stat's figure, request
-//!    latencies by burst size, the quota the bursts would need, and what a burst setting would do
-//!    (ceiling = quota + burst).
+//!    latencies by burst size, and what to set: the advice `advice::advise` made from the runs the
+//!    trace measured (the summary's advice block, in the demo's words; no calculation of its own).
 //! 6. The workload is killed and the cgroup removed — also on errors ([`cgroup::DemoCgroup`]'s
 //!    Drop) and on signals (caught from the first moment, so none can end the process early).
 mod cgroup;
@@ -361,7 +361,6 @@ fn explain(c: &Context<'_>) -> String {
     let quota_ns = QUOTA.quota_us * NS_PER_US;
     let period_ns = QUOTA.period_us * NS_PER_US;
     let quota_cpus = quota_ns as f64 / period_ns as f64;
-    let (quota_file, burst_file) = files(c.version);
     let _ = writeln!(out, "\nWhat the demo shows");
 
     let used_ns: u64 = c.bursts.iter().map(|b| b.cpu_ns).sum();
@@ -458,41 +457,62 @@ fn explain(c: &Context<'_>) -> String {
         first = false;
     }
 
-    let peak_ns = c
-        .bursts
-        .iter()
-        .map(|b| b.cpu_ns)
-        .max()
-        .unwrap_or_else(|| duration_ns(peak_burst_cpu(c.shape)));
-    let peak_cpus = peak_ns as f64 / period_ns as f64;
-    let average = average_cpus(c.shape);
+    what_to_set(&mut out, r, c.version, quota_cpus);
+    out
+}
+
+/// The advice `advice::advise` made from the runs the trace measured (every summary's advice
+/// block, above, is the same), in the demo's words; no second calculation.
+fn what_to_set(out: &mut String, r: &CgroupReport, version: Version, quota_cpus: f64) {
+    let (quota_file, burst_file) = files(version);
+    let Some(a) = r.advice() else {
+        out.push_str(
+            "  what to set    the advice comes from the CPU demand of each period, which only \
+             the tracepoint backend measures:\n                 run the demo with --backend \
+             tracepoint for it\n",
+        );
+        return;
+    };
     let _ = writeln!(
         out,
-        "  quota to fit   the largest burst used {} of CPU; it runs unstopped only if one period \
-         holds it:\n                 {quota_file} for >= {} per {} ({peak_cpus:.2} CPU), {:.1}x \
-         the average use",
-        ms(peak_ns),
-        ms(peak_ns),
-        ms(period_ns),
-        peak_cpus / average.max(f64::MIN_POSITIVE),
+        "  what to set    the advice above (advice::advise, from {} of measured periods): the \
+         largest run of work used {} of CPU in one go",
+        ms(a.covered_ns),
+        ms(a.largest_run_ns)
     );
-    if peak_ns > quota_ns {
-        let need = peak_ns - quota_ns;
-        let half = need / 2;
+    if a.fits {
+        out.push_str("                 and fits the quota in one period: nothing to change\n");
+    }
+    if let Some(q) = a.quota {
         let _ = writeln!(
             out,
-            "  or a burst     a period may spend at most quota + burst: {burst_file} >= {} \
-             (ceiling {}) lets it through\n                 at the same {quota_cpus:.2} CPU, \
-             refilled by the quota the bursts leave unused. Less buys nothing for it:\n                 \
-             {} of burst makes a {} ceiling, still short of {}.",
-            ms(need),
-            ms(quota_ns + need),
-            ms(half),
-            ms(quota_ns + half),
-            ms(peak_ns),
+            "  quota to fit   {quota_file} for >= {} per {} ({:.2} CPU): one period holds it",
+            ms(q.quota_ns),
+            ms(q.period_ns),
+            q.millicpus as f64 / 1000.0
         );
     }
-    out
+    let (Some(quota_ns), Some(need)) = (a.current.quota_ns, a.burst.for_largest_ns) else {
+        return;
+    };
+    match a.burst.burst_ns {
+        Some(burst) => {
+            let _ = writeln!(
+                out,
+                "  or a burst     a period may spend at most quota + burst: {burst_file} >= {} \
+                 (ceiling {}) lets it through\n                 at the same {quota_cpus:.2} CPU, \
+                 refilled by the quota the runs leave unused. Less than {} buys nothing for it.",
+                ms(burst),
+                ms(quota_ns + burst),
+                ms(need)
+            );
+        }
+        None => {
+            if let Some(why) = &a.burst.why_not {
+                let _ = writeln!(out, "  or a burst     none: {why}");
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -525,10 +545,45 @@ mod tests {
         assert_eq!(parse_burst("round 1 size 2"), None);
     }
 
+    /// Two runs of 80 ms (50 ms ended throttled, then 30 ms) at 50 ms / 100 ms, 500 ms apart,
+    /// the demo's own quota.
+    fn measured(report: &mut CgroupReport) {
+        const MS: u64 = 1_000_000;
+        let mut agg = crate::aggregate::Aggregate::watching(&[report.summary.cgroup_id]);
+        for (end_ms, usage_ms, throttled) in [
+            (100, 50, true),
+            (200, 30, false),
+            (600, 50, true),
+            (700, 30, false),
+        ] {
+            agg.ingest_period(&crate::records::Period {
+                cgroup_id: report.summary.cgroup_id,
+                end_ns: end_ms * MS,
+                start_ns: Some((end_ms - 100) * MS),
+                usage_ns: usage_ms * MS,
+                max_cpu_ns: usage_ms * MS,
+                cpus_used: 1,
+                throttled_cpus: u32::from(throttled),
+                bandwidth: crate::records::Bandwidth {
+                    quota_ns: Some(50 * MS),
+                    period_ns: Some(100 * MS),
+                    burst_ns: Some(0),
+                },
+                runtime_ns: None,
+            });
+        }
+        report.summary.demand = agg.finish(800 * MS).remove(0).demand;
+        report.settings = Some(crate::records::Bandwidth {
+            quota_ns: Some(50 * MS),
+            period_ns: Some(100 * MS),
+            burst_ns: Some(0),
+        });
+    }
+
     #[test]
     fn explanation_has_every_figure() {
         let shape = Requests::demo(Duration::from_secs(10));
-        let report = demo_report();
+        let mut report = demo_report();
         let bursts = [
             Burst {
                 size: 1,
@@ -541,6 +596,18 @@ mod tests {
                 wall_ns: 150_000_000,
             },
         ];
+        let without = explain(&Context {
+            shape: &shape,
+            report: Some(&report),
+            bursts: &bursts,
+            elapsed_ns: 1_000_000_000,
+            version: Version::V1,
+        });
+        assert!(
+            without.contains("only the tracepoint backend measures"),
+            "{without}"
+        );
+        measured(&mut report);
         let text = explain(&Context {
             shape: &shape,
             report: Some(&report),
@@ -556,9 +623,10 @@ mod tests {
             "throttled 270.0 ms / nr_throttled 3 = 90.0 ms \"per throttle\": 1.50x the 180.0 ms",
             "bursts of 1 (20.0 ms of CPU): 1 of them, done after median 21.0 ms, max 21.0 ms",
             "bursts of 4 (80.0 ms of CPU): 1 of them, done after median 150.0 ms",
-            "cpu.cfs_quota_us for >= 80.0 ms per 100.0 ms (0.80 CPU), 3.7x the average use",
-            "cpu.cfs_burst_us >= 30.0 ms (ceiling 80.0 ms)",
-            "15.0 ms of burst makes a 65.0 ms ceiling, still short of 80.0 ms",
+            "the largest run of work used 80.0 ms of CPU in one go",
+            "cpu.cfs_quota_us for >= 84.0 ms per 100.0 ms (0.84 CPU)",
+            "cpu.cfs_burst_us >= 34.0 ms (ceiling 84.0 ms)",
+            "Less than 34.0 ms buys nothing for it",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

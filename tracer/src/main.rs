@@ -56,6 +56,7 @@ fn main() {
     let result = match command {
         Some(cli::Command::Demo(args)) => runtime.block_on(demo::run(args)),
         Some(cli::Command::Serve(args)) => runtime.block_on(serve::run(args)).map(|()| 0),
+        Some(cli::Command::Advise(args)) => runtime.block_on(agent::advise(args)).map(|()| 0),
         Some(cli::Command::Top(mut run)) => {
             run.interval
                 .get_or_insert(std::time::Duration::from_secs(1));

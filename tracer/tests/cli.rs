@@ -105,3 +105,22 @@ fn a_scan_interval_of_nothing_is_a_usage_error() {
     let out = run(&["scan", "--interval", "0s"]);
     assert_failure(&out, 2, "--interval");
 }
+
+#[test]
+fn advise_refuses_a_bad_or_empty_duration_and_an_unknown_cgroup() {
+    for duration in ["soon", "0s"] {
+        let out = run(&["advise", "--duration", duration]);
+        assert_failure(&out, 2, "--duration");
+    }
+    let out = run(&[
+        "advise",
+        "--duration",
+        "1s",
+        "--cgroup",
+        "/no/such/cgroup-here",
+    ]);
+    assert_failure(&out, 2, "/no/such/cgroup-here");
+    assert_hint(&out, "--cgroup");
+    let out = run(&["advise", "--interval", "1s"]);
+    assert_failure(&out, 2, "--interval");
+}

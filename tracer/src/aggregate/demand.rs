@@ -85,24 +85,34 @@ pub(super) struct Demand {
     open: Option<Run>,
     max_cpus: u32,
     bandwidth: Bandwidth,
+    /// A run with a period of unknown usage is still open: its periods are no run's.
+    broken: bool,
 }
 
 impl Demand {
     pub(super) fn period(&mut self, p: &Period) {
         self.bandwidth = p.bandwidth;
+        let throttled = p.throttled_cpus > 0;
         let Some(start_ns) = p.start_ns else {
             self.unknown_periods += 1;
-            if self.open.take().is_some() {
+            let open = self.open.take().is_some();
+            if (open || throttled) && !self.broken {
                 self.broken_runs += 1;
             }
+            // Ended throttled, the run goes on past the hole.
+            self.broken = throttled;
             return;
         };
         self.periods += 1;
         self.usage_ns = self.usage_ns.saturating_add(p.usage_ns);
         self.covered_ns = self.covered_ns.saturating_add(p.end_ns - start_ns);
         self.max_cpus = self.max_cpus.max(p.cpus_used);
-        let throttled = p.throttled_cpus > 0;
         self.throttled_periods += u64::from(throttled);
+        if self.broken {
+            // The tail of a broken run: as a run of its own it would be reported short.
+            self.broken = throttled;
+            return;
+        }
         let run = self.open.get_or_insert(Run {
             start_ns,
             ..Run::default()
@@ -230,12 +240,14 @@ pub(crate) mod tests {
             period(200, 50, 1, true),
             unknown,
             period(400, 20, 1, false),
+            period(450, 10, 1, false),
             period(500, 50, 1, true),
         ]);
-        assert_eq!((s.periods, s.unknown_periods, s.broken_runs), (3, 1, 1));
-        // The run after the hole starts at its next period (a run of one).
+        assert_eq!((s.periods, s.unknown_periods, s.broken_runs), (4, 1, 1));
+        // The hole ended throttled: the period after it is the broken run's end, not a run of
+        // 20 ms; the next one is a run of one.
         assert_eq!(s.runs.count, 1);
-        assert_eq!(s.largest[0].demand_ns, 20 * MS);
+        assert_eq!(s.largest[0].demand_ns, 10 * MS);
         let open = s.unfinished.unwrap();
         assert_eq!((open.demand_ns, open.periods), (50 * MS, 1));
     }

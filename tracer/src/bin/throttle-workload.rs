@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! throttle-workload busy --threads N --seconds S
-//! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R
+//! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K]
 //! throttle-workload requests --seconds S
 //! throttle-workload held --seconds S
 //! ```
@@ -10,10 +10,12 @@
 //! `busy` spins N threads for S seconds of wall time. `spiky` first finds its group's period
 //! boundary (it burns until stopped: it resumes at a refill), then starts a round every MS
 //! after it (a multiple of the period, so every round starts at the same point of the period,
-//! just after a refill), burning the given CPU time (CLOCK_THREAD_CPUTIME_ID, so time spent
-//! stopped does not count) and idling for the rest. It prints one line per round with
-//! CLOCK_MONOTONIC timestamps and the CPU time burned — the clock the tracer's `start_ns` and
-//! `end_ns` use — so that stops can be matched to rounds. `requests` is the workload of
+//! just after a refill), in which each of K threads burns the given CPU time
+//! (CLOCK_THREAD_CPUTIME_ID, so time spent stopped does not count), and idles for the rest. It
+//! prints `synced refill_ns N` once it found the boundary (the stop that found it is then
+//! over), then one line per round with CLOCK_MONOTONIC timestamps and the CPU time its
+//! threads burned by their own clocks — the clock the tracer's `start_ns` and `end_ns` use —
+//! so that stops and runs can be matched to rounds. `requests` is the workload of
 //! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
 //! `held` spins one thread for S seconds reading CLOCK_REALTIME, and at the end prints one line
 //! per time it was held (two reads 30 ms or more apart): the last read before and the first
@@ -59,6 +61,9 @@ enum Mode {
         /// Rounds to run.
         #[arg(long, value_name = "R")]
         rounds: u32,
+        /// Threads that each burn `--burn-ms` in a round, all at once.
+        #[arg(long, value_name = "K", default_value_t = 1)]
+        threads: u32,
     },
     /// The demo's requests (4 workers, bursts of 20 ms requests) for S seconds.
     Requests {
@@ -82,7 +87,8 @@ fn main() -> ExitCode {
             every_ms,
             burn_ms,
             rounds,
-        } => spiky(ms_to_ns(every_ms), ms_to_ns(burn_ms), rounds),
+            threads,
+        } => spiky(ms_to_ns(every_ms), ms_to_ns(burn_ms), rounds, threads),
         Mode::Requests { seconds } => {
             let shape = workload::Requests::demo(Duration::from_secs(seconds.into()));
             if let Err(e) = workload::run(&shape, &mut std::io::stdout().lock()) {
@@ -182,13 +188,26 @@ fn held(length_ns: u64) {
 /// stopped or not depending on where in the period it starts, and wake-up delays move that
 /// point from round to round; starting every round at a fixed distance from a refill makes the
 /// quota's arithmetic the only thing that decides.
-fn spiky(every_ns: u64, burn_ns: u64, rounds: u32) {
+fn spiky(every_ns: u64, burn_ns: u64, rounds: u32, threads: u32) {
     let refill_ns = resume_after_stop();
+    println!("synced refill_ns {refill_ns}");
     for round in 0..rounds {
         let due_ns = refill_ns.saturating_add((u64::from(round) + 1).saturating_mul(every_ns));
         sleep_until_ns(due_ns);
         let start_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
-        let cpu_ns = workload::burn(burn_ns);
+        let cpu_ns = if threads <= 1 {
+            workload::burn(burn_ns)
+        } else {
+            thread::scope(|s| {
+                let burners: Vec<_> = (0..threads)
+                    .map(|_| s.spawn(|| workload::burn(burn_ns)))
+                    .collect();
+                burners
+                    .into_iter()
+                    .map(|b| b.join().expect("a burning thread panicked"))
+                    .sum()
+            })
+        };
         let end_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
         println!(
             "round {round} start_ns {start_ns} end_ns {end_ns} cpu_ns {cpu_ns} wall_ms {:.1}",

@@ -8,6 +8,42 @@ use super::CgroupReport;
 use crate::advice::{Advice, Setting};
 use crate::aggregate::DemandSummary;
 use crate::cgroups::Version;
+use crate::schema::{End, Start};
+
+/// `throttle-tracer advise`'s whole text: how long it traced and that the advice covers only
+/// that, then each measured cgroup's block under its path.
+pub(super) fn standalone(start: &Start, reports: &[CgroupReport], totals: &End) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "throttle-tracer advise: traced for {} s ({} backend). The advice covers only what the \
+         trace saw: a busier stretch than it saw needs more.",
+        secs(totals.elapsed_ns),
+        start.backend
+    );
+    let measured: Vec<&CgroupReport> = reports
+        .iter()
+        .filter(|r| r.summary.demand.is_some())
+        .collect();
+    if measured.is_empty() {
+        out.push_str(
+            "\nNo period of a cgroup with a quota was measured. Demand is measured by the \
+             tracepoint backend (--backend tracepoint), in cgroups that ran under their quota \
+             while tracing.\n",
+        );
+    }
+    for r in measured {
+        let _ = writeln!(
+            out,
+            "\n{}",
+            r.path
+                .as_deref()
+                .unwrap_or("(a cgroup removed while tracing)")
+        );
+        render(&mut out, r, start.cgroup_version);
+    }
+    out
+}
 
 /// The block, or nothing when no period of the cgroup was measured.
 pub(super) fn render(out: &mut String, r: &CgroupReport, version: Option<Version>) {

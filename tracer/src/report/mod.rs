@@ -33,7 +33,7 @@ use std::io;
 
 use crossterm::event::Event as Key;
 
-pub use sink::{Entry, Ndjson, Sink, Text, Tick};
+pub use sink::{AdviceOnly, Entry, Ndjson, Sink, Text, Tick};
 
 use crate::advice::{self, Advice};
 use crate::aggregate::{CgroupSummary, DurationSummary};

@@ -3,7 +3,8 @@
 //! that shows itself as it goes (a [`Tick`]), the terminal's keys, and writes its end.
 //! [`Ndjson`] is the NDJSON stream (`--json` on stdout, or every line into a `--record` file,
 //! each flushed so that a killed run leaves every line it made); [`Text`] is the summary printed
-//! at the end; the live view ([`super::live::LiveView`]) and the Prometheus exporter
+//! at the end; [`AdviceOnly`] is `throttle-tracer advise`'s output (the advice alone, text or
+//! its NDJSON lines); the live view ([`super::live::LiveView`]) and the Prometheus exporter
 //! ([`super::prometheus::Exporter`]) are sinks too.
 //!
 //! A write error does not end the run (a closed `| head` must not lose the recording): the
@@ -17,7 +18,7 @@ use std::time::Instant;
 
 use crossterm::event::Event as Key;
 
-use super::{CgroupReport, text};
+use super::{CgroupReport, advice_text, text};
 use crate::aggregate::IntervalSummary;
 use crate::error::Failure;
 use crate::sampler::Snapshot;
@@ -191,6 +192,61 @@ impl<W: Write> Sink for Text<W> {
     ) -> io::Result<()> {
         self.out
             .write_all(text::render(start, reports, totals).as_bytes())?;
+        self.out.flush()
+    }
+}
+
+/// `throttle-tracer advise`: only the advice, as its `advice` NDJSON lines (`json`) or as the
+/// text report's advice blocks under a line that says what the trace covered.
+pub struct AdviceOnly<W: Write> {
+    out: W,
+    json: bool,
+    failed: Option<io::Error>,
+}
+
+impl AdviceOnly<io::Stdout> {
+    pub fn stdout(json: bool) -> Self {
+        Self::to(io::stdout(), json)
+    }
+}
+
+impl<W: Write> AdviceOnly<W> {
+    pub fn to(out: W, json: bool) -> Self {
+        Self {
+            out,
+            json,
+            failed: None,
+        }
+    }
+}
+
+impl<W: Write> Sink for AdviceOnly<W> {
+    fn takes_lines(&self) -> bool {
+        self.json
+    }
+
+    fn line(&mut self, entry: &Entry) {
+        if self.failed.is_none()
+            && matches!(entry.line, Line::Advice(_))
+            && let Err(e) = writeln!(self.out, "{}", entry.line.to_json())
+        {
+            self.failed = Some(e);
+        }
+    }
+
+    fn finish(
+        mut self: Box<Self>,
+        start: &Start,
+        reports: &[CgroupReport],
+        totals: &End,
+    ) -> io::Result<()> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        if !self.json {
+            let text = advice_text::standalone(start, reports, totals);
+            self.out.write_all(text.as_bytes())?;
+        }
         self.out.flush()
     }
 }

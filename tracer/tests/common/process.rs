@@ -92,6 +92,18 @@ pub fn held(seconds: u32) -> Command {
     cmd
 }
 
+/// `throttle-workload spiky`: after a `synced` line, `rounds` rounds `every_ms` apart (a
+/// multiple of the period), each of `threads` threads burning `burn_ms` of its own CPU time;
+/// one `round I start_ns A end_ns B cpu_ns C ...` line each.
+pub fn spiky(every_ms: u32, burn_ms: u32, rounds: u32, threads: u32) -> Command {
+    let mut cmd = Command::new(WORKLOAD);
+    cmd.args(["spiky", "--every-ms", &every_ms.to_string()])
+        .args(["--burn-ms", &burn_ms.to_string()])
+        .args(["--rounds", &rounds.to_string()])
+        .args(["--threads", &threads.to_string()]);
+    cmd
+}
+
 /// The machine's last CPU, where the tests pin what they throttle (as `taskset -c <last>`).
 pub fn last_cpu() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()) - 1

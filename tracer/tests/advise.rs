@@ -1,0 +1,417 @@
+//! Demand and advice on this host (`--backend tracepoint`), proven against truths the tracer
+//! does not produce: the workload's own CPU clock per burst (CLOCK_THREAD_CPUTIME_ID), the
+//! cgroup's own usage counter (v1 `cpuacct.usage`, v2 `usage_usec`), and cpu.stat's
+//! nr_throttled after the advised quota, burst and period are applied and the same workload
+//! runs again. Needs root, kernel BTF and a cpu hierarchy; otherwise each test says why it
+//! cannot run (a failure under `CI=true`).
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::Duration,
+};
+
+use common::{Cgroup, CpuHierarchy, Running};
+use serde_json::Value;
+
+const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
+const PERIOD_US: u64 = 100_000;
+const QUOTA_US: u64 = 50_000;
+/// Round spacing: a multiple of every period used here (the workload's phase lock), with
+/// idle time to refill the pool and any burst in between.
+const EVERY_MS: u32 = 500;
+const ROUNDS: u32 = 4;
+
+/// One `round ...` line of the workload: its span and the CPU its threads burned by their own
+/// clocks.
+#[derive(Debug)]
+struct Round {
+    start_ns: u64,
+    end_ns: u64,
+    cpu_ns: u64,
+}
+
+/// A finished workload run: its rounds, the refill it synchronised on (its `synced` line),
+/// and from `from_ns` (just before the first round, the workload's stops that found the
+/// boundary over) to its exit cpu.stat's nr_throttled delta and the cgroup's usage counter
+/// delta.
+struct Outcome {
+    rounds: Vec<Round>,
+    refill_ns: u64,
+    from_ns: u64,
+    throttled: u64,
+    usage_ns: u64,
+}
+
+/// Runs `throttle-workload spiky` in `cgroup` until it exits: one thread pinned to the last
+/// CPU (one cfs_rq spends the quota), more threads unpinned.
+fn run_spiky(cgroup: &Cgroup, burn_ms: u32, rounds: u32, threads: u32) -> Outcome {
+    let pin = (threads == 1).then(common::last_cpu);
+    let mut cmd = common::spiky(EVERY_MS, burn_ms, rounds, threads);
+    cmd.stdout(Stdio::piped());
+    let mut workload = common::spawn_in(&mut cmd, cgroup, pin);
+    let stdout = BufReader::new(workload.stdout.take().expect("workload stdout"));
+    let mut done = Vec::new();
+    let mut synced = None;
+    for line in stdout.lines() {
+        let line = line.expect("workload line");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["synced", "refill_ns", r] => {
+                let refill_ns: u64 = r.parse().expect("refill_ns");
+                // When the workload gave up finding a boundary (a quota whose stops are shorter
+                // than the gap it looks for), its last stop may still come; 50 ms before the
+                // first round it is over, and no round has begun.
+                if rounds > 0 {
+                    let due = refill_ns + u64::from(EVERY_MS) * 1_000_000 - 50_000_000;
+                    thread::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns())));
+                }
+                synced = Some((
+                    refill_ns,
+                    monotonic_ns(),
+                    cgroup.stat().nr_throttled,
+                    cgroup.usage_ns(),
+                ));
+            }
+            ["round", _, "start_ns", a, "end_ns", b, "cpu_ns", c, ..] => {
+                done.push(Round {
+                    start_ns: a.parse().expect("start_ns"),
+                    end_ns: b.parse().expect("end_ns"),
+                    cpu_ns: c.parse().expect("cpu_ns"),
+                });
+            }
+            _ => panic!("unexpected workload line: {line}"),
+        }
+    }
+    let status = workload.wait().expect("wait workload");
+    assert!(status.success(), "workload: {status}");
+    cgroup.wait_refilled();
+    let (refill_ns, from_ns, throttled, usage) =
+        synced.expect("the workload printed no synced line");
+    assert_eq!(done.len(), rounds as usize, "{done:?}");
+    Outcome {
+        rounds: done,
+        refill_ns,
+        from_ns,
+        throttled: cgroup.stat().nr_throttled - throttled,
+        usage_ns: cgroup.usage_ns() - usage,
+    }
+}
+
+/// The tracer, started for one cgroup, and its stdout lines.
+struct Tracer {
+    child: Running,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Tracer {
+    fn start(cgroup: &Cgroup) -> Self {
+        let mut child = Running::spawn(
+            Command::new(TRACER)
+                .args(["--backend", "tracepoint", "--json", "--cgroup"])
+                .arg(cgroup.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        );
+        let stdout = child.stdout.take().expect("tracer stdout");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // A guard against hanging forever, not a timing assertion.
+        let first = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the tracer printed nothing (see its stderr above)");
+        let v: Value = serde_json::from_str(&first).expect("first line is JSON");
+        assert_eq!(v["type"], "start", "{first}");
+        Self { child, lines }
+    }
+
+    /// SIGINTs the tracer and returns every line it printed after `start`.
+    fn stop(mut self) -> Vec<Value> {
+        let status = self.child.interrupt();
+        assert!(status.success(), "tracer: {status}");
+        self.lines
+            .iter()
+            .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+}
+
+/// The one `advice` line of `cgroup`.
+fn advice<'a>(lines: &'a [Value], cgroup: &Cgroup) -> &'a Value {
+    let advice: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["type"] == "advice" && v["cgroup"] == cgroup.path())
+        .collect();
+    assert_eq!(advice.len(), 1, "advice lines: {advice:#?}");
+    advice[0]
+}
+
+fn ns(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a u64: {v}"))
+}
+
+/// A run of the trace's largest runs for each round (the run whose span holds the round's
+/// start), and each run's demand within 5 % of the CPU the round's threads burned.
+fn assert_runs_are_rounds(advice: &Value, rounds: &[Round]) {
+    let runs = advice["largest_runs"].as_array().expect("largest_runs");
+    for round in rounds {
+        let run = runs
+            .iter()
+            .find(|r| ns(&r["start_ns"]) <= round.start_ns && round.end_ns <= ns(&r["end_ns"]))
+            .unwrap_or_else(|| panic!("no run holds {round:?}: {runs:#?}"));
+        let (known, measured) = (round.cpu_ns as f64, ns(&run["demand_ns"]) as f64);
+        eprintln!(
+            "round of {:.1} ms CPU (its own clocks): run demand {:.1} ms over {} periods on {} CPUs",
+            known / 1e6,
+            measured / 1e6,
+            run["periods"],
+            run["cpus"]
+        );
+        assert!(
+            (measured - known).abs() <= 0.05 * known,
+            "run demand {measured} ns vs the round's own CPU {known} ns: {run}"
+        );
+    }
+    let known_max = rounds.iter().map(|r| r.cpu_ns).max().unwrap() as f64;
+    let largest = ns(&advice["largest_run_ns"]) as f64;
+    assert!(
+        (largest - known_max).abs() <= 0.05 * known_max,
+        "largest run {largest} ns vs the largest round's own CPU {known_max} ns: {advice}"
+    );
+}
+
+/// Traces one workload run in a fresh cgroup at `QUOTA_US` / `PERIOD_US` (and `burst_us`):
+/// returns the cgroup, the workload's outcome and the trace.
+///
+/// The workload finds a period boundary by burning until it is stopped; started at a random
+/// point of the period, it can miss the first stop (one shorter than it looks for) and burn
+/// two quotas, a run larger than its rounds. So a first run of the workload without rounds
+/// finds the boundary before the trace (the period timer keeps its phase while idle), and the
+/// traced one starts just after a boundary: its stop is then a single quota's.
+///
+/// Σ usage of the periods that ended after the outcome's `from_ns` (the tracer has seen an
+/// expiry by then, so none is of unknown usage; the group is idle then, so the period that
+/// holds it has no usage from before) is compared with the cgroup's own usage counter over the
+/// same time.
+fn traced(cpu: &CpuHierarchy, tag: &str, burn_ms: u32, threads: u32, burst_us: u64) -> Traced {
+    let cgroup = Cgroup::throttled(cpu, tag, QUOTA_US, PERIOD_US).with_cpuacct();
+    if burst_us > 0 {
+        cpu.set_burst(cgroup.dir(), burst_us);
+    }
+    let boundary_ns = run_spiky(&cgroup, burn_ms, 0, 1).refill_ns;
+    let tracer = Tracer::start(&cgroup);
+    let period_ns = PERIOD_US * 1000;
+    let now = monotonic_ns();
+    let next = boundary_ns + (now - boundary_ns).div_ceil(period_ns) * period_ns;
+    thread::sleep(Duration::from_nanos(next + 1_000_000 - now));
+    let outcome = run_spiky(&cgroup, burn_ms, ROUNDS, threads);
+    let lines = tracer.stop();
+
+    let periods: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["type"] == "period" && ns(&v["end_ns"]) > outcome.from_ns)
+        .collect();
+    assert!(periods.len() >= 2 * ROUNDS as usize, "{periods:#?}");
+    for p in &periods {
+        assert!(p["start_ns"].is_u64(), "a period of unknown usage: {p}");
+    }
+    let summed: u64 = periods.iter().map(|p| ns(&p["usage_ns"])).sum();
+    let usage = outcome.usage_ns;
+    eprintln!(
+        "{tag}: Σ usage of {} periods {:.3} ms, cpuacct.usage delta {:.3} ms",
+        periods.len(),
+        summed as f64 / 1e6,
+        usage as f64 / 1e6
+    );
+    assert!(
+        (summed as f64 - usage as f64).abs() <= 0.01 * usage as f64,
+        "Σ period usage {summed} ns vs the cgroup's usage counter delta {usage} ns"
+    );
+    Traced {
+        cgroup,
+        outcome,
+        lines,
+    }
+}
+
+struct Traced {
+    cgroup: Cgroup,
+    outcome: Outcome,
+    lines: Vec<Value>,
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn has_burst(cgroup: &Cgroup) -> Result<(), String> {
+    ["cpu.cfs_burst_us", "cpu.max.burst"]
+        .iter()
+        .any(|f| cgroup.dir().join(f).exists())
+        .then_some(())
+        .ok_or_else(|| "this kernel has no burst (5.14+)".into())
+}
+
+/// `spiky --every-ms 500 --burn-ms 80` at 50 ms / 100 ms: each round is one run of 80 ms of
+/// CPU; then the advised quota, burst and period, each applied alone to a fresh cgroup, let
+/// the same rounds run without a stop.
+#[test]
+fn a_spiky_burn_is_measured_and_the_advice_stops_it_no_more() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let t = traced(&host.cpu, "advise-spiky", 80, 1, 0);
+    assert_eq!(
+        t.outcome.throttled, ROUNDS as u64,
+        "each 80 ms round is stopped once at 50 ms / 100 ms (cpu.stat)"
+    );
+    let a = advice(&t.lines, &t.cgroup);
+    assert_runs_are_rounds(a, &t.outcome.rounds);
+    assert_eq!(a["fits"], false, "{a}");
+    drop(t.cgroup);
+
+    let quota_us = ns(&a["quota"]["quota_ns"]) / 1000;
+    let fresh = |tag: &str| Cgroup::throttled(&host.cpu, tag, QUOTA_US, PERIOD_US).with_cpuacct();
+    let quota = fresh("advise-quota");
+    quota.set_quota(Some(quota_us), PERIOD_US);
+    let throttled = run_spiky(&quota, 80, ROUNDS, 1).throttled;
+    eprintln!("advised quota {quota_us} µs / {PERIOD_US} µs: nr_throttled {throttled}");
+    assert_eq!(throttled, 0, "stopped at the advised quota {quota_us} µs");
+    drop(quota);
+
+    if common::applies(has_burst(&fresh("advise-has-burst"))) {
+        let burst_us = ns(&a["burst"]["burst_ns"]) / 1000;
+        let burst = fresh("advise-burst");
+        host.cpu.set_burst(burst.dir(), burst_us);
+        let throttled = run_spiky(&burst, 80, ROUNDS, 1).throttled;
+        eprintln!("advised burst {burst_us} µs at {QUOTA_US} µs: nr_throttled {throttled}");
+        assert_eq!(throttled, 0, "stopped with the advised burst {burst_us} µs");
+    }
+
+    let (p_quota_us, p_period_us) = (
+        ns(&a["period"]["quota_ns"]) / 1000,
+        ns(&a["period"]["period_ns"]) / 1000,
+    );
+    let period = fresh("advise-period");
+    period.set_quota(Some(p_quota_us), p_period_us);
+    let throttled = run_spiky(&period, 80, ROUNDS, 1).throttled;
+    eprintln!("advised period {p_quota_us} µs / {p_period_us} µs: nr_throttled {throttled}");
+    assert_eq!(throttled, 0, "stopped at the advised period");
+}
+
+/// A burst of 2 threads each burning 40 ms (80 ms of demand on 2 CPUs) at 50 ms / 100 ms: one
+/// run per burst of the threads' summed CPU, and the advised quota runs it through.
+#[test]
+fn a_burst_of_threads_is_measured_and_the_advised_quota_fits_it() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let t = traced(&host.cpu, "advise-threads", 40, 2, 0);
+    assert!(
+        t.outcome.throttled >= ROUNDS as u64,
+        "cpu.stat: each round stopped"
+    );
+    let a = advice(&t.lines, &t.cgroup);
+    assert_runs_are_rounds(a, &t.outcome.rounds);
+    drop(t.cgroup);
+
+    let quota_us = ns(&a["quota"]["quota_ns"]) / 1000;
+    let quota = Cgroup::throttled(&host.cpu, "advise-tquota", quota_us, PERIOD_US).with_cpuacct();
+    let throttled = run_spiky(&quota, 40, ROUNDS, 2).throttled;
+    eprintln!(
+        "advised quota {quota_us} µs / {PERIOD_US} µs for 2 × 40 ms: nr_throttled {throttled}"
+    );
+    assert_eq!(throttled, 0, "stopped at the advised quota {quota_us} µs");
+}
+
+/// A burst of 20 ms at 50 ms / 100 ms for rounds of 80 ms (below demand − quota = 30 ms) is
+/// flagged as buying nothing, and cpu.stat agrees: the rounds are stopped as often as without
+/// a burst.
+#[test]
+fn a_burst_below_demand_minus_quota_is_flagged_as_buying_nothing() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let probe = Cgroup::new(&host.cpu, "advise-probe");
+    if !common::applies(has_burst(&probe)) {
+        return;
+    }
+    drop(probe);
+    let t = traced(&host.cpu, "advise-useless", 80, 1, 20_000);
+    let a = advice(&t.lines, &t.cgroup);
+    assert_eq!(a["burst"]["configured_useless"], true, "{a}");
+    drop(t.cgroup);
+    let none = Cgroup::throttled(&host.cpu, "advise-noburst", QUOTA_US, PERIOD_US).with_cpuacct();
+    let without = run_spiky(&none, 80, ROUNDS, 1).throttled;
+    eprintln!(
+        "stops of {ROUNDS} rounds: {} with a 20 ms burst, {without} without (cpu.stat)",
+        t.outcome.throttled
+    );
+    assert_eq!(t.outcome.throttled, without, "the burst changed the stops");
+    assert_eq!(without, ROUNDS as u64);
+}
+
+/// `throttle-tracer advise --json` over a stretch of 80 ms rounds at 50 ms / 100 ms prints
+/// only `advice` lines, and its largest run is a round's own CPU. It starts in the middle of
+/// the rounds (the tracer takes seconds to attach on a busy machine, and says nothing when it
+/// has): the workload starts just after a boundary, so that its own first stop is one quota
+/// (50 ms), smaller than a round, and keeps going for longer than the tracer needs.
+#[test]
+fn advise_prints_only_the_advice_and_measures_the_rounds() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let cgroup = Cgroup::throttled(&host.cpu, "advise-cmd", QUOTA_US, PERIOD_US).with_cpuacct();
+    let boundary_ns = run_spiky(&cgroup, 80, 0, 1).refill_ns;
+    let advise = Running::spawn(
+        Command::new(TRACER)
+            .args(["advise", "--json", "--backend", "tracepoint"])
+            .args(["--duration", "5s", "--cgroup"])
+            .arg(cgroup.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    );
+    let period_ns = PERIOD_US * 1000;
+    let now = monotonic_ns();
+    let next = boundary_ns + (now - boundary_ns).div_ceil(period_ns) * period_ns;
+    thread::sleep(Duration::from_nanos(next + 1_000_000 - now));
+    let outcome = run_spiky(&cgroup, 80, 16, 1);
+    let out = advise.wait_with_output();
+    assert!(out.status.success(), "advise: {}", out.status);
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines.iter().all(|v| v["type"] == "advice"), "{lines:#?}");
+    let a = advice(&lines, &cgroup);
+    let known = outcome.rounds.iter().map(|r| r.cpu_ns).max().unwrap() as f64;
+    let largest = ns(&a["largest_run_ns"]) as f64;
+    eprintln!(
+        "advise over {:.1} s: {} runs, largest {:.1} ms; a round burned {:.1} ms; advised quota {} ns",
+        ns(&a["covered_ns"]) as f64 / 1e9,
+        a["runs"],
+        largest / 1e6,
+        known / 1e6,
+        a["quota"]["quota_ns"]
+    );
+    assert!(
+        (largest - known).abs() <= 0.05 * known,
+        "largest run {largest} ns vs a round's own CPU {known} ns: {a}"
+    );
+}
