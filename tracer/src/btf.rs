@@ -371,6 +371,20 @@ const SE_PARENT: Field = at!(
     Shape::Ptr("sched_entity")
 );
 
+// A group's bandwidth and its period timer: part of the tracepoint backend and of Demand.
+const TG_CFS_BANDWIDTH: Field = at!(
+    tg_cfs_bandwidth,
+    "task_group",
+    "cfs_bandwidth",
+    Shape::Struct("cfs_bandwidth")
+);
+const CFSB_PERIOD_TIMER: Field = at!(
+    cfsb_period_timer,
+    "cfs_bandwidth",
+    "period_timer",
+    Shape::Struct("hrtimer")
+);
+
 /// Every kernel field the probes read. Groups are resolved in this order, which is the order
 /// of [`Resolved::disabled`]; the first missing required field is the error.
 const TABLE: &[Group] = &[
@@ -502,12 +516,7 @@ const TABLE: &[Group] = &[
                 "throttled_list",
                 Shape::Struct("list_head")
             ),
-            at!(
-                cfsb_period_timer,
-                "cfs_bandwidth",
-                "period_timer",
-                Shape::Struct("hrtimer")
-            ),
+            CFSB_PERIOD_TIMER,
             at!(
                 cfsb_slack_timer,
                 "cfs_bandwidth",
@@ -521,6 +530,8 @@ const TABLE: &[Group] = &[
                 Shape::Struct("list_head")
             ),
             at!(hrtimer_function, "hrtimer", "function", Shape::FuncPtr),
+            // Where the programs learn the timers' callbacks (tracer-ebpf/.../config.rs).
+            TG_CFS_BANDWIDTH,
             TASK_SE,
             SE_CFS_RQ,
             SE_PARENT,
@@ -578,12 +589,7 @@ const TABLE: &[Group] = &[
         need: Need::Newer(Feature::Demand),
         // Read at each expiry of a group's period timer: its group entity on every CPU.
         fields: &[
-            at!(
-                tg_cfs_bandwidth,
-                "task_group",
-                "cfs_bandwidth",
-                Shape::Struct("cfs_bandwidth")
-            ),
+            TG_CFS_BANDWIDTH,
             at!(tg_se, "task_group", "se", Shape::PtrPtr("sched_entity")),
             at!(
                 se_sum_exec_runtime,
@@ -592,12 +598,7 @@ const TABLE: &[Group] = &[
                 Shape::Int(8)
             ),
             at!(cfsb_runtime, "cfs_bandwidth", "runtime", Shape::Int(8)),
-            at!(
-                cfsb_period_timer,
-                "cfs_bandwidth",
-                "period_timer",
-                Shape::Struct("hrtimer")
-            ),
+            CFSB_PERIOD_TIMER,
         ],
     },
 ];

@@ -178,3 +178,59 @@ fn unprivileged_doctor_names_the_missing_capabilities() {
         );
     }
 }
+
+/// CAP_BPF + CAP_PERFMON (bits 39 and 38) as nobody, what deploy/daemonset.yaml grants: such a
+/// process reads /proc/kallsyms as zeros, and yet every backend root can use is usable (the
+/// tracepoint backend needs no kernel symbol address, so no CAP_SYSLOG), and `auto` picks the
+/// same one.
+#[test]
+fn bpf_and_perfmon_alone_use_every_backend_root_can() {
+    // SAFETY: no preconditions.
+    let root_here = if unsafe { libc::geteuid() } == 0 {
+        Ok(())
+    } else {
+        Err("not root: setpriv cannot grant capabilities")
+    };
+    if common::require(root_here).is_none() {
+        return;
+    }
+    // Such a process sees no kernel symbol address.
+    let out = common::with_bpf_perfmon_only("/bin/cat")
+        .arg("/proc/kallsyms")
+        .output()
+        .expect("run cat");
+    let kallsyms = String::from_utf8_lossy(&out.stdout);
+    let period_timer = kallsyms
+        .lines()
+        .find(|l| l.ends_with(" sched_cfs_period_timer"))
+        .expect("sched_cfs_period_timer in /proc/kallsyms");
+    let hidden = if period_timer.starts_with("0000000000000000 ") {
+        Ok(())
+    } else {
+        Err(format!(
+            "kernel.kptr_restrict shows addresses to such a process: {period_timer}"
+        ))
+    };
+    common::applies(hidden);
+
+    let (root, _) = doctor();
+    let (v, code) = doctor_as(&mut common::with_bpf_perfmon_only(BIN));
+    assert_eq!(v["privileges"]["cap_eff"], "000000c000000000", "{v}");
+    assert_eq!(v["privileges"]["can_trace"], true, "{v}");
+    for b in root["backends"].as_array().unwrap() {
+        let name = b["backend"].as_str().unwrap();
+        assert_eq!(backend(&v, name)["usable"], b["usable"], "{name}: {v}");
+    }
+    assert_eq!(v["auto"], root["auto"], "{v}");
+    if root["auto"].is_string() {
+        assert_eq!(code, Some(0));
+    }
+    let fact = if backend(&root, "tracepoint")["usable"] == true {
+        Ok(())
+    } else {
+        Err("the tracepoint backend does not work here even as root")
+    };
+    if common::applies(fact) {
+        assert_eq!(backend(&v, "tracepoint")["usable"], true, "{v}");
+    }
+}

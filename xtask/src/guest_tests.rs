@@ -79,6 +79,7 @@ const PLANS: &[(&str, Plan)] = &[
                 "unprivileged_doctor_names_the_missing_capabilities",
                 SETPRIV,
             ),
+            ("bpf_and_perfmon_alone_use_every_backend_root_can", SETPRIV),
         ]),
     ),
     ("endings", Plan::Run(&[])),
@@ -86,7 +87,10 @@ const PLANS: &[(&str, Plan)] = &[
         "golden",
         Plan::HostOnly("recordings in tracer/tests/data, no cgroup"),
     ),
-    ("host_tracepoint", Plan::Run(&[])),
+    (
+        "host_tracepoint",
+        Plan::Run(&[("bpf_and_perfmon_alone_trace_every_stop", SETPRIV)]),
+    ),
     (
         "live",
         Plan::Run(&[(

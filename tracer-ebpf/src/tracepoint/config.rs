@@ -1,21 +1,132 @@
-//! The agent's settings for the tracepoint programs: what it learns only at run time (kallsyms
-//! addresses, the moment tracing was armed) and writes into `TP_CONFIG` after load. The slot numbers are mirrored in tracer/src/probes/tracepoint.rs.
-use aya_ebpf::{macros::map, maps::Array};
+//! What the tracepoint programs know beyond their arguments: the refill callbacks' addresses,
+//! learnt from the kernel's own structures the first time a program needs them, and what the
+//! agent writes into `TP_CONFIG` after load (the moment tracing was armed, whether the CSD
+//! programs are attached). The slot numbers are mirrored in tracer/src/probes/tracepoint.rs.
+//!
+//! The addresses are not read from /proc/kallsyms, which shows zeros without CAP_SYSLOG: every
+//! task group's bandwidth was set up by `init_cfs_bandwidth` (the root's too, in `sched_init`),
+//! which sets `period_timer.function = sched_cfs_period_timer` and `slack_timer.function =
+//! sched_cfs_slack_timer`, and from 6.2 `sched_init` sets every rq's `cfsb_csd.func =
+//! __cfsb_csd_unthrottle` (docs/kernel.md §8). So the group of the task running here, and the
+//! rq of its cfs_rq, hold them.
+use aya_ebpf::{helpers::bpf_get_current_task, macros::map, maps::Array};
+use tracer_common::{ABSENT, Offsets};
 
-/// `TP_CONFIG` slots, written by the agent after load.
-pub const CFG_PERIOD_TIMER_FN: u32 = 0;
-pub const CFG_SLACK_TIMER_FN: u32 = 1;
-pub const CFG_CSD_UNTHROTTLE_FN: u32 = 2;
-/// CLOCK_MONOTONIC ns when every program was attached; 0 before.
+use crate::stops::read;
+
+/// `TP_CONFIG` slots. The callbacks' addresses are learnt by the programs; 0 = not yet.
+const CFG_PERIOD_TIMER_FN: u32 = 0;
+const CFG_SLACK_TIMER_FN: u32 = 1;
+const CFG_CSD_UNTHROTTLE_FN: u32 = 2;
+/// CLOCK_MONOTONIC ns when every program was attached; 0 before. Written by the agent.
 pub const CFG_ARMED_NS: u32 = 3;
+/// 1 once both CSD programs are attached (written by the agent): an async unthrottle's end is
+/// then left to its CSD's exit.
+const CFG_CSD_TRACED: u32 = 4;
 
-/// kallsyms addresses of `sched_cfs_period_timer`, `sched_cfs_slack_timer`,
-/// `__cfsb_csd_unthrottle` and the armed time (see `CFG_*`).
 #[map]
-static TP_CONFIG: Array<u64> = Array::with_max_entries(4, 0);
+static TP_CONFIG: Array<u64> = Array::with_max_entries(5, 0);
 
 /// The value in `slot` (one of `CFG_*`); 0 when unset.
 #[inline(always)]
 pub fn cfg(slot: u32) -> u64 {
     TP_CONFIG.get(slot).copied().unwrap_or(0)
+}
+
+#[inline(always)]
+fn set(slot: u32, value: u64) {
+    if let Some(p) = TP_CONFIG.get_ptr_mut(slot) {
+        // SAFETY: valid map value pointer; racing writers store the same value.
+        unsafe { *p = value };
+    }
+}
+
+/// The addresses of `sched_cfs_period_timer` and `sched_cfs_slack_timer`, learnt at the first
+/// call that can read them: the program that first needs them learns them before it compares,
+/// so no period or slack timer goes unrecognised. (0, 0) while they cannot be read.
+#[inline(always)]
+pub fn timer_fns(o: &Offsets) -> (u64, u64) {
+    if cfg(CFG_PERIOD_TIMER_FN) == 0 {
+        learn_timer_fns(o);
+    }
+    (cfg(CFG_PERIOD_TIMER_FN), cfg(CFG_SLACK_TIMER_FN))
+}
+
+/// The address of `__cfsb_csd_unthrottle` (6.2+), learnt like [`timer_fns`]; 0 while it
+/// cannot be read, or when the CSD programs are not both attached.
+#[inline(always)]
+pub fn csd_fn(o: &Offsets) -> u64 {
+    if !csd_traced() {
+        return 0;
+    }
+    if cfg(CFG_CSD_UNTHROTTLE_FN) == 0 {
+        learn_csd_fn(o);
+    }
+    cfg(CFG_CSD_UNTHROTTLE_FN)
+}
+
+/// Whether the agent attached both CSD programs.
+#[inline(always)]
+pub fn csd_traced() -> bool {
+    cfg(CFG_CSD_TRACED) != 0
+}
+
+/// The cfs_rq of the task running on this CPU (its group's, on this CPU; the root's for the
+/// idle task); 0 if unreadable.
+#[inline(always)]
+fn current_cfs_rq(o: &Offsets) -> u64 {
+    if o.task_se == ABSENT || o.se_cfs_rq == ABSENT {
+        return 0;
+    }
+    // SAFETY: helper without preconditions; the task is only read through probe reads.
+    let task = unsafe { bpf_get_current_task() };
+    read::<u64>(task, o.task_se + o.se_cfs_rq).unwrap_or(0)
+}
+
+// Out of line, returning nothing: they run until learnt, and a returned value bigger than a
+// register (a pair) is passed through the caller's stack, which the BPF calling convention
+// does not allow.
+#[inline(never)]
+fn learn_timer_fns(o: &Offsets) {
+    if o.tg_cfs_bandwidth == ABSENT || o.cfsb_period_timer == ABSENT {
+        return;
+    }
+    let Some(tg) = read::<u64>(current_cfs_rq(o), o.cfs_rq_tg) else {
+        return;
+    };
+    if tg == 0 {
+        return;
+    }
+    let bandwidth = tg + o.tg_cfs_bandwidth as u64;
+    let Some(period) = read::<u64>(bandwidth + o.cfsb_period_timer as u64, o.hrtimer_function)
+    else {
+        return;
+    };
+    let Some(slack) = read::<u64>(bandwidth + o.cfsb_slack_timer as u64, o.hrtimer_function) else {
+        return;
+    };
+    if period != 0 && slack != 0 && period != slack {
+        // The slack first: a reader that sees the period set reads the slack after it.
+        set(CFG_SLACK_TIMER_FN, slack);
+        set(CFG_PERIOD_TIMER_FN, period);
+    }
+}
+
+#[inline(never)]
+fn learn_csd_fn(o: &Offsets) {
+    if o.rq_cfsb_csd == ABSENT {
+        return;
+    }
+    let Some(rq) = read::<u64>(current_cfs_rq(o), o.cfs_rq_rq) else {
+        return;
+    };
+    if rq == 0 {
+        return;
+    }
+    let Some(csd) = read::<u64>(rq + o.rq_cfsb_csd as u64, o.csd_func) else {
+        return;
+    };
+    if csd != 0 {
+        set(CFG_CSD_UNTHROTTLE_FN, csd);
+    }
 }

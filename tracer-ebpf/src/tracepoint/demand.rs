@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use tracer_common::{ABSENT, EVENT_PERIOD, Offsets, PeriodEvent};
 
-use super::config::{CFG_PERIOD_TIMER_FN, cfg};
+use super::config::timer_fns;
 use crate::{
     CGROUP_FILTER, FILTER_CGROUPS, nr_cpus,
     stops::{cgroup_id, emit, now, read},
@@ -96,7 +96,7 @@ pub(super) fn timer_entry(o: &Offsets, timer: u64) {
     if o.tg_se == ABSENT || o.cfsb_throttled_cfs_rq == ABSENT {
         return;
     }
-    let period_fn = cfg(CFG_PERIOD_TIMER_FN);
+    let (period_fn, _) = timer_fns(o);
     if period_fn == 0 || read::<u64>(timer, o.hrtimer_function) != Some(period_fn) {
         return;
     }

@@ -7,7 +7,7 @@ use aya_ebpf::{helpers::bpf_get_smp_processor_id, macros::map, maps::PerCpuArray
 use tracer_common::{ABSENT, END_REFILL, Offsets};
 
 use super::{
-    config::{CFG_CSD_UNTHROTTLE_FN, CFG_PERIOD_TIMER_FN, CFG_SLACK_TIMER_FN, cfg},
+    config::{csd_fn, csd_traced, timer_fns},
     stop::{F_EXIT_PENDING, F_REFILL_PENDING, TP_OPEN, cpu_of, end, episode_changed, start},
 };
 use crate::stops::{now, read, read_bits};
@@ -41,9 +41,12 @@ pub(super) fn timer_entry(o: &Offsets, timer: u64) {
     if function == 0 {
         return;
     }
-    let timer_offset = if function == cfg(CFG_PERIOD_TIMER_FN) {
+    let (period, slack) = timer_fns(o);
+    let timer_offset = if period == 0 {
+        return;
+    } else if function == period {
         o.cfsb_period_timer
-    } else if function == cfg(CFG_SLACK_TIMER_FN) {
+    } else if function == slack {
         o.cfsb_slack_timer
     } else {
         return;
@@ -66,7 +69,7 @@ pub(super) fn timer_exit(o: &Offsets, timer: u64) {
 /// its rq's `cfsb_csd` and the rq's `cfsb_csd_list` is what it unthrottles.
 #[inline(always)]
 pub(super) fn csd_entry(o: &Offsets, csd: u64) {
-    let target = cfg(CFG_CSD_UNTHROTTLE_FN);
+    let target = csd_fn(o);
     if target == 0 || read::<u64>(csd, o.csd_func) != Some(target) {
         return;
     }
@@ -173,7 +176,7 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
     let async_kernel = slot == SLOT_TIMER && o.rq_cfsb_csd != ABSENT;
     // SAFETY: helper without preconditions.
     let this_cpu = u64::from(unsafe { bpf_get_smp_processor_id() });
-    let csd_traced = cfg(CFG_CSD_UNTHROTTLE_FN) != 0;
+    let csd_traced = csd_traced();
     for i in 0..MAX_LIST {
         if i as u64 >= p.n {
             break;

@@ -3,12 +3,11 @@
 //! cfs_rq's `throttled` flag at sched_switch / sched_wakeup, walks the group's throttled list at
 //! every CFS period/slack timer, and ends stops at the exit of the refill callbacks.
 //!
-//! Before attaching, the agent gives it the kallsyms addresses of the refill callbacks (the
-//! hrtimer and CSD tracepoints fire for every timer and every cross-CPU call; the function
-//! pointer tells ours apart). After attaching, it records when tracing was armed, so a stop
-//! whose throttle began before that is reported as an unseen-start end.
-use std::fs;
-
+//! The hrtimer and CSD tracepoints fire for every timer and every cross-CPU call; the function
+//! pointer tells ours apart, and the programs learn those pointers from the kernel's own
+//! structures (tracer-ebpf/src/tracepoint/config.rs), so no kernel symbol address is needed.
+//! After attaching, the agent records when tracing was armed, so a stop whose throttle began
+//! before that is reported as an unseen-start end.
 use aya::{
     Btf, Ebpf,
     maps::Array,
@@ -20,11 +19,9 @@ use tracer_common::{ABSENT, Offsets};
 use super::Attached;
 use crate::{error::Failure, records};
 
-/// `TP_CONFIG` slots (tracer-ebpf/src/tracepoint/config.rs `CFG_*`).
-const CFG_PERIOD_TIMER_FN: u32 = 0;
-const CFG_SLACK_TIMER_FN: u32 = 1;
-const CFG_CSD_UNTHROTTLE_FN: u32 = 2;
+/// The `TP_CONFIG` slots the agent writes (tracer-ebpf/src/tracepoint/config.rs `CFG_*`).
 const CFG_ARMED_NS: u32 = 3;
+const CFG_CSD_TRACED: u32 = 4;
 
 /// (program, tracepoint, needed). Attach order: the ends first, so no stop can begin whose end
 /// would go unseen; the refill entries next; the hot scheduler tracepoints last.
@@ -60,33 +57,7 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
              use --backend kprobe",
         )
     })?;
-    let symbols = kallsyms(&[
-        "sched_cfs_period_timer",
-        "sched_cfs_slack_timer",
-        "__cfsb_csd_unthrottle",
-    ])?;
-    let [period, slack, csd] = [symbols[0], symbols[1], symbols[2]];
-    if period.is_none() {
-        return Err(Failure::environment(
-            "sched_cfs_period_timer is not in /proc/kallsyms",
-            "the tracepoint backend needs a kernel with CONFIG_CFS_BANDWIDTH=y",
-        ));
-    }
-    let async_unthrottle = offsets.rq_cfsb_csd != ABSENT && csd.is_some();
-    {
-        let map = ebpf
-            .map_mut("TP_CONFIG")
-            .ok_or_else(|| super::internal("map TP_CONFIG missing"))?;
-        let mut config: Array<_, u64> =
-            Array::try_from(map).map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
-        // CFG_CSD_UNTHROTTLE_FN only once both csd programs are attached: the eBPF side
-        // leaves an async unthrottle's end to the CSD's exit when it is set.
-        for (slot, value) in [(CFG_PERIOD_TIMER_FN, period), (CFG_SLACK_TIMER_FN, slack)] {
-            config
-                .set(slot, value.unwrap_or(0), 0)
-                .map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
-        }
-    }
+    let async_unthrottle = offsets.rq_cfsb_csd != ABSENT;
 
     let mut cgroup_removal_seen = false;
     let mut csd_attached = 0;
@@ -131,9 +102,11 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
         .ok_or_else(|| super::internal("map TP_CONFIG missing"))?;
     let mut config: Array<_, u64> =
         Array::try_from(map).map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
+    // Only once both csd programs are attached: the eBPF side leaves an async unthrottle's end
+    // to the CSD's exit when it is set.
     if csd_attached == 2 {
         config
-            .set(CFG_CSD_UNTHROTTLE_FN, csd.unwrap_or(0), 0)
+            .set(CFG_CSD_TRACED, 1, 0)
             .map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
     }
     config
@@ -172,6 +145,7 @@ fn required_missing(o: &Offsets) -> Vec<&'static str> {
         ("cfs_bandwidth.slack_timer", o.cfsb_slack_timer),
         ("cfs_bandwidth.throttled_cfs_rq", o.cfsb_throttled_cfs_rq),
         ("hrtimer.function", o.hrtimer_function),
+        ("task_group.cfs_bandwidth", o.tg_cfs_bandwidth),
         ("task_struct.se", o.task_se),
         ("sched_entity.cfs_rq", o.se_cfs_rq),
         ("sched_entity.parent", o.se_parent),
@@ -206,40 +180,6 @@ fn verifier_text(e: &ProgramError) -> String {
     text
 }
 
-/// The addresses of `names` in /proc/kallsyms (None for a name it lacks). Addresses read as 0
-/// when kptr_restrict hides them from this process: that is an error, not "absent".
-fn kallsyms(names: &[&str]) -> Result<Vec<Option<u64>>, Failure> {
-    let text = fs::read_to_string("/proc/kallsyms").map_err(|e| {
-        Failure::environment(
-            format!("cannot read /proc/kallsyms: {e}"),
-            "the tracepoint backend needs /proc/kallsyms (run as root)",
-        )
-    })?;
-    let mut found = vec![None; names.len()];
-    for line in text.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(addr), Some(_kind), Some(name)) = (fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        if fields.next().is_some() {
-            continue; // a module symbol ("[module]"): never ours
-        }
-        if let Some(i) = names.iter().position(|n| *n == name)
-            && found[i].is_none()
-        {
-            found[i] = u64::from_str_radix(addr, 16).ok();
-        }
-    }
-    if found.iter().flatten().any(|&a| a == 0) {
-        return Err(Failure::environment(
-            "/proc/kallsyms shows zero addresses to this process",
-            "run as root (kernel.kptr_restrict hides kernel addresses from others)",
-        ));
-    }
-    Ok(found)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +189,6 @@ mod tests {
         let missing = required_missing(&Offsets::ABSENT);
         assert!(missing.contains(&"cfs_rq.runtime_enabled"));
         assert!(missing.contains(&"hrtimer.function"));
-        assert_eq!(missing.len(), 11);
+        assert_eq!(missing.len(), 12);
     }
 }

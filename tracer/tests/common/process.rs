@@ -144,3 +144,20 @@ pub fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Runni
     }
     Running::spawn(cmd)
 }
+
+/// A command that runs `bin` as nobody with CAP_BPF and CAP_PERFMON only, what
+/// deploy/daemonset.yaml grants: `setpriv` (util-linux) keeps the two in the ambient set across
+/// the change of uid, and drops every other one from the bounding set.
+pub fn with_bpf_perfmon_only(bin: &str) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all,+bpf,+perfmon",
+        "--ambient-caps=-all,+bpf,+perfmon",
+        "--bounding-set=-all,+bpf,+perfmon",
+        bin,
+    ]);
+    cmd
+}
