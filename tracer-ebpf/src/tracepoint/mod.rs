@@ -26,7 +26,8 @@
 //! This file holds the programs, each of which only decodes its tracepoint's arguments:
 //! `observe` (a task's group chain), `stop` (the open stops, START and END), `refill` (the timer
 //! and CSD callbacks' lists), `demand` (per-period CPU use, at each period timer's expiry),
-//! `config` (what the agent writes after load).
+//! `config` (the refill callbacks' addresses, learnt at run time, and what the agent writes after
+//! load).
 mod config;
 mod demand;
 mod observe;
