@@ -83,6 +83,16 @@ fn current_cfs_rq(o: &Offsets) -> u64 {
     read::<u64>(task, o.task_se + o.se_cfs_rq).unwrap_or(0)
 }
 
+/// What is kept for good must look like it: a kernel address (the upper half on x86-64 and
+/// arm64), and the two timer callbacks, neighbours in kernel/sched/fair.c, within 64 MiB of
+/// each other (the whole kernel text, however the linker ordered it).
+const NEAR: u64 = 64 << 20;
+
+#[inline(always)]
+fn is_text(address: u64) -> bool {
+    address >= 0xffff_0000_0000_0000
+}
+
 // Out of line, returning nothing: they run until learnt, and a returned value bigger than a
 // register (a pair) is passed through the caller's stack, which the BPF calling convention
 // does not allow.
@@ -105,7 +115,7 @@ fn learn_timer_fns(o: &Offsets) {
     let Some(slack) = read::<u64>(bandwidth + o.cfsb_slack_timer as u64, o.hrtimer_function) else {
         return;
     };
-    if period != 0 && slack != 0 && period != slack {
+    if is_text(period) && is_text(slack) && period != slack && period.abs_diff(slack) < NEAR {
         // The slack first: a reader that sees the period set reads the slack after it.
         set(CFG_SLACK_TIMER_FN, slack);
         set(CFG_PERIOD_TIMER_FN, period);
@@ -126,7 +136,7 @@ fn learn_csd_fn(o: &Offsets) {
     let Some(csd) = read::<u64>(rq + o.rq_cfsb_csd as u64, o.csd_func) else {
         return;
     };
-    if csd != 0 {
+    if is_text(csd) {
         set(CFG_CSD_UNTHROTTLE_FN, csd);
     }
 }
