@@ -116,22 +116,7 @@ impl Tracer {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
         );
-        let stdout = child.stdout.take().expect("tracer stdout");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        // A guard against hanging forever, not a timing assertion.
-        let first = lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the tracer printed nothing (see its stderr above)");
-        let v: Value = serde_json::from_str(&first).expect("first line is JSON");
-        assert_eq!(v["type"], "start", "{first}");
+        let (_, lines) = common::ndjson_lines(&mut child);
         Self { child, lines }
     }
 

@@ -7,11 +7,8 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader},
     process::{Command, Stdio},
     sync::mpsc,
-    thread,
-    time::Duration,
 };
 
 use common::{Cgroup, CpuHierarchy, Running};
@@ -49,23 +46,9 @@ impl Scene {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
         );
-        let stdout = child.stdout.take().expect("tracer stdout");
+        let (v, rx) = common::ndjson_lines(&mut child);
+        let first = v.to_string();
         self.tracer = Some(child);
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        // A guard against hanging forever, not a timing assertion.
-        let first = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the tracer printed nothing (see its stderr above)");
-        let v: Value = serde_json::from_str(&first).expect("first line is JSON");
-        assert_eq!(v["type"], "start", "{first}");
         assert_eq!(v["backend"], common::backend(), "{first}");
         assert!(v["realtime_offset_ns"].is_i64(), "{first}");
         rx

@@ -301,10 +301,25 @@ impl Judge {
                 Some(&local_us) => {
                     let local_ns = local_us * 1000;
                     let error = (attributed_ns as f64 - local_ns as f64) / (local_ns.max(1) as f64);
-                    self.check(error.abs() <= 0.01, || {
+                    // 6.18+ starts a child's clock when the throttle parks its task, not at the
+                    // throttle: a stop during which a child's task was parked late (or never)
+                    // is credited whole while the kernel counts less (docs/definitions.md,
+                    // "stopped by ancestor"). Over by at most one stop, never under.
+                    let longest = run
+                        .stops
+                        .iter()
+                        .filter_map(|s| s["kernel_ns"].as_u64())
+                        .max()
+                        .unwrap_or(0);
+                    let local = u64::try_from(local_ns).unwrap_or(0);
+                    let parked_late = run.task_based
+                        && attributed_ns >= local
+                        && attributed_ns - local <= longest + local / 100;
+                    self.check(error.abs() <= 0.01 || parked_late, || {
                         format!(
                             "{path}: attributed kernel time {:.1} ms vs cpu.stat.local \
-                             throttled_usec delta {:.1} ms: {:+.2}%, expected within 1%",
+                             throttled_usec delta {:.1} ms: {:+.2}%, expected within 1% (on \
+                             6.18+, over by at most one stop)",
                             attributed_ns as f64 / 1e6,
                             local_ns as f64 / 1e6,
                             error * 100.0

@@ -20,7 +20,9 @@ use std::{
 
 pub use cgroup::Cgroup;
 pub use cpu::{CpuHierarchy, CpuStat, Version};
-pub use process::{Running, busy, held, last_cpu, spawn_in, spiky, with_bpf_perfmon_only};
+pub use process::{
+    Running, busy, held, last_cpu, ndjson_lines, spawn_in, spiky, with_bpf_perfmon_only,
+};
 
 /// Whether the tests run as CI runs them (`CI=true`): then a skip for want of something the
 /// machine could have is a failure, not a pass.

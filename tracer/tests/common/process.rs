@@ -161,3 +161,26 @@ pub fn with_bpf_perfmon_only(bin: &str) -> Command {
     ]);
     cmd
 }
+
+/// The tracer `child`'s stdout lines, read on a thread of their own, once its first line (the
+/// NDJSON `start` line, returned parsed) has come.
+pub fn ndjson_lines(child: &mut Running) -> (serde_json::Value, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead as _, BufReader};
+    let stdout = child.stdout.take().expect("tracer stdout");
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // A guard against hanging forever, not a timing assertion.
+    let first = lines
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the tracer printed nothing (see its stderr above)");
+    let start: serde_json::Value = serde_json::from_str(&first).expect("first line is JSON");
+    assert_eq!(start["type"], "start", "{first}");
+    (start, lines)
+}
