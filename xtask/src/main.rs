@@ -83,11 +83,7 @@ fn test() -> anyhow::Result<()> {
             .env("CI", "true"),
     )?;
     print_ignored()?;
-    // Two boots at a time: on CI's two cores each single-threaded TCG VM has a core of its
-    // own, nothing else runs by then, and the quota timings held (docs/testing.md).
-    let mut matrix = vm_test::Args::default();
-    matrix.jobs = 2;
-    vm_test::run(&matrix)
+    vm_test::run(&vm_test::Args::default())
 }
 
 /// Names the tests that `#[ignore]` kept from running, so that none is forgotten.

@@ -24,7 +24,7 @@ pub struct Args {
     /// Kernels booted at once (default 1: a VM that shares its host CPU sees its scheduler
     /// ticks stretched, and the quota arithmetic the scenarios check with them).
     #[arg(long, value_name = "N", default_value_t = 1)]
-    pub jobs: usize,
+    jobs: usize,
     /// Backend to run the scenarios with, repeatable: kprobe, fentry, tracepoint (default: all).
     #[arg(long = "backend", value_name = "BACKEND", value_parser = clap::builder::PossibleValuesParser::new(BACKENDS))]
     backends: Vec<String>,
