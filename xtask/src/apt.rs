@@ -1,8 +1,9 @@
-//! A private apt for Debian suites the system does not list (bullseye-security, sid, ...).
+//! apt for Debian suites the system does not list (bullseye-security, sid, backports, ...).
 //!
-//! The archive URIs come from the system's own deb822 sources, so no mirror is named here;
-//! lists, cache and sources live under target/vm/apt/<suite>/ and the system's apt state is
-//! never touched.
+//! The archive URIs come from the system's own deb822 sources, so no mirror is named here.
+//! [`PrivateApt`] downloads from one suite with its lists, cache and sources under
+//! target/vm/apt/<suite>/ and never touches the system's apt state; [`WithSuite`] installs
+//! into the system from its own sources plus one more suite, with only the lists kept apart.
 use crate::cmd;
 use anyhow::{Context as _, Result};
 use std::path::{Path, PathBuf};
@@ -101,6 +102,64 @@ impl PrivateApt {
     }
 }
 
+/// The system's sources plus one suite they lack: the packages it installs come from the
+/// system's archives and that suite, into the system's dpkg; its lists live under
+/// target/vm/apt/with-<suite>/, so the system's own lists stay as they were.
+pub struct WithSuite {
+    dir: PathBuf,
+}
+
+impl WithSuite {
+    pub fn new(suite: &str) -> Result<Self> {
+        let dir = crate::paths::vm().join("apt").join(format!("with-{suite}"));
+        for sub in ["lists/partial", "parts"] {
+            std::fs::create_dir_all(dir.join(sub))?;
+        }
+        let system = std::fs::read_to_string(SYSTEM_SOURCES)
+            .with_context(|| format!("reading {SYSTEM_SOURCES} (deb822 apt sources)"))?;
+        let source = system_source(Archive::Main)?;
+        let mut stanza = format!(
+            "Types: deb\nURIs: {}\nSuites: {suite}\nComponents: main\n",
+            source.uri
+        );
+        if let Some(keyring) = &source.signed_by {
+            stanza.push_str(&format!("Signed-By: {keyring}\n"));
+        }
+        std::fs::write(dir.join("parts/system.sources"), system)?;
+        std::fs::write(dir.join("parts/extra.sources"), stanza)?;
+        Ok(Self { dir })
+    }
+
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(program);
+        let dir = |sub: &str| self.dir.join(sub).display().to_string();
+        for (key, value) in [
+            ("Dir::Etc::sourcelist", "/dev/null".to_owned()),
+            ("Dir::Etc::sourceparts", dir("parts")),
+            ("Dir::State::Lists", dir("lists")),
+            ("APT::Sandbox::User", "root".to_owned()),
+        ] {
+            cmd.arg("-o").arg(format!("{key}={value}"));
+        }
+        cmd
+    }
+}
+
+/// Every suite the system's apt sources list.
+pub fn system_suites() -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(SYSTEM_SOURCES)
+        .with_context(|| format!("reading {SYSTEM_SOURCES} (deb822 apt sources)"))?;
+    Ok(suites(&text))
+}
+
+fn suites(deb822: &str) -> Vec<String> {
+    deb822
+        .lines()
+        .filter_map(|l| l.strip_prefix("Suites:"))
+        .flat_map(|v| v.split_whitespace().map(str::to_owned))
+        .collect()
+}
+
 /// One archive as the system's apt sources name it.
 struct Source {
     uri: String,
@@ -162,5 +221,13 @@ mod tests {
         let security = find_source(SOURCES, Archive::Security).unwrap();
         assert_eq!(security.uri, "http://mirror.example/debian-security");
         assert_eq!(security.signed_by, None);
+    }
+
+    #[test]
+    fn lists_every_suite() {
+        assert_eq!(
+            suites(SOURCES),
+            ["bookworm", "bookworm-updates", "bookworm-security"]
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! and the benchmark each add their own Debian packages, so `cargo xtask demo` installs no
 //! emulator and no server. apt is asked for a plan first (`apt-get -s`) and nothing is
 //! installed when the plan removes a package the machine had: a set-up must not uninstall.
-use crate::cmd;
+use crate::{apt, cmd};
 use anyhow::{Context as _, Result, bail};
 use std::path::PathBuf;
 use std::process::Command;
@@ -127,22 +127,68 @@ impl Package {
             || dpkg_installed(self.name)
     }
 
-    /// What to ask apt for: `name`, or `name/release` to follow an installed sibling.
-    fn request(&self) -> Result<String> {
+    /// What to ask apt for: the package, from an installed sibling's release when it has one.
+    fn request(&self) -> Result<Request<'_>> {
         let release = match self.release_of {
             Some(sibling) if dpkg_installed(sibling) => {
                 let policy = cmd::stdout(Command::new("apt-cache").args(["policy", sibling]))?;
-                installed_release(&policy)
+                let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+                installed_release(&policy, &os)
             }
             _ => None,
         };
-        Ok(match release {
-            Some(release) => format!("{}/{release}", self.name),
-            None => self.name.to_owned(),
+        Ok(Request {
+            package: self,
+            release,
         })
     }
 }
 
+/// A package and the release apt must take it from (None: the default release).
+struct Request<'a> {
+    package: &'a Package,
+    release: Option<String>,
+}
+
+/// One apt transaction: the packages of one release. `-t RELEASE` takes their dependencies from
+/// that release too (a `name/RELEASE` request would take only the package itself from it); a
+/// release the system's sources lack (a sibling installed from a backports .deb) is added for
+/// this install only.
+struct Transaction<'a> {
+    release: Option<String>,
+    packages: Vec<&'a Package>,
+    extra: Option<apt::WithSuite>,
+}
+
+impl Transaction<'_> {
+    fn command(&self, simulate: bool) -> Command {
+        let mut apt = match &self.extra {
+            Some(extra) => extra.command("apt-get"),
+            None => Command::new("apt-get"),
+        };
+        if simulate {
+            apt.arg("-s");
+        }
+        if let Some(release) = &self.release {
+            apt.args(["-t", release]);
+        }
+        apt.args(["install", "-y", "--no-install-recommends"])
+            .args(self.packages.iter().map(|p| p.name))
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        apt
+    }
+
+    fn describe(&self) -> String {
+        let names: Vec<&str> = self.packages.iter().map(|p| p.name).collect();
+        match &self.release {
+            Some(release) => format!("{} (from {release})", names.join(" ")),
+            None => names.join(" "),
+        }
+    }
+}
+
+/// Plans every transaction before running any, so that a plan that would remove a package
+/// stops the set-up with nothing installed.
 fn install(packages: &[&Package]) -> Result<()> {
     if packages.is_empty() {
         return Ok(());
@@ -152,31 +198,51 @@ fn install(packages: &[&Package]) -> Result<()> {
         .iter()
         .map(|p| p.request())
         .collect::<Result<Vec<_>>>()?;
-    let apt_install = |simulate: bool| {
-        let mut apt = Command::new("apt-get");
-        if simulate {
-            apt.arg("-s");
-        }
-        apt.args(["install", "-y", "--no-install-recommends"])
-            .args(&requests)
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        apt
-    };
-    let plan = cmd::stdout(&mut apt_install(true))
-        .with_context(|| format!("apt cannot install {}", requests.join(" ")))?;
-    let lost: Vec<&str> = removals(&plan)
-        .filter(|removed| !packages.iter().any(|p| p.replaces == Some(*removed)))
-        .collect();
-    if !lost.is_empty() {
-        bail!(
-            "installing {} would make apt remove {}; nothing was installed. Install those \
-             packages in versions that keep {} (or remove it yourself), then run this again",
-            requests.join(" "),
-            lost.join(" "),
-            lost.join(" ")
-        );
+    let mut releases: Vec<Option<String>> = requests.iter().map(|r| r.release.clone()).collect();
+    releases.sort();
+    releases.dedup();
+    let system = apt::system_suites()?;
+    let mut transactions = Vec::new();
+    for release in releases {
+        let extra = match &release {
+            Some(suite) if !system.contains(suite) => {
+                let extra = apt::WithSuite::new(suite)?;
+                cmd::run(extra.command("apt-get").args(["-q", "update"]))?;
+                Some(extra)
+            }
+            _ => None,
+        };
+        let packages = requests
+            .iter()
+            .filter(|r| r.release == release)
+            .map(|r| r.package)
+            .collect();
+        transactions.push(Transaction {
+            release,
+            packages,
+            extra,
+        });
     }
-    cmd::run(&mut apt_install(false))
+    for transaction in &transactions {
+        let plan = cmd::stdout(&mut transaction.command(true))
+            .with_context(|| format!("apt cannot install {}", transaction.describe()))?;
+        let lost: Vec<&str> = removals(&plan)
+            .filter(|removed| !packages.iter().any(|p| p.replaces == Some(*removed)))
+            .collect();
+        if !lost.is_empty() {
+            bail!(
+                "installing {} would make apt remove {}; nothing was installed. Install those \
+                 packages in versions that keep {} (or remove it yourself), then run this again",
+                transaction.describe(),
+                lost.join(" "),
+                lost.join(" ")
+            );
+        }
+    }
+    for transaction in &transactions {
+        cmd::run(&mut transaction.command(false))?;
+    }
+    Ok(())
 }
 
 fn dpkg_installed(package: &str) -> bool {
@@ -192,8 +258,10 @@ fn removals(plan: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The release (suite) the installed version in `apt-cache policy` output comes from: the first
-/// archive row under its `***` row. None when it comes from no archive (a local .deb).
-fn installed_release(policy: &str) -> Option<String> {
+/// archive row under its `***` row. A copy installed from no listed archive (a local .deb) whose
+/// version is a backport of this system's release (`~bpo12` on Debian 12) belongs to that
+/// release's backports suite; any other such copy to none.
+fn installed_release(policy: &str, os_release: &str) -> Option<String> {
     policy
         .lines()
         .skip_while(|l| !l.trim_start().starts_with("*** "))
@@ -211,6 +279,26 @@ fn installed_release(policy: &str) -> Option<String> {
         .flatten()
         .next()
         .map(str::to_owned)
+        .or_else(|| backports_of(policy, os_release))
+}
+
+fn backports_of(policy: &str, os_release: &str) -> Option<String> {
+    let installed = policy
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("Installed: "))?;
+    let (_, backport) = installed.split_once("~bpo")?;
+    let field = |name: &str| {
+        os_release
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+            .map(|v| v.trim_matches('"'))
+    };
+    let version_id = field("VERSION_ID")?;
+    let codename = field("VERSION_CODENAME")?;
+    let of_this_release = backport
+        .strip_prefix(version_id)
+        .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()));
+    of_this_release.then(|| format!("{codename}-backports"))
 }
 
 /// `-Z build-std=core` for the BPF target needs the standard library's source.
@@ -326,17 +414,37 @@ mod tests {
     #[test]
     fn installed_release_follows_the_installed_row() {
         assert_eq!(
-            installed_release(POLICY_BACKPORT).as_deref(),
+            installed_release(POLICY_BACKPORT, BOOKWORM).as_deref(),
             Some("bookworm-backports")
         );
         // Installed from a local .deb: the row has only the status file, then the next version.
-        let local = "qemu-utils:\n  Version table:\n *** 1:11.0-1 100\n        100 /var/lib/dpkg/status\n     \
-            1:7.2+dfsg-7+deb12u18+b3 500\n        500 http://mirror.example/debian bookworm/main amd64 Packages\n";
-        assert_eq!(installed_release(local), None);
+        let local = "qemu-utils:\n  Installed: 1:11.0-1\n  Version table:\n *** 1:11.0-1 100\n        \
+            100 /var/lib/dpkg/status\n     1:7.2+dfsg-7+deb12u18+b3 500\n        \
+            500 http://mirror.example/debian bookworm/main amd64 Packages\n";
+        assert_eq!(installed_release(local, BOOKWORM), None);
         assert_eq!(
-            installed_release("qemu-utils:\n  Installed: (none)\n"),
+            installed_release("qemu-utils:\n  Installed: (none)\n", BOOKWORM),
             None
         );
+    }
+
+    const BOOKWORM: &str = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_ID=\"12\"\n\
+        VERSION_CODENAME=bookworm\n";
+
+    #[test]
+    fn a_local_backport_belongs_to_the_backports_suite() {
+        // This machine kind: qemu-utils from a backports .deb, no backports in the sources.
+        let policy = "qemu-utils:\n  Installed: 1:10.0.2+ds-2+deb13u1~bpo12+1\n  Version table:\n \
+            *** 1:10.0.2+ds-2+deb13u1~bpo12+1 100\n        100 /var/lib/dpkg/status\n";
+        assert_eq!(
+            installed_release(policy, BOOKWORM).as_deref(),
+            Some("bookworm-backports")
+        );
+        // A backport made for another release is not this one's.
+        let other = policy.replace("bpo12", "bpo11");
+        assert_eq!(installed_release(&other, BOOKWORM), None);
+        let longer = policy.replace("bpo12", "bpo120");
+        assert_eq!(installed_release(&longer, BOOKWORM), None);
     }
 
     /// `apt-get -s install --no-install-recommends qemu-system-x86` with that qemu-utils.
