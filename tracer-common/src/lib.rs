@@ -123,6 +123,10 @@ pub struct PeriodEvent {
     pub throttled_cpus: u32,
     /// CPUs whose entity was read; a CPU seen for the first time has no Δ yet.
     pub cpus_read: u32,
+    /// `cfs_b->runtime_snap` at the expiry (5.16+; `u64::MAX` = none): the pool the previous
+    /// refill left. The refill counts `runtime_snap - (runtime + quota)`, when positive, as
+    /// burst the period spent (cpu.stat `burst_time` / `burst_usec`).
+    pub runtime_snap_ns: u64,
 }
 
 /// Most direct children listed in one `StopEvent`.
@@ -230,6 +234,9 @@ pub struct Offsets {
     pub se_sum_exec_runtime: u32,
     /// `cfs_bandwidth.runtime`, relative to `cfs_bandwidth`.
     pub cfsb_runtime: u32,
+    // Appended for the burst each period spent (5.16+).
+    /// `cfs_bandwidth.runtime_snap`, relative to `cfs_bandwidth`.
+    pub cfsb_runtime_snap: u32,
 }
 
 impl Offsets {
@@ -280,6 +287,7 @@ impl Offsets {
         tg_se: ABSENT,
         se_sum_exec_runtime: ABSENT,
         cfsb_runtime: ABSENT,
+        cfsb_runtime_snap: ABSENT,
     };
 }
 

@@ -3,6 +3,7 @@
 //! fexit checks that it really unthrottled. fentry/fexit pairs on the callers of
 //! `unthrottle_cfs_rq` mark why stops end: one pair per function, named `<function>_fentry` /
 //! `<function>_fexit`, because an fentry program is bound to its function when it is loaded.
+//! fentry on `sched_cfs_period_timer` ends each period (`crate::demand`).
 //!
 //! fexit's context is the arguments followed by the return value, each a u64 slot. The return
 //! slot is read directly, not with `bpf_get_func_ret`, which needs 5.17.
@@ -13,7 +14,7 @@ use aya_ebpf::{
 use aya_log_ebpf::debug;
 use tracer_common::{END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL};
 
-use crate::{calls, end_reason::end_context, offsets};
+use crate::{calls, demand, end_reason::end_context, offsets};
 
 #[fexit]
 pub fn throttle_cfs_rq_fexit(ctx: FExitContext) -> u32 {
@@ -42,6 +43,13 @@ pub fn unthrottle_cfs_rq_fexit(ctx: FExitContext) -> u32 {
             1
         }
     }
+}
+
+/// The period timer expires, before its refill.
+#[fentry]
+pub fn sched_cfs_period_timer_fentry(ctx: FEntryContext) -> u32 {
+    demand::timer_expires(offsets(), ctx.arg(0));
+    0
 }
 
 end_context!(

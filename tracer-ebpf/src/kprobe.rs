@@ -1,5 +1,6 @@
 //! The kprobe backend: entry probes remember the cfs_rq argument, return probes check whether
-//! the call really (un)throttled it.
+//! the call really (un)throttled it; the period timer's callback ends each period
+//! (`crate::demand`).
 use aya_ebpf::{
     macros::{kprobe, kretprobe, map},
     maps::PerCpuArray,
@@ -7,7 +8,7 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 
-use crate::{calls, offsets};
+use crate::{calls, demand, offsets};
 
 /// The cfs_rq argument of the `throttle_cfs_rq` call in progress on this CPU, for the return
 /// probe (x86's argument registers are gone by then). Both functions run under the rq lock
@@ -62,4 +63,13 @@ pub fn unthrottle_cfs_rq_ret(ctx: RetProbeContext) -> u32 {
             1
         }
     }
+}
+
+/// `sched_cfs_period_timer(struct hrtimer *)`: the period timer expires, before its refill.
+#[kprobe]
+pub fn sched_cfs_period_timer(ctx: ProbeContext) -> u32 {
+    if let Some(timer) = ctx.arg::<u64>(0) {
+        demand::timer_expires(offsets(), timer);
+    }
+    0
 }

@@ -10,6 +10,7 @@
 #![no_main]
 
 mod calls;
+mod demand;
 mod end_reason;
 mod fentry;
 mod kprobe;

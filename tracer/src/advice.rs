@@ -367,6 +367,7 @@ mod tests {
             broken_runs: 0,
             unfinished: None,
             bandwidth: Bandwidth::default(),
+            burst_spent_ns: None,
         }
     }
 

@@ -93,8 +93,10 @@ pub enum Feature {
     /// every child a parent's stop stops, not only the one whose task was seen.
     StoppedChildren,
     /// `task_group.se` / `sched_entity.sum_exec_runtime` and the bandwidth's place in its
-    /// group: the tracepoint backend's per-period CPU demand.
+    /// group: the per-period CPU demand.
     Demand,
+    /// `cfs_bandwidth.runtime_snap` (5.16+): the burst each period spent.
+    BurstSpent,
 }
 
 impl fmt::Display for Feature {
@@ -111,6 +113,7 @@ impl fmt::Display for Feature {
             Feature::ParkedTasks => "parked task count",
             Feature::StoppedChildren => "stopped children of a quota owner",
             Feature::Demand => "per-period CPU demand",
+            Feature::BurstSpent => "burst spent per period",
         })
     }
 }
@@ -131,6 +134,7 @@ impl Feature {
             Feature::ParkedTasks => o.task_throttled.offset,
             Feature::StoppedChildren => o.tg_children,
             Feature::Demand => o.tg_se,
+            Feature::BurstSpent => o.cfsb_runtime_snap,
         };
         field != tracer_common::ABSENT
     }
@@ -302,9 +306,9 @@ enum Need {
     Required,
     /// The feature is off, with the reason.
     AllOf(Feature),
-    /// Fields of newer kernels that only the tracepoint backend reads; that backend names what
-    /// is missing when it is asked for (on older kernels it is the kernel's age, not a defect),
-    /// so only a field that exists with another shape turns the feature off here.
+    /// Fields of newer kernels, or read only by some programs (the tracepoint backend's, the
+    /// demand's): their absence is the kernel's age, not a defect, and what needs them says so
+    /// when asked for, so only a field that exists with another shape turns the feature off.
     Newer(Feature),
 }
 
@@ -600,6 +604,16 @@ const TABLE: &[Group] = &[
             at!(cfsb_runtime, "cfs_bandwidth", "runtime", Shape::Int(8)),
             CFSB_PERIOD_TIMER,
         ],
+    },
+    Group {
+        need: Need::Newer(Feature::BurstSpent),
+        // 5.16+, with cpu.stat's nr_bursts and burst_time.
+        fields: &[at!(
+            cfsb_runtime_snap,
+            "cfs_bandwidth",
+            "runtime_snap",
+            Shape::Int(8)
+        )],
     },
 ];
 

@@ -113,7 +113,7 @@ pub enum Command {
     /// The live view: the tracing options with `--interval 1s` unless another is given.
     Top(RunArgs),
     /// Traces for --duration and prints only what to set: for each cgroup whose periods were
-    /// measured (tracepoint backend), its busy runs' demand and the quota, burst and period
+    /// measured (every backend, where the kernel lets it), its busy runs' demand and the quota, burst and period
     /// that fit them. It covers only what the trace saw.
     Advise(AdviseArgs),
     /// Lists every cgroup held by a CPU quota (its own or an ancestor's) with its effective

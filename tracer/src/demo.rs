@@ -467,9 +467,9 @@ fn what_to_set(out: &mut String, r: &CgroupReport, version: Version, quota_cpus:
     let (quota_file, burst_file) = files(version);
     let Some(a) = r.advice() else {
         out.push_str(
-            "  what to set    the advice comes from the CPU demand of each period, which only \
-             the tracepoint backend measures:\n                 run the demo with --backend \
-             tracepoint for it\n",
+            "  what to set    the advice comes from the CPU demand of each period, which this \
+             kernel did not let\n                 the tracer measure (the warning at the start \
+             says why)\n",
         );
         return;
     };
@@ -570,6 +570,7 @@ mod tests {
                     burst_ns: Some(0),
                 },
                 runtime_ns: None,
+                burst_spent_ns: None,
             });
         }
         report.summary.demand = agg.finish(800 * MS).remove(0).demand;
@@ -604,7 +605,7 @@ mod tests {
             version: Version::V1,
         });
         assert!(
-            without.contains("only the tracepoint backend measures"),
+            without.contains("did not let\n                 the tracer measure"),
             "{without}"
         );
         measured(&mut report);

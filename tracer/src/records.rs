@@ -248,17 +248,21 @@ impl Event {
     }
 }
 
-/// One period of a group with a quota, as the tracepoint backend measures it at the expiry of
-/// the group's period timer (docs/definitions.md, "demand").
+/// One period of a group with a quota, as the probes measure it at the expiry of the group's
+/// period timer (docs/definitions.md, "demand"). Serialised as the NDJSON `period` line's
+/// fields, where the cgroup id is the line's own.
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Period {
+    /// Not serialised: the line's `cgroup_id` is it (and so the generated ones are 0).
+    #[serde(skip)]
+    #[cfg_attr(test, proptest(value = "0"))]
     pub cgroup_id: u64,
-    /// CLOCK_MONOTONIC ns of the expiry that ends the period (a kernel period boundary).
-    pub end_ns: u64,
     /// CLOCK_MONOTONIC ns of the previous expiry seen; `None` when the usage is unknown (the
     /// first expiry seen, or a CPU without the previous reading).
     pub start_ns: Option<u64>,
+    /// CLOCK_MONOTONIC ns of the expiry that ends the period (a kernel period boundary).
+    pub end_ns: u64,
     /// CPU time the group ran in the period, Σ over CPUs of its entities' exec time (ns).
     pub usage_ns: u64,
     /// The largest one CPU's share of `usage_ns`.
@@ -271,6 +275,10 @@ pub struct Period {
     pub bandwidth: Bandwidth,
     /// The group's runtime pool left at the expiry, before the refill (ns).
     pub runtime_ns: Option<u64>,
+    /// Burst the period spent: what it ran beyond the quota out of runtime carried over from
+    /// earlier periods, as the refill that ends it counts it into cpu.stat `burst_time` (ns;
+    /// 5.16+, else `None`).
+    pub burst_spent_ns: Option<u64>,
 }
 
 impl Period {
@@ -289,8 +297,20 @@ impl Period {
                 burst_ns: limit(raw.burst_ns),
             },
             runtime_ns: limit(raw.runtime_ns),
+            burst_spent_ns: burst_spent(raw),
         }
     }
+}
+
+/// `__refill_cfs_bandwidth_runtime`'s own arithmetic: it adds the quota to the pool and counts
+/// `runtime_snap - runtime` as burst when positive; none without a quota (it returns first).
+fn burst_spent(raw: &PeriodEvent) -> Option<u64> {
+    let (snap, runtime, quota) = (
+        limit(raw.runtime_snap_ns)?,
+        limit(raw.runtime_ns)?,
+        limit(raw.quota_ns)?,
+    );
+    Some(snap.saturating_sub(runtime.saturating_add(quota)))
 }
 
 /// Any ring-buffer record: a stop's ([`Event`]) or a period's.
@@ -615,6 +635,7 @@ pub(crate) mod tests {
             runtime_ns: 3,
             throttled_cpus: 1,
             cpus_read: 2,
+            runtime_snap_ns: 80,
         };
         // SAFETY: test-only view of a plain `#[repr(C)]` value as its bytes.
         let bytes = unsafe {
@@ -632,6 +653,18 @@ pub(crate) mod tests {
         );
         assert_eq!((p.cpus_used, p.throttled_cpus, p.max_cpu_ns), (2, 1, 50));
         assert_eq!(p.bandwidth.burst_ns, None);
+        // The previous refill left 80; 3 left + a quota of 50 refills to 53: 27 of burst.
+        assert_eq!(p.burst_spent_ns, Some(27));
+        let within_quota = Period::from_raw(&PeriodEvent {
+            runtime_snap_ns: 50,
+            ..period
+        });
+        assert_eq!(within_quota.burst_spent_ns, Some(0));
+        let before_5_16 = Period::from_raw(&PeriodEvent {
+            runtime_snap_ns: u64::MAX,
+            ..period
+        });
+        assert_eq!(before_5_16.burst_spent_ns, None);
         // A first expiry: no usage.
         let first = Period::from_raw(&PeriodEvent {
             start_ns: 0,

@@ -553,16 +553,9 @@ pub struct Summary {
 pub struct PeriodLine {
     #[serde(flatten)]
     pub cgroup: CgroupRef,
-    /// The previous expiry seen; `null` when the usage is unknown.
-    pub start_ns: Option<u64>,
-    pub end_ns: u64,
-    pub usage_ns: u64,
-    pub max_cpu_ns: u64,
-    pub cpus_used: u32,
-    pub throttled_cpus: u32,
+    /// The record, less its cgroup id (`cgroup` has it).
     #[serde(flatten)]
-    pub bandwidth: Bandwidth,
-    pub runtime_ns: Option<u64>,
+    pub period: Period,
     #[serde(flatten)]
     pub wall: WallSpan,
 }
@@ -606,20 +599,13 @@ pub struct RunLine {
 
 impl PeriodLine {
     fn stamp(&mut self, clock: Reading) {
-        self.wall = WallSpan::of(clock, self.start_ns, self.end_ns);
+        self.wall = WallSpan::of(clock, self.period.start_ns, self.period.end_ns);
     }
 
     pub fn of(p: &Period, cgroup: Option<&str>) -> Self {
         Self {
             cgroup: CgroupRef::new(p.cgroup_id, cgroup),
-            start_ns: p.start_ns,
-            end_ns: p.end_ns,
-            usage_ns: p.usage_ns,
-            max_cpu_ns: p.max_cpu_ns,
-            cpus_used: p.cpus_used,
-            throttled_cpus: p.throttled_cpus,
-            bandwidth: p.bandwidth,
-            runtime_ns: p.runtime_ns,
+            period: *p,
             wall: WallSpan::default(),
         }
     }
@@ -628,14 +614,7 @@ impl PeriodLine {
     pub fn record(&self) -> Period {
         Period {
             cgroup_id: self.cgroup.id,
-            end_ns: self.end_ns,
-            start_ns: self.start_ns,
-            usage_ns: self.usage_ns,
-            max_cpu_ns: self.max_cpu_ns,
-            cpus_used: self.cpus_used,
-            throttled_cpus: self.throttled_cpus,
-            bandwidth: self.bandwidth,
-            runtime_ns: self.runtime_ns,
+            ..self.period
         }
     }
 }
@@ -652,6 +631,9 @@ pub struct AdviceLine {
     pub periods: u64,
     pub throttled_periods: u64,
     pub usage_ns: u64,
+    /// Σ burst the periods spent (5.16+), as cpu.stat `burst_time` counts it.
+    #[serde(default)]
+    pub burst_spent_ns: Option<u64>,
     pub run_p50_ns: Option<u64>,
     pub run_p90_ns: Option<u64>,
     /// Run demand in [2^i, 2^(i+1)) ms at index i.
@@ -849,6 +831,7 @@ mod tests {
                 burst_ns: None,
             },
             runtime_ns: Some(0),
+            burst_spent_ns: Some(7),
         };
         let line = Line::parse(&Line::Period(PeriodLine::of(&p, Some("/a"))).to_json()).unwrap();
         let Line::Period(back) = line else {
@@ -861,6 +844,8 @@ mod tests {
             (Some("period"), Some(40))
         );
         assert!(v["burst_ns"].is_null());
+        assert_eq!(v["burst_spent_ns"].as_u64(), Some(7));
+        assert_eq!(v["cgroup_id"].as_u64(), Some(3));
     }
 
     /// Recordings made before this module existed (tests/golden.rs has their story).

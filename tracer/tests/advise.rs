@@ -1,6 +1,7 @@
-//! Demand and advice on this host (`--backend tracepoint`), proven against truths the tracer
-//! does not produce: the workload's own CPU clock per burst (CLOCK_THREAD_CPUTIME_ID), the
-//! cgroup's own usage counter (v1 `cpuacct.usage`, v2 `usage_usec`), and cpu.stat's
+//! Demand and advice with the tests' backend (`common::backend`: tracepoint on this host,
+//! kprobe in the 7.x guest), proven against truths the tracer does not produce: the workload's
+//! own CPU clock per burst (CLOCK_THREAD_CPUTIME_ID), the cgroup's own usage counter (v1
+//! `cpuacct.usage`, v2 `usage_usec`), cpu.stat's burst time (5.16+), and cpu.stat's
 //! nr_throttled after the advised quota, burst and period are applied and the same workload
 //! runs again. Needs root, kernel BTF and a cpu hierarchy; otherwise each test says why it
 //! cannot run (a failure under `CI=true`).
@@ -44,6 +45,8 @@ struct Outcome {
     from_ns: u64,
     throttled: u64,
     usage_ns: u64,
+    /// cpu.stat's burst time delta (5.16+).
+    burst_ns: Option<u64>,
 }
 
 /// Runs `throttle-workload spiky` in `cgroup` until it exits: one thread pinned to the last
@@ -69,12 +72,7 @@ fn run_spiky(cgroup: &Cgroup, burn_ms: u32, rounds: u32, threads: u32) -> Outcom
                     let due = refill_ns + u64::from(EVERY_MS) * 1_000_000 - 50_000_000;
                     thread::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns())));
                 }
-                synced = Some((
-                    refill_ns,
-                    monotonic_ns(),
-                    cgroup.stat().nr_throttled,
-                    cgroup.usage_ns(),
-                ));
+                synced = Some((refill_ns, monotonic_ns(), cgroup.stat(), cgroup.usage_ns()));
             }
             ["round", _, "start_ns", a, "end_ns", b, "cpu_ns", c, ..] => {
                 done.push(Round {
@@ -89,15 +87,16 @@ fn run_spiky(cgroup: &Cgroup, burn_ms: u32, rounds: u32, threads: u32) -> Outcom
     let status = workload.wait().expect("wait workload");
     assert!(status.success(), "workload: {status}");
     cgroup.wait_refilled();
-    let (refill_ns, from_ns, throttled, usage) =
-        synced.expect("the workload printed no synced line");
+    let (refill_ns, from_ns, stat, usage) = synced.expect("the workload printed no synced line");
     assert_eq!(done.len(), rounds as usize, "{done:?}");
+    let end = cgroup.stat();
     Outcome {
         rounds: done,
         refill_ns,
         from_ns,
-        throttled: cgroup.stat().nr_throttled - throttled,
+        throttled: end.nr_throttled - stat.nr_throttled,
         usage_ns: cgroup.usage_ns() - usage,
+        burst_ns: end.burst_ns.zip(stat.burst_ns).map(|(e, s)| e - s),
     }
 }
 
@@ -111,7 +110,7 @@ impl Tracer {
     fn start(cgroup: &Cgroup) -> Self {
         let mut child = Running::spawn(
             Command::new(TRACER)
-                .args(["--backend", "tracepoint", "--json", "--cgroup"])
+                .args(["--backend", &common::backend(), "--json", "--cgroup"])
                 .arg(cgroup.path())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
@@ -222,6 +221,19 @@ fn traced(cpu: &CpuHierarchy, tag: &str, burn_ms: u32, threads: u32, burst_us: u
         (summed as f64 - usage as f64).abs() <= 0.01 * usage as f64,
         "Σ period usage {summed} ns vs the cgroup's usage counter delta {usage} ns"
     );
+    // The burst the refills counted: the kernel's own arithmetic on the same pool.
+    if let Some(counted) = outcome.burst_ns {
+        let spent: u64 = periods.iter().map(|p| ns(&p["burst_spent_ns"])).sum();
+        eprintln!(
+            "{tag}: Σ burst spent {:.3} ms, cpu.stat burst time delta {:.3} ms",
+            spent as f64 / 1e6,
+            counted as f64 / 1e6
+        );
+        assert!(
+            spent.abs_diff(counted) <= counted / 100 + 50_000,
+            "Σ burst spent {spent} ns vs cpu.stat's burst time delta {counted} ns"
+        );
+    }
     Traced {
         cgroup,
         outcome,
@@ -366,7 +378,7 @@ fn advise_prints_only_the_advice_and_measures_the_rounds() {
     let boundary_ns = run_spiky(&cgroup, 80, 0, 1).refill_ns;
     let advise = Running::spawn(
         Command::new(TRACER)
-            .args(["advise", "--json", "--backend", "tracepoint"])
+            .args(["advise", "--json", "--backend", &common::backend()])
             .args(["--duration", "5s", "--cgroup"])
             .arg(cgroup.path())
             .stdout(Stdio::piped())

@@ -102,7 +102,7 @@ fn v2_cpu_stat_is_in_microseconds() {
         d.join("cpu.stat"),
         "usage_usec 1234567\nuser_usec 1200000\nsystem_usec 34567\n\
          core_sched.force_idle_usec 0\nnr_periods 21\nnr_throttled 20\n\
-         throttled_usec 1600123\nnr_bursts 0\nburst_usec 0\n",
+         throttled_usec 1600123\nnr_bursts 3\nburst_usec 4567\n",
     )
     .unwrap();
     assert_eq!(
@@ -111,6 +111,7 @@ fn v2_cpu_stat_is_in_microseconds() {
             nr_periods: 21,
             nr_throttled: 20,
             throttled_ns: 1_600_123_000,
+            burst_ns: Some(4_567_000),
         }
     );
     fs::write(d.join("cpu.stat.local"), "throttled_usec 42\n").unwrap();
@@ -142,7 +143,7 @@ fn v1_cpu_stat_is_in_nanoseconds() {
     let d = dir.path();
     fs::write(
         d.join("cpu.stat"),
-        "nr_periods 21\nnr_throttled 20\nthrottled_time 1600123456\nnr_bursts 0\nburst_time 0\n",
+        "nr_periods 21\nnr_throttled 20\nthrottled_time 1600123456\nnr_bursts 3\nburst_time 4567\n",
     )
     .unwrap();
     assert_eq!(
@@ -151,6 +152,7 @@ fn v1_cpu_stat_is_in_nanoseconds() {
             nr_periods: 21,
             nr_throttled: 20,
             throttled_ns: 1_600_123_456,
+            burst_ns: Some(4567),
         }
     );
     fs::write(d.join("cpu.stat.local"), "throttled_time 42\n").unwrap();

@@ -151,18 +151,11 @@ fn check_demo_output(out: &Output, pid: u32, root: &Path) -> String {
         )),
         "{stdout}"
     );
-    // Its advice comes from the demand the tracepoint backend measures; another backend says so.
-    if common::backend() == "tracepoint" {
-        assert!(
-            stdout.contains("cpu.cfs_burst_us >=") || stdout.contains("cpu.max.burst >="),
-            "{stdout}"
-        );
-    } else {
-        assert!(
-            stdout.contains("only the tracepoint backend measures"),
-            "{stdout}"
-        );
-    }
+    // Its advice comes from the demand every backend measures.
+    assert!(
+        stdout.contains("cpu.cfs_burst_us >=") || stdout.contains("cpu.max.burst >="),
+        "{stdout}"
+    );
     assert!(stdout.contains("Cleaned up: "), "{stdout}");
 
     // Independent checks: the cgroup directory is gone, no workload survives.

@@ -98,6 +98,7 @@ fn delta(after: CpuStat, before: CpuStat) -> CpuStat {
         nr_periods: after.nr_periods - before.nr_periods,
         nr_throttled: after.nr_throttled - before.nr_throttled,
         throttled_ns: after.throttled_ns - before.throttled_ns,
+        burst_ns: after.burst_ns.zip(before.burst_ns).map(|(a, b)| a - b),
     }
 }
 

@@ -15,35 +15,12 @@ enum Plan {
     HostOnly(&'static str),
 }
 
-const DEMAND: &str = "measures per-period demand, which only the tracepoint backend does, and the \
-                      guest runs the tests with kprobe (a tracepoint start takes 30-40 s under TCG)";
-
 const SETPRIV: &str = "drops its privileges with util-linux's setpriv, and busybox's setpriv has \
                        no --reuid";
 
 /// Every test binary cargo builds must be here: a new one is a decision, not a default.
 const PLANS: &[(&str, Plan)] = &[
-    (
-        "advise",
-        Plan::Run(&[
-            (
-                "a_spiky_burn_is_measured_and_the_advice_stops_it_no_more",
-                DEMAND,
-            ),
-            (
-                "a_burst_of_threads_is_measured_and_the_advised_quota_fits_it",
-                DEMAND,
-            ),
-            (
-                "a_burst_below_demand_minus_quota_is_flagged_as_buying_nothing",
-                DEMAND,
-            ),
-            (
-                "advise_prints_only_the_advice_and_measures_the_rounds",
-                DEMAND,
-            ),
-        ]),
-    ),
+    ("advise", Plan::Run(&[])),
     ("ancestor", Plan::Run(&[])),
     (
         "cli",

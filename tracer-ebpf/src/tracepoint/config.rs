@@ -140,3 +140,13 @@ fn learn_csd_fn(o: &Offsets) {
         set(CFG_CSD_UNTHROTTLE_FN, csd);
     }
 }
+
+/// The hrtimer `timer` is about to run its callback: if it is a group's period timer, the
+/// group's period ends now (`crate::demand`).
+#[inline(always)]
+pub fn period_timer_entry(o: &Offsets, timer: u64) {
+    let (period_fn, _) = timer_fns(o);
+    if period_fn != 0 && read::<u64>(timer, o.hrtimer_function) == Some(period_fn) {
+        crate::demand::timer_expires(o, timer);
+    }
+}

@@ -25,11 +25,11 @@
 //!
 //! This file holds the programs, each of which only decodes its tracepoint's arguments:
 //! `observe` (a task's group chain), `stop` (the open stops, START and END), `refill` (the timer
-//! and CSD callbacks' lists), `demand` (per-period CPU use, at each period timer's expiry),
+//! and CSD callbacks' lists), `config::period_timer_entry` (hands period timers to the shared
+//! per-period demand measurement, `crate::demand`),
 //! `config` (the refill callbacks' addresses, learnt at run time, and what the agent writes after
 //! load).
 mod config;
-mod demand;
 mod observe;
 mod refill;
 mod stop;
@@ -67,7 +67,7 @@ pub fn tp_hrtimer_entry(ctx: BtfTracePointContext) -> i32 {
 /// load, on a kernel that refuses it) apart from the stops' programs.
 #[btf_tracepoint(function = "hrtimer_expire_entry")]
 pub fn tp_hrtimer_period(ctx: BtfTracePointContext) -> i32 {
-    demand::timer_entry(offsets(), ctx.arg(0));
+    config::period_timer_entry(offsets(), ctx.arg(0));
     0
 }
 

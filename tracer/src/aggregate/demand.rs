@@ -68,6 +68,9 @@ pub struct DemandSummary {
     pub max_cpus: u32,
     /// The settings of the last period.
     pub bandwidth: Bandwidth,
+    /// Σ burst spent over every period seen, as the refills counted it into cpu.stat
+    /// `burst_time` (ns); `None` when the kernel does not say (before 5.16).
+    pub burst_spent_ns: Option<u64>,
 }
 
 /// One cgroup's periods so far.
@@ -87,11 +90,15 @@ pub(super) struct Demand {
     bandwidth: Bandwidth,
     /// A run with a period of unknown usage is still open: its periods are no run's.
     broken: bool,
+    burst_spent_ns: Option<u64>,
 }
 
 impl Demand {
     pub(super) fn period(&mut self, p: &Period) {
         self.bandwidth = p.bandwidth;
+        if let Some(spent) = p.burst_spent_ns {
+            self.burst_spent_ns = Some(self.burst_spent_ns.unwrap_or(0).saturating_add(spent));
+        }
         let throttled = p.throttled_cpus > 0;
         let Some(start_ns) = p.start_ns else {
             self.unknown_periods += 1;
@@ -160,6 +167,7 @@ impl Demand {
             unfinished: self.open.filter(|r| r.demand_ns > 0),
             max_cpus: self.max_cpus,
             bandwidth: self.bandwidth,
+            burst_spent_ns: self.burst_spent_ns,
         }
     }
 }
@@ -186,6 +194,7 @@ pub(crate) mod tests {
                 burst_ns: Some(0),
             },
             runtime_ns: None,
+            burst_spent_ns: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The fentry backend: fexit on `throttle_cfs_rq`, fentry + fexit on `unthrottle_cfs_rq`, and
-//! fentry/fexit pairs on the callers of `unthrottle_cfs_rq` that tell why a stop ended.
+//! fentry/fexit pairs on the callers of `unthrottle_cfs_rq` that tell why a stop ended, and
+//! fentry on the period timer's callback for the per-period demand.
 //!
 //! Cheaper than kprobes (a BPF trampoline, no breakpoint) and the return value comes with the
 //! arguments. An fentry program is bound to one kernel function when it is loaded (its BTF id),
@@ -66,6 +67,13 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
                  use --backend kprobe or tracepoint",
             )
         })?;
+    }
+    let demand = "sched_cfs_period_timer_fentry";
+    if let Err(e) = load(ebpf, demand, Side::Entry, "sched_cfs_period_timer", &btf)
+        .map_err(|f| f.to_string())
+        .and_then(|()| attach_program(ebpf, demand, Side::Entry).map_err(|e| e.to_string()))
+    {
+        super::warn_no_demand("sched_cfs_period_timer", &e);
     }
     Ok(Attached { blind_end_reasons })
 }

@@ -1,5 +1,6 @@
-//! The kprobe backend: entry and return probes on `throttle_cfs_rq` / `unthrottle_cfs_rq`, and
-//! on the callers of `unthrottle_cfs_rq` that tell why a stop ended.
+//! The kprobe backend: entry and return probes on `throttle_cfs_rq` / `unthrottle_cfs_rq`, on
+//! the callers of `unthrottle_cfs_rq` that tell why a stop ended, and on the period timer's
+//! callback for the per-period demand.
 use std::path::Path;
 
 use aya::{Ebpf, programs::KProbe};
@@ -40,6 +41,9 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
                 ),
             )
         })?;
+    }
+    if let Err(e) = attach_kprobe(ebpf, "sched_cfs_period_timer", "sched_cfs_period_timer") {
+        super::warn_no_demand("sched_cfs_period_timer", &e);
     }
     Ok(Attached { blind_end_reasons })
 }

@@ -352,6 +352,15 @@ fn load_failure(e: &aya::EbpfError) -> Failure {
     }
 }
 
+/// The per-period demand program did not attach to `hook`: stops are traced as before, but
+/// nothing measures demand, so no advice is given.
+pub(crate) fn warn_no_demand(hook: &str, error: &dyn std::fmt::Display) {
+    log::warn!(
+        "cannot attach the per-period demand program to {hook} ({error}); no CPU demand is \
+         measured, so no quota advice is given"
+    );
+}
+
 pub(crate) fn internal(what: &str) -> Failure {
     Failure::environment(
         format!("internal error: {what}"),

@@ -74,12 +74,7 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
             Err(e) if tracepoint.starts_with("cgroup_") => {
                 debug!("cannot attach {tracepoint}: {e}");
             }
-            Err(e) if program == "tp_hrtimer_period" => {
-                warn!(
-                    "cannot attach the per-period demand program to {tracepoint} ({e}); no \
-                     CPU demand is measured, so no quota advice is given"
-                );
-            }
+            Err(e) if program == "tp_hrtimer_period" => super::warn_no_demand(tracepoint, &e),
             Err(e) if !needed => {
                 // 6.2-6.4 unthrottle remote CPUs through a CSD but have no csd tracepoints.
                 warn!(

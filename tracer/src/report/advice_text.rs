@@ -27,9 +27,10 @@ pub(super) fn standalone(start: &Start, reports: &[CgroupReport], totals: &End) 
         .collect();
     if measured.is_empty() {
         out.push_str(
-            "\nNo period of a cgroup with a quota was measured. Demand is measured by the \
-             tracepoint backend (--backend tracepoint), in cgroups that ran under their quota \
-             while tracing.\n",
+            "\nNo period of a cgroup with a quota was measured. Demand is measured at each \
+             expiry of a traced cgroup's period timer, so only in cgroups that ran under their \
+             quota while tracing (a warning at the start says when this kernel does not allow \
+             it).\n",
         );
     }
     for r in measured {
@@ -81,6 +82,13 @@ fn demand(out: &mut String, d: &DemandSummary) {
         );
     }
     let _ = writeln!(out, "   most CPUs in one period {}", d.max_cpus);
+    if let Some(spent) = d.burst_spent_ns {
+        let _ = writeln!(
+            out,
+            "  burst spent       {} (runtime carried over past the quota, as cpu.stat burst_time counts it)",
+            ms(spent)
+        );
+    }
     for run in &d.largest {
         let _ = writeln!(
             out,

@@ -121,6 +121,7 @@ impl CgroupReport {
             periods: d.periods,
             throttled_periods: d.throttled_periods,
             usage_ns: d.usage_ns,
+            burst_spent_ns: d.burst_spent_ns,
             run_p50_ns: d.runs.percentiles.map(|p| p.p50_ns),
             run_p90_ns: d.runs.percentiles.map(|p| p.p90_ns),
             runs_log2_ms: d.runs.log2_ms.clone(),

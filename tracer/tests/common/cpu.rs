@@ -33,6 +33,8 @@ pub struct CpuStat {
     pub nr_throttled: u64,
     /// v1 `throttled_time`; v2 `throttled_usec` × 1000 (the kernel truncates to µs).
     pub throttled_ns: u64,
+    /// v1 `burst_time`; v2 `burst_usec` × 1000 (5.16+; `None` before).
+    pub burst_ns: Option<u64>,
 }
 
 impl CpuHierarchy {
@@ -146,11 +148,15 @@ impl CpuHierarchy {
     /// `dir`'s cpu.stat.
     pub fn stat(&self, dir: &Path) -> CpuStat {
         let text = read(dir, "cpu.stat");
-        let field = |name| field(&text, name).unwrap_or_else(|| panic!("cpu.stat: no {name}"));
+        let required = |name| field(&text, name).unwrap_or_else(|| panic!("cpu.stat: no {name}"));
         CpuStat {
-            nr_periods: field("nr_periods"),
-            nr_throttled: field("nr_throttled"),
+            nr_periods: required("nr_periods"),
+            nr_throttled: required("nr_throttled"),
             throttled_ns: self.throttled_ns(&text, "cpu.stat"),
+            burst_ns: match self.version {
+                Version::V1 => field(&text, "burst_time"),
+                Version::V2 => field(&text, "burst_usec").map(|us| us * 1_000),
+            },
         }
     }
 

@@ -1,7 +1,11 @@
-//! Per-period CPU demand: at each expiry of a group's period timer (a period boundary, as the
-//! kernel itself draws them) the group's entity on every CPU (`tg->se[cpu]`) is read, and what
-//! its `sum_exec_runtime` grew by since the previous expiry is sent as one `PeriodEvent`. It
-//! runs for CFS period timers only, never on the sched_switch path.
+//! Per-period CPU demand, on every backend: at each expiry of a group's period timer (a period
+//! boundary, as the kernel itself draws them) the group's entity on every CPU (`tg->se[cpu]`)
+//! is read, and what its `sum_exec_runtime` grew by since the previous expiry is sent as one
+//! `PeriodEvent`, with the bandwidth pool before the refill (and so the burst the period spent).
+//! The tracepoint backend calls [`timer_expires`] from hrtimer_expire_entry for the hrtimers
+//! that are period timers; the kprobe and fentry backends from the entry of
+//! `sched_cfs_period_timer` itself. It runs for CFS period timers only, never on the
+//! sched_switch path.
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
     macros::map,
@@ -9,7 +13,6 @@ use aya_ebpf::{
 };
 use tracer_common::{ABSENT, EVENT_PERIOD, Offsets, PeriodEvent};
 
-use super::config::timer_fns;
 use crate::{
     CGROUP_FILTER, FILTER_CGROUPS, nr_cpus,
     stops::{cgroup_id, emit, now, read},
@@ -48,10 +51,10 @@ struct LastExpiry {
 
 /// LRU: the entries of removed groups age out by themselves.
 #[map]
-static TP_DEMAND_CPU: LruHashMap<GroupCpu, Reading> = LruHashMap::with_max_entries(65536, 0);
+static DEMAND_CPU: LruHashMap<GroupCpu, Reading> = LruHashMap::with_max_entries(65536, 0);
 
 #[map]
-static TP_DEMAND_GROUP: LruHashMap<u64, LastExpiry> = LruHashMap::with_max_entries(8192, 0);
+static DEMAND_GROUP: LruHashMap<u64, LastExpiry> = LruHashMap::with_max_entries(8192, 0);
 
 /// The period being built, and what the per-CPU step needs.
 #[repr(C)]
@@ -71,38 +74,33 @@ struct Scratch {
 /// workloads although the program ran (seen on 6.18 with a bursty group; the cause, in the
 /// compiled code or the verifier, is not found yet). Keep them where they are.
 #[map]
-static TP_DEMAND_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+static DEMAND_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 const SEEN: u32 = 0;
 const EMITTED: u32 = 1;
 
 #[inline(always)]
 fn count(slot: u32) {
-    if let Some(p) = TP_DEMAND_COUNTS.get_ptr_mut(slot) {
+    if let Some(p) = DEMAND_COUNTS.get_ptr_mut(slot) {
         // SAFETY: per-CPU slot, only this CPU writes it and programs do not nest on a CPU.
         unsafe { *p += 1 };
     }
 }
 
 #[map]
-static TP_DEMAND_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+static DEMAND_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// Longest throttled list counted (one cfs_rq per CPU; past this the count is a lower bound).
 const MAX_LIST: u64 = 64;
 
-/// The hrtimer `timer` is about to run its callback: if it is a group's period timer, the
-/// group's period ends now.
+/// The period timer at `timer` is about to run its callback: the group's period ends now.
 #[inline(always)]
-pub(super) fn timer_entry(o: &Offsets, timer: u64) {
+pub fn timer_expires(o: &Offsets, timer: u64) {
     if o.tg_se == ABSENT || o.cfsb_throttled_cfs_rq == ABSENT {
         return;
     }
-    let (period_fn, _) = timer_fns(o);
-    if period_fn == 0 || read::<u64>(timer, o.hrtimer_function) != Some(period_fn) {
-        return;
-    }
     // The group's addresses are computed from the timer's, and end up in map keys: the
-    // verifier allows neither for a BTF-typed pointer (the tp_btf argument); a copy read back
-    // is a plain number.
+    // verifier allows neither for a BTF-typed pointer (a tp_btf or fentry argument); a copy
+    // read back is a plain number.
     // SAFETY: reads a local of this frame.
     if let Ok(timer) = unsafe { bpf_probe_read_kernel(&timer as *const u64) } {
         period_ends(o, timer);
@@ -147,13 +145,13 @@ fn period_ends(o: &Offsets, timer: u64) {
 #[inline(never)]
 fn emit_period(o: &Offsets, t: u64, tg: u64, id: u64, ses: u64) {
     let cfs_b = tg + u64::from(o.tg_cfs_bandwidth);
-    let Some(scratch) = TP_DEMAND_SCRATCH.get_ptr_mut(0) else {
+    let Some(scratch) = DEMAND_SCRATCH.get_ptr_mut(0) else {
         return;
     };
     // SAFETY: per-CPU slot; programs do not nest on a CPU while using it.
     let scratch = unsafe { &mut *scratch };
     // SAFETY: the value is copied out.
-    let prev = match unsafe { TP_DEMAND_GROUP.get(tg) } {
+    let prev = match unsafe { DEMAND_GROUP.get(tg) } {
         Some(last) if last.cgroup_id == id => last.at_ns,
         _ => 0,
     };
@@ -169,6 +167,7 @@ fn emit_period(o: &Offsets, t: u64, tg: u64, id: u64, ses: u64) {
         period_ns: read::<u64>(tg, o.tg_period).unwrap_or(u64::MAX),
         burst_ns: read::<u64>(tg, o.tg_burst).unwrap_or(u64::MAX),
         runtime_ns: read::<u64>(cfs_b, o.cfsb_runtime).unwrap_or(u64::MAX),
+        runtime_snap_ns: read::<u64>(cfs_b, o.cfsb_runtime_snap).unwrap_or(u64::MAX),
         throttled_cpus: list_len(cfs_b + u64::from(o.cfsb_throttled_cfs_rq)),
         ..PeriodEvent::default()
     };
@@ -182,7 +181,7 @@ fn emit_period(o: &Offsets, t: u64, tg: u64, id: u64, ses: u64) {
         }
         add_cpu(o, scratch, cpu);
     }
-    let _ = TP_DEMAND_GROUP.insert(
+    let _ = DEMAND_GROUP.insert(
         tg,
         LastExpiry {
             cgroup_id: id,
@@ -213,7 +212,7 @@ fn add_cpu(o: &Offsets, scratch: &mut Scratch, cpu: u64) {
     ev.cpus_read += 1;
     let key = GroupCpu { tg, cpu };
     // SAFETY: the value is copied out.
-    match unsafe { TP_DEMAND_CPU.get(key) }.copied() {
+    match unsafe { DEMAND_CPU.get(key) }.copied() {
         Some(r) if prev != 0 && r.seen_ns == prev && sum >= r.sum_ns => {
             let delta = sum - r.sum_ns;
             ev.usage_ns += delta;
@@ -226,7 +225,7 @@ fn add_cpu(o: &Offsets, scratch: &mut Scratch, cpu: u64) {
         }
         _ => ev.start_ns = 0,
     }
-    let _ = TP_DEMAND_CPU.insert(
+    let _ = DEMAND_CPU.insert(
         key,
         Reading {
             sum_ns: sum,
