@@ -70,6 +70,19 @@ pub fn build_with_tests() -> Result<Binaries> {
 }
 
 /// Where cargo puts the static programs, and where the tests it builds look for them.
+/// `cargo test` of the tracer's crates, built as the guests' binaries are (static, release):
+/// the host tests and the VM guests share one compile.
+pub fn tests() -> Command {
+    let mut cargo = static_cargo();
+    cargo.args(["test", "--release", "--target", TARGET]).args([
+        "-p",
+        "tracer",
+        "-p",
+        "tracer-common",
+    ]);
+    cargo
+}
+
 pub fn bin_dir() -> PathBuf {
     paths::target().join(TARGET).join("release")
 }
@@ -119,6 +132,7 @@ mod tests {
 
     #[test]
     fn this_test_binary_is_dynamic() {
+        // xtask is always built for the host, never with the guests' static flags.
         let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         assert_eq!(has_interpreter(&me), Some(true));
         assert_eq!(has_interpreter(b"#!/bin/sh\n"), None);

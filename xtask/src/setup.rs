@@ -20,7 +20,7 @@ pub enum Part {
     Build,
     /// Booting kernels under QEMU (vm-test, vm-demo, and so `cargo xtask test`).
     Vm,
-    /// The host tests' own programs (`cargo test --workspace`, and so `cargo xtask test`).
+    /// The host tests' own programs (tracer/tests, and so `cargo xtask test`).
     HostTests,
     /// `cargo xtask bench`.
     Bench,
