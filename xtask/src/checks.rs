@@ -68,6 +68,8 @@ struct Run {
     delta: HashMap<String, i64>,
     /// The spiky workload's rounds.
     rounds: Vec<Round>,
+    /// The group's `period` records (per-period demand).
+    periods: Vec<Value>,
     /// Every cgroup's summary record (the children's too).
     summaries: Vec<Value>,
     /// The children's cpu.stat deltas (the `children` workload).
@@ -136,6 +138,10 @@ impl Run {
             .filter(|s| s["cgroup"] == cgroup.as_str())
             .cloned()
             .collect();
+        let periods = of_type("period")
+            .filter(|p| p["cgroup"] == cgroup.as_str())
+            .cloned()
+            .collect();
 
         let delta_of = |file: &str| -> Result<HashMap<String, i64>, String> {
             let before = cpu_stat(section(&format!("{file}.before"))?);
@@ -171,6 +177,7 @@ impl Run {
             end,
             delta,
             rounds,
+            periods,
             summaries,
             children,
             task_based,
@@ -554,13 +561,86 @@ impl Judge {
                 format!("rounds {hit:?} were stopped; expected none")
             });
         }
+        let demand = self.round_demand(run, &judged);
+        let burst = self.burst_spent(run);
         format!(
             "{}/{} rounds stopped, stop vs wait worst {worst_ms:+.1} ms; {} stops, \
-             group stops {group}, nr_throttled {}",
+             group stops {group}, nr_throttled {}; {demand}; {burst}",
             hit.len(),
             judged.len(),
             run.stops.len(),
             run.stat("nr_throttled")
+        )
+    }
+
+    /// Each round's demand as the tracer measured it per period (Σ usage of the periods that
+    /// overlap the round: a round starts just after a refill and idles for periods after it)
+    /// against the CPU its thread burned by its own clock (CLOCK_THREAD_CPUTIME_ID).
+    fn round_demand(&mut self, run: &Run, rounds: &[&Round]) -> String {
+        self.check(!run.periods.is_empty(), || {
+            "no `period` record: the demand program measured nothing".to_owned()
+        });
+        let mut worst: f64 = 0.0;
+        for round in rounds {
+            let overlapping: Vec<&Value> = run
+                .periods
+                .iter()
+                .filter(|p| {
+                    ns(&p["end_ns"]) > round.start_ns as f64
+                        && p["start_ns"]
+                            .as_u64()
+                            .is_none_or(|start| start < round.end_ns)
+                })
+                .collect();
+            let unknown = overlapping.iter().any(|p| p["start_ns"].is_null());
+            let measured: f64 = overlapping.iter().map(|p| ns(&p["usage_ns"])).sum();
+            let off = (measured - round.cpu_ns as f64) / round.cpu_ns as f64;
+            if off.abs() > worst.abs() {
+                worst = off;
+            }
+            self.check(!unknown && off.abs() <= 0.05, || {
+                format!(
+                    "round {}: demand {:.1} ms over {} period(s){}, but its thread burned {:.1} \
+                     ms; expected within 5 %",
+                    round.index,
+                    measured / 1e6,
+                    overlapping.len(),
+                    if unknown {
+                        ", one of unknown usage"
+                    } else {
+                        ""
+                    },
+                    round.cpu_ns as f64 / 1e6
+                )
+            });
+        }
+        format!("round demand vs own CPU worst {:+.1} %", worst * 100.0)
+    }
+
+    /// Σ burst the periods spent against cpu.stat's burst_usec delta (5.16+): the same refill
+    /// arithmetic, read by the tracer before each refill and counted by the kernel in it.
+    fn burst_spent(&mut self, run: &Run) -> String {
+        let Some(counted_us) = run.delta.get("burst_usec").copied() else {
+            return "burst spent: no burst_usec before 5.16".to_owned();
+        };
+        let counted = counted_us as f64 * 1e3;
+        let spent: f64 = run.periods.iter().map(|p| ns(&p["burst_spent_ns"])).sum();
+        // The pool is read without the bandwidth lock: a CPU taking runtime between the read
+        // and the refill moves a period's figure by what it took (µs).
+        self.check(
+            (spent - counted).abs() <= 0.01 * counted + 100_000.0,
+            || {
+                format!(
+                    "Σ burst spent {:.3} ms vs cpu.stat burst_usec delta {:.3} ms",
+                    spent / 1e6,
+                    counted / 1e6
+                )
+            },
+        );
+        format!(
+            "burst spent {:.3} ms vs cpu.stat {:.3} ms",
+            spent / 1e6,
+            counted / 1e6
         )
     }
 }
