@@ -95,6 +95,9 @@ pub enum Feature {
     /// `task_group.se` / `sched_entity.sum_exec_runtime` and the bandwidth's place in its
     /// group: the tracepoint backend's per-period CPU demand.
     Demand,
+    /// `task_struct.on_rq` (and 6.12+'s `sched_entity.sched_delayed`): which tasks a stop
+    /// holds, as the tracepoint backend sees them switched out before 6.18.
+    HeldThreads,
 }
 
 impl fmt::Display for Feature {
@@ -111,6 +114,7 @@ impl fmt::Display for Feature {
             Feature::ParkedTasks => "parked task count",
             Feature::StoppedChildren => "stopped children of a quota owner",
             Feature::Demand => "per-period CPU demand",
+            Feature::HeldThreads => "threads held by a stop",
         })
     }
 }
@@ -131,6 +135,7 @@ impl Feature {
             Feature::ParkedTasks => o.task_throttled.offset,
             Feature::StoppedChildren => o.tg_children,
             Feature::Demand => o.tg_se,
+            Feature::HeldThreads => o.task_on_rq.offset,
         };
         field != tracer_common::ABSENT
     }
@@ -584,6 +589,15 @@ const TABLE: &[Group] = &[
         need: Need::Newer(Feature::ParkedTasks),
         // 6.18: a task parked by the task-based throttle.
         fields: &[flag!(task_throttled, "task_struct", "throttled")],
+    },
+    Group {
+        need: Need::Newer(Feature::HeldThreads),
+        fields: &[flag!(task_on_rq, "task_struct", "on_rq")],
+    },
+    Group {
+        need: Need::Newer(Feature::HeldThreads),
+        // 6.12+: EEVDF's delayed dequeue leaves a sleeping task on_rq.
+        fields: &[flag!(se_sched_delayed, "sched_entity", "sched_delayed")],
     },
     Group {
         need: Need::Newer(Feature::Demand),
