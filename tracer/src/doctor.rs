@@ -19,7 +19,7 @@ use crate::{
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// Every optional probe feature, in the order the report lists them.
-const FEATURES: [Feature; 11] = [
+const FEATURES: [Feature; 12] = [
     Feature::KernelDuration,
     Feature::TaskCount,
     Feature::Bandwidth,
@@ -31,6 +31,7 @@ const FEATURES: [Feature; 11] = [
     Feature::ParkedTasks,
     Feature::StoppedChildren,
     Feature::Demand,
+    Feature::HeldThreads,
 ];
 
 #[derive(Serialize)]
@@ -319,7 +320,8 @@ mod tests {
                 | Feature::AsyncUnthrottle
                 | Feature::ParkedTasks
                 | Feature::StoppedChildren
-                | Feature::Demand => {}
+                | Feature::Demand
+                | Feature::HeldThreads => {}
             }
         }
     }

@@ -14,8 +14,8 @@ use std::mem::size_of;
 
 use tracer_common::{
     END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, EVENT_END, EVENT_PERIOD,
-    EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, MAX_CHILDREN, MAX_THREADS,
-    PeriodEvent, StopEvent,
+    EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, MAX_CHILDREN, MAX_THREADS, PeriodEvent,
+    StopEvent,
 };
 
 /// Why a ring-buffer record could not be turned into an [`Event`].
@@ -194,7 +194,8 @@ impl EndedStop {
 
     /// How long the stop held `thread`: from its wait's start to the stop's end, ns.
     pub fn held_ns(&self, thread: &HeldThread) -> u64 {
-        self.end_ns.saturating_sub(thread.since_ns.max(self.stop.start_ns))
+        self.end_ns
+            .saturating_sub(thread.since_ns.max(self.stop.start_ns))
     }
 }
 

@@ -176,6 +176,9 @@ pub struct Start {
     /// The cgroup paths the run is limited to; empty = all cgroups.
     #[serde(rename = "cgroup_filter")]
     pub cgroups: Vec<String>,
+    /// The processes asked for with `--pid`, whose waits the report gives directly.
+    #[serde(default, rename = "pid_filter", skip_serializing_if = "Vec::is_empty")]
+    pub pids: Vec<u32>,
     /// Probe features this kernel cannot support, so their fields are absent or 0.
     #[serde(rename = "disabled_features")]
     pub disabled: Vec<String>,
@@ -312,10 +315,10 @@ pub struct StopFields {
     pub descendants_unlisted: u32,
     /// The threads the stop held on the stopped CPU (at most 8). Absent from recordings made
     /// before stops listed them.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub threads: Vec<ThreadLine>,
     /// Threads held but not listed (a lower bound, see docs/ndjson.md).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub threads_unlisted: u32,
     /// `start_ns` and `park_ns` as wall-clock time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -391,6 +394,12 @@ impl StopFields {
             threads_unlisted: self.threads_unlisted,
         }
     }
+}
+
+/// Whether a count is 0: a field added after recordings were made is left out then, so
+/// those recordings are written back byte for byte.
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// One thread a stop held, in `threads` of `stop_begin`, `stop` and `ancestor_stop` lines.
@@ -608,10 +617,10 @@ pub struct Summary {
     pub local_accounted_ns: u64,
     /// The processes its stops held, most held first. Absent from recordings made before
     /// stops listed their threads.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessLine>,
     /// Σ over its stops of the threads held but not listed.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub threads_unlisted: u64,
 }
 

@@ -100,12 +100,7 @@ impl Holders {
                 }
             })
             .collect();
-        processes.sort_by(|a, b| {
-            b.waits
-                .sum_ns
-                .cmp(&a.waits.sum_ns)
-                .then(a.pid.cmp(&b.pid))
-        });
+        processes.sort_by(|a, b| b.waits.sum_ns.cmp(&a.waits.sum_ns).then(a.pid.cmp(&b.pid)));
         HeldSummary {
             processes,
             unlisted: self.unlisted,
@@ -144,7 +139,12 @@ mod tests {
     fn a_process_waits_as_long_as_its_longest_held_thread_per_stop() {
         let mut h = Holders::default();
         // Stop 1: pid 10's main thread from the start, its thread 11 from 30 ms in.
-        h.record(&ended(0, 80, vec![held(10, 10, 0), held(10, 11, 30 * MS)], 0));
+        h.record(&ended(
+            0,
+            80,
+            vec![held(10, 10, 0), held(10, 11, 30 * MS)],
+            0,
+        ));
         // Stop 2: only thread 11, and one unnamed thread.
         h.record(&ended(100, 170, vec![held(10, 11, 100 * MS)], 1));
         // A since before the start (a refill's walk saw it first) counts from the start.

@@ -48,8 +48,8 @@ pub use durations::DurationSummary;
 #[cfg(test)]
 pub use durations::Percentiles;
 pub use episodes::{Attributed, CgroupSummary, OpenStop};
-pub use holders::{HeldSummary, ProcessHeld};
 use episodes::{CgroupState, sort_attributed};
+pub use holders::{HeldSummary, ProcessHeld};
 pub use window::IntervalSummary;
 use window::Window;
 
@@ -250,6 +250,8 @@ mod tests {
             descendant: None,
             children: Vec::new(),
             children_unlisted: 0,
+            threads: Vec::new(),
+            threads_unlisted: 0,
             kernel_start_clock: None,
         }
     }
