@@ -54,7 +54,7 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
     let _serial = common::serial();
     let group = Cgroup::throttled(&host.cpu, "threads", 20_000, 100_000);
     let mut workload = common::spawn_in(
-        &mut common::pair(30).stdout(Stdio::piped()),
+        common::pair(30).stdout(Stdio::piped()),
         &group,
         Some(common::last_cpu()),
     );
