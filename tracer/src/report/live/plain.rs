@@ -169,7 +169,7 @@ pub(super) fn processes(rows: &[&Row]) -> String {
     if lines.is_empty() {
         return "no stop in the interval named a thread\n".to_owned();
     }
-    lines.sort_by(|a, b| b.0.cmp(&a.0));
+    lines.sort_by_key(|l| std::cmp::Reverse(l.0));
     let header = [
         "PID",
         "COMM",
