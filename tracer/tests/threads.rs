@@ -51,7 +51,6 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
     let Some(host) = common::require(common::host()) else {
         return;
     };
-    let _serial = common::serial();
     let group = Cgroup::throttled(&host.cpu, "threads", 20_000, 100_000);
     let mut workload = common::spawn_in(
         common::pair(30).stdout(Stdio::piped()),
