@@ -90,7 +90,32 @@ pub struct StopEvent {
     /// Children that qualified beyond the `MAX_CHILDREN` listed, plus one when the walk gave up
     /// before the end of a very long list of children (so a lower bound then).
     pub children_unlisted: u32,
+    // Appended for the threads a stop held (all backends).
+    /// Up to `MAX_THREADS` threads of the group the stop held on the stopped CPU, each from
+    /// the moment it began to wait (docs/design.md, "threads held"). The first `threads`
+    /// entries are valid.
+    pub held: [HeldThread; MAX_THREADS],
+    pub threads: u32,
+    /// Threads held beyond the `MAX_THREADS` listed.
+    pub threads_unlisted: u32,
 }
+
+/// One thread a stop held.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeldThread {
+    /// Thread-group id and thread id.
+    pub pid: u32,
+    pub tid: u32,
+    /// `bpf_ktime_get_ns()` when it began to wait: the stop's start (the task running or
+    /// queued at the throttle), its switch-out or wakeup into the throttled group, or (6.18+,
+    /// tracepoint backend) its park.
+    pub since_ns: u64,
+    pub comm: [u8; 16],
+}
+
+/// Most threads listed in one `StopEvent`.
+pub const MAX_THREADS: usize = 8;
 
 /// One ring-buffer record per period of a group with a quota (tracepoint backend): what the
 /// group ran in the period that its period timer's expiry ends, from the kernel's own
@@ -237,6 +262,13 @@ pub struct Offsets {
     // Appended for the burst each period spent (5.16+).
     /// `cfs_bandwidth.runtime_snap`, relative to `cfs_bandwidth`.
     pub cfsb_runtime_snap: u32,
+    // Appended for the threads a stop held (tracepoint backend).
+    /// `task_struct.on_rq`: a task switched out with it set was still runnable (preempted or
+    /// throttled), not going to sleep.
+    pub task_on_rq: BitField,
+    /// `sched_entity.sched_delayed` (6.12+, relative to `sched_entity`): a sleeping task whose
+    /// dequeue the kernel delayed keeps `on_rq` set.
+    pub se_sched_delayed: BitField,
 }
 
 impl Offsets {
@@ -288,6 +320,8 @@ impl Offsets {
         se_sum_exec_runtime: ABSENT,
         cfsb_runtime: ABSENT,
         cfsb_runtime_snap: ABSENT,
+        task_on_rq: BitField::ABSENT,
+        se_sched_delayed: BitField::ABSENT,
     };
 }
 

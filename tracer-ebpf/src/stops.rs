@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     ABSENT, BitField, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN,
-    MAX_CHILDREN, Offsets, StopEvent,
+    MAX_CHILDREN, MAX_THREADS, Offsets, StopEvent,
 };
 
 use crate::{
@@ -140,15 +140,14 @@ pub fn describe(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> bool {
 }
 
 /// The task running on the stopped CPU, if it is inside the throttled group (its sched_entity
-/// chain reaches `cfs_rq`); the probe's own current task is often someone else.
+/// chain reaches `cfs_rq`); the probe's own current task is often someone else. Returns it
+/// when it is.
 #[inline(always)]
-pub fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
+pub fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> Option<u64> {
     let rq = read::<u64>(cfs_rq, o.cfs_rq_rq).unwrap_or(0);
-    let Some(task) = read::<u64>(rq, o.rq_curr) else {
-        return;
-    };
+    let task = read::<u64>(rq, o.rq_curr)?;
     if o.task_se == ABSENT {
-        return;
+        return None;
     }
     let mut se = task + o.task_se as u64;
     let mut inside = false;
@@ -168,9 +167,38 @@ pub fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
         }
     }
     if !inside {
-        return;
+        return None;
     }
     task_ids(o, task, ev);
+    Some(task)
+}
+
+/// Lists `task` among the threads the stop `ev` holds, waiting since `since_ns`, unless it is
+/// listed already; past `MAX_THREADS` it is counted in `threads_unlisted`. A thread waits once
+/// per stop (it cannot run again before the unthrottle), so an entry is never updated.
+#[inline(never)]
+pub fn hold(o: &Offsets, task: u64, since_ns: u64, ev: &mut StopEvent) {
+    let Some(tid) = read::<u32>(task, o.task_pid) else {
+        return;
+    };
+    let n = ev.threads as usize;
+    for i in 0..MAX_THREADS {
+        if i >= n {
+            break;
+        }
+        if ev.held[i].tid == tid {
+            return;
+        }
+    }
+    let Some(entry) = ev.held.get_mut(n) else {
+        ev.threads_unlisted = ev.threads_unlisted.saturating_add(1);
+        return;
+    };
+    entry.tid = tid;
+    entry.pid = read::<u32>(task, o.task_tgid).unwrap_or(0);
+    entry.since_ns = since_ns;
+    entry.comm = read::<[u8; 16]>(task, o.task_comm).unwrap_or([0; 16]);
+    ev.threads += 1;
 }
 
 /// pid, tid, comm and own (leaf) cgroup of `task`, which the caller knows is inside the
@@ -313,7 +341,11 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
         return;
     }
     ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
-    running_task(o, cfs_rq, ev);
+    // The running task is the one the throttle takes off the CPU; the others queued with it
+    // are counted in `tasks`, not named (docs/design.md, "threads held").
+    if let Some(task) = running_task(o, cfs_rq, ev) {
+        hold(o, task, ev.start_ns, ev);
+    }
     stopped_children(o, cfs_rq, ev);
     // By reference, not a stack copy (see tracepoint::stop::start).
     let record: &StopEvent = ev;

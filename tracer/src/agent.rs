@@ -177,6 +177,8 @@ pub struct Request<'a> {
     pub btf: &'a Path,
     /// Cgroup paths under the cpu hierarchy; empty = all.
     pub cgroups: Vec<String>,
+    /// Processes asked for with `--pid`: the report says what the stops held of each.
+    pub pids: Vec<u32>,
     /// Where the report goes; each gets the `start` line as soon as the probes are attached.
     pub sinks: Vec<Box<dyn Sink>>,
 }
@@ -358,6 +360,7 @@ impl Session {
             cgroup_version: Some(hierarchy.version()),
             cgroup_root: hierarchy.root().to_owned(),
             cgroups: request.cgroups.clone(),
+            pids: request.pids.clone(),
             disabled: resolved.disabled.iter().map(ToString::to_string).collect(),
             blind_end_reasons: probes
                 .blind_end_reasons
@@ -402,6 +405,7 @@ impl Session {
             backend: tracing.probes.backend,
             btf: &tracing.probes.btf,
             cgroups: selection.exact_paths().unwrap_or_default(),
+            pids: tracing.pids.clone(),
             sinks,
         })?;
         let selected = session.select(selection);

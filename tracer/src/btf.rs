@@ -97,6 +97,9 @@ pub enum Feature {
     Demand,
     /// `cfs_bandwidth.runtime_snap` (5.16+): the burst each period spent.
     BurstSpent,
+    /// `task_struct.on_rq` (and 6.12+'s `sched_entity.sched_delayed`): which tasks a stop
+    /// holds, as the tracepoint backend sees them switched out before 6.18.
+    HeldThreads,
 }
 
 impl fmt::Display for Feature {
@@ -114,6 +117,7 @@ impl fmt::Display for Feature {
             Feature::StoppedChildren => "stopped children of a quota owner",
             Feature::Demand => "per-period CPU demand",
             Feature::BurstSpent => "burst spent per period",
+            Feature::HeldThreads => "threads held by a stop",
         })
     }
 }
@@ -135,6 +139,7 @@ impl Feature {
             Feature::StoppedChildren => o.tg_children,
             Feature::Demand => o.tg_se,
             Feature::BurstSpent => o.cfsb_runtime_snap,
+            Feature::HeldThreads => o.task_on_rq.offset,
         };
         field != tracer_common::ABSENT
     }
@@ -588,6 +593,15 @@ const TABLE: &[Group] = &[
         need: Need::Newer(Feature::ParkedTasks),
         // 6.18: a task parked by the task-based throttle.
         fields: &[flag!(task_throttled, "task_struct", "throttled")],
+    },
+    Group {
+        need: Need::Newer(Feature::HeldThreads),
+        fields: &[flag!(task_on_rq, "task_struct", "on_rq")],
+    },
+    Group {
+        need: Need::Newer(Feature::HeldThreads),
+        // 6.12+: EEVDF's delayed dequeue leaves a sleeping task on_rq.
+        fields: &[flag!(se_sched_delayed, "sched_entity", "sched_delayed")],
     },
     Group {
         need: Need::Newer(Feature::Demand),

@@ -101,6 +101,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
         backend: args.probes.backend,
         btf: &args.probes.btf,
         cgroups: vec![demo.path.clone()],
+        pids: Vec::new(),
         sinks: vec![Box::new(Text::stdout())],
     })?;
     print!("{}", intro(&shape, &demo, hierarchy.version()));

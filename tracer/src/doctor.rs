@@ -19,7 +19,7 @@ use crate::{
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// Every optional probe feature, in the order the report lists them.
-const FEATURES: [Feature; 12] = [
+const FEATURES: [Feature; 13] = [
     Feature::KernelDuration,
     Feature::TaskCount,
     Feature::Bandwidth,
@@ -32,6 +32,7 @@ const FEATURES: [Feature; 12] = [
     Feature::StoppedChildren,
     Feature::Demand,
     Feature::BurstSpent,
+    Feature::HeldThreads,
 ];
 
 #[derive(Serialize)]
@@ -321,7 +322,8 @@ mod tests {
                 | Feature::ParkedTasks
                 | Feature::StoppedChildren
                 | Feature::Demand
-                | Feature::BurstSpent => {}
+                | Feature::BurstSpent
+                | Feature::HeldThreads => {}
             }
         }
     }

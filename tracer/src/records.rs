@@ -14,7 +14,8 @@ use std::mem::size_of;
 
 use tracer_common::{
     END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, EVENT_END, EVENT_PERIOD,
-    EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, MAX_CHILDREN, PeriodEvent, StopEvent,
+    EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, MAX_CHILDREN, MAX_THREADS, PeriodEvent,
+    StopEvent,
 };
 
 /// Why a ring-buffer record could not be turned into an [`Event`].
@@ -100,6 +101,17 @@ pub struct Task {
     pub comm: String,
 }
 
+/// A thread a stop held: it waited on the stopped CPU from `since_ns` to the stop's end.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldThread {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// CLOCK_MONOTONIC ns when it began to wait (docs/design.md, "threads held").
+    pub since_ns: u64,
+}
+
 /// One per-CPU stop: one cfs_rq (one CPU's runqueue of one cgroup) throttled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stop {
@@ -139,6 +151,12 @@ pub struct Stop {
     /// Children that qualified but are not in `children` (a lower bound when the group has
     /// more children than the probe looks at).
     pub children_unlisted: u32,
+    /// The threads of the group the stop held on the stopped CPU, as far as the backend saw
+    /// them (at most `MAX_THREADS`); in a START, those held by then.
+    pub threads: Vec<HeldThread>,
+    /// Threads held but not in `threads`, a lower bound: those past the listed ones, or the
+    /// tasks queued at the start that the probe did not name, whichever is more.
+    pub threads_unlisted: u32,
 }
 
 impl Stop {
@@ -172,6 +190,12 @@ impl EndedStop {
     /// The stop as the tracer measured it: `end_ns - start_ns`, CLOCK_MONOTONIC ns.
     pub fn duration_ns(&self) -> u64 {
         self.end_ns - self.stop.start_ns
+    }
+
+    /// How long the stop held `thread`: from its wait's start to the stop's end, ns.
+    pub fn held_ns(&self, thread: &HeldThread) -> u64 {
+        self.end_ns
+            .saturating_sub(thread.since_ns.max(self.stop.start_ns))
     }
 }
 
@@ -347,19 +371,30 @@ fn limit(raw: u64) -> Option<u64> {
     (raw != u64::MAX).then_some(raw)
 }
 
+/// `task->comm` up to its first NUL, lossily decoded.
+fn comm_of(comm: &[u8; 16]) -> String {
+    let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..len]).into_owned()
+}
+
 fn stop_of(raw: &StopEvent) -> Stop {
-    let task = (raw.pid != 0).then(|| {
-        let len = raw
-            .comm
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(raw.comm.len());
-        Task {
-            pid: raw.pid,
-            tid: raw.tid,
-            comm: String::from_utf8_lossy(&raw.comm[..len]).into_owned(),
-        }
+    let task = (raw.pid != 0).then(|| Task {
+        pid: raw.pid,
+        tid: raw.tid,
+        comm: comm_of(&raw.comm),
     });
+    let threads: Vec<HeldThread> = raw
+        .held
+        .iter()
+        .take((raw.threads as usize).min(MAX_THREADS))
+        .map(|t| HeldThread {
+            pid: t.pid,
+            tid: t.tid,
+            comm: comm_of(&t.comm),
+            since_ns: t.since_ns,
+        })
+        .collect();
+    let named = u32::try_from(threads.len()).unwrap_or(u32::MAX);
     Stop {
         cgroup_id: raw.cgroup_id,
         cpu: raw.cpu,
@@ -383,6 +418,8 @@ fn stop_of(raw: &StopEvent) -> Stop {
             .copied()
             .collect(),
         children_unlisted: raw.children_unlisted,
+        threads_unlisted: raw.threads_unlisted.max(raw.tasks.saturating_sub(named)),
+        threads,
     }
 }
 

@@ -31,7 +31,9 @@ use crate::aggregate::{Attributed, Run};
 use crate::cgroups::Version;
 use crate::cpustat::CpuStat;
 use crate::names::Name;
-use crate::records::{Bandwidth, EndReason, EndedStop, Event, Period, RecordError, Task};
+use crate::records::{
+    Bandwidth, EndReason, EndedStop, Event, HeldThread, Period, RecordError, Task,
+};
 use crate::wallclock::{Reading, Step, Utc};
 
 /// One NDJSON line.
@@ -174,6 +176,9 @@ pub struct Start {
     /// The cgroup paths the run is limited to; empty = all cgroups.
     #[serde(rename = "cgroup_filter")]
     pub cgroups: Vec<String>,
+    /// The processes asked for with `--pid`, whose waits the report gives directly.
+    #[serde(default, rename = "pid_filter", skip_serializing_if = "Vec::is_empty")]
+    pub pids: Vec<u32>,
     /// Probe features this kernel cannot support, so their fields are absent or 0.
     #[serde(rename = "disabled_features")]
     pub disabled: Vec<String>,
@@ -308,6 +313,13 @@ pub struct StopFields {
     /// Children stopped too but not listed (more than 8); a lower bound past 16 children.
     #[serde(default)]
     pub descendants_unlisted: u32,
+    /// The threads the stop held on the stopped CPU (at most 8). Absent from recordings made
+    /// before stops listed them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<ThreadLine>,
+    /// Threads held but not listed (a lower bound, see docs/ndjson.md).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub threads_unlisted: u32,
     /// `start_ns` and `park_ns` as wall-clock time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_utc: Option<Utc>,
@@ -336,6 +348,8 @@ impl StopFields {
             descendant_cgroup_id: s.descendant,
             descendant_cgroup_ids: s.children.clone(),
             descendants_unlisted: s.children_unlisted,
+            threads: s.threads.iter().map(ThreadLine::of).collect(),
+            threads_unlisted: s.threads_unlisted,
             start_utc: None,
             start_unix_ns: None,
             park_utc: None,
@@ -347,6 +361,9 @@ impl StopFields {
         (self.start_utc, self.start_unix_ns) = wall(clock, self.start_ns);
         if let Some(ns) = self.park_ns {
             (self.park_utc, self.park_unix_ns) = wall(clock, ns);
+        }
+        for t in &mut self.threads {
+            (t.since_utc, t.since_unix_ns) = wall(clock, t.since_ns);
         }
     }
 
@@ -373,6 +390,56 @@ impl StopFields {
             descendant: self.descendant_cgroup_id,
             children: self.descendant_cgroup_ids.clone(),
             children_unlisted: self.descendants_unlisted,
+            threads: self.threads.iter().map(ThreadLine::record).collect(),
+            threads_unlisted: self.threads_unlisted,
+        }
+    }
+}
+
+/// Whether a count is 0: a field added after recordings were made is left out then, so
+/// those recordings are written back byte for byte.
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
+}
+
+/// One thread a stop held, in `threads` of `stop_begin`, `stop` and `ancestor_stop` lines.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadLine {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// CLOCK_MONOTONIC ns when it began to wait.
+    pub since_ns: u64,
+    /// How long the stop held it: `end_ns − since_ns` (ended stops only; written for
+    /// readers, not needed to read a line back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_utc: Option<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_unix_ns: Option<i64>,
+}
+
+impl ThreadLine {
+    fn of(t: &HeldThread) -> Self {
+        Self {
+            pid: t.pid,
+            tid: t.tid,
+            comm: t.comm.clone(),
+            since_ns: t.since_ns,
+            held_ns: None,
+            since_utc: None,
+            since_unix_ns: None,
+        }
+    }
+
+    fn record(&self) -> HeldThread {
+        HeldThread {
+            pid: self.pid,
+            tid: self.tid,
+            comm: self.comm.clone(),
+            since_ns: self.since_ns,
         }
     }
 }
@@ -400,8 +467,12 @@ pub struct Stop {
 
 impl Stop {
     pub fn of(end: &EndedStop, cgroup: Option<&str>) -> Self {
+        let mut started = StopFields::of(&end.stop, cgroup);
+        for (line, t) in started.threads.iter_mut().zip(&end.stop.threads) {
+            line.held_ns = Some(end.held_ns(t));
+        }
         Self {
-            started: StopFields::of(&end.stop, cgroup),
+            started,
             end_ns: end.end_ns,
             duration_ns: end.duration_ns(),
             kernel_ns: end.kernel_ns,
@@ -544,6 +615,63 @@ pub struct Summary {
     /// kernel_accounted_ns + Σ stopped_by_ancestor kernel_ns: the trace's account of the
     /// cpu.stat.local throttled delta (6.6+).
     pub local_accounted_ns: u64,
+    /// The processes its stops held, most held first. Absent from recordings made before
+    /// stops listed their threads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessLine>,
+    /// Σ over its stops of the threads held but not listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub threads_unlisted: u64,
+}
+
+/// One process a cgroup's stops held, in a `summary`: the stops that held any of its threads
+/// and its wait in them (per stop, its longest-held thread's), with each thread's.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessLine {
+    pub pid: u32,
+    pub comm: String,
+    pub stops: u64,
+    pub held_ns: u64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+    pub threads: Vec<ThreadTotal>,
+}
+
+/// One thread's stops and held time, in a [`ProcessLine`].
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadTotal {
+    pub tid: u32,
+    pub comm: String,
+    pub stops: u64,
+    pub held_ns: u64,
+}
+
+impl ProcessLine {
+    pub fn of(p: &crate::aggregate::ProcessHeld) -> Self {
+        let pct = p.waits.percentiles;
+        Self {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            stops: p.waits.count,
+            held_ns: p.waits.sum_ns,
+            p50_ns: pct.map(|p| p.p50_ns),
+            p99_ns: pct.map(|p| p.p99_ns),
+            max_ns: pct.map(|p| p.max_ns),
+            threads: p
+                .threads
+                .iter()
+                .map(|t| ThreadTotal {
+                    tid: t.tid,
+                    comm: t.comm.clone(),
+                    stops: t.stops,
+                    held_ns: t.held_ns,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// `period`: one period of a cgroup with a quota (tracepoint backend), at the expiry of its

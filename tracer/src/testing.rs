@@ -4,7 +4,7 @@
 //! ([`not_applicable`]), which never fails. Both say so on stderr. Also the record the unit
 //! tests of every layer build on ([`ended`]).
 
-use crate::records::{Bandwidth, EndReason, EndedStop, Stop, Task};
+use crate::records::{Bandwidth, EndReason, EndedStop, HeldThread, Stop, Task};
 
 /// This machine lacks what the test needs: a failure under `CI=true`, else a visible skip.
 pub fn missing(reason: &str) {
@@ -47,6 +47,13 @@ pub fn ended(cpu: u32, start_ms: u64, end_ms: u64) -> EndedStop {
             descendant: None,
             children: Vec::new(),
             children_unlisted: 0,
+            threads: vec![HeldThread {
+                pid: 100,
+                tid: 101,
+                comm: "stress".into(),
+                since_ns: start_ms * MS + 2_000,
+            }],
+            threads_unlisted: 1,
         },
         end_ns: end_ms * MS,
         kernel_ns: Some((end_ms - start_ms) * MS + 1_000),

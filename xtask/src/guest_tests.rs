@@ -88,6 +88,7 @@ const PLANS: &[(&str, Plan)] = &[
         Plan::Run(&[("nobody_can_scan_a_readable_tree", SETPRIV)]),
     ),
     ("serve_selection", Plan::Run(&[])),
+    ("threads", Plan::Run(&[])),
 ];
 
 /// The tests the guest runs, and the ones it does not with why.

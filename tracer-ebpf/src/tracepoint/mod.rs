@@ -47,13 +47,13 @@ pub fn tp_sched_switch(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn tp_sched_wakeup(ctx: BtfTracePointContext) -> i32 {
-    observe::walk(offsets(), ctx.arg(0), false);
+    observe::walk(offsets(), ctx.arg(0), false, observe::Seen::WokenUp);
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn tp_sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
-    observe::walk(offsets(), ctx.arg(0), false);
+    observe::walk(offsets(), ctx.arg(0), false, observe::Seen::WokenUp);
     0
 }
 

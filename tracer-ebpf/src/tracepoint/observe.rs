@@ -4,8 +4,11 @@
 //! wakeup), so the chain is read with direct loads and the clock only where it is used.
 use tracer_common::{ABSENT, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN, Offsets, StopEvent};
 
-use super::stop::{F_EXIT_PENDING, F_REFILL_PENDING, TP_OPEN, TpStop, end, episode_changed, start};
-use crate::stops::{self, load, load_bits, now, read};
+use super::stop::{
+    F_EXIT_PENDING, F_REFILL_PENDING, TASK_HELD, TASK_PARKED, TP_OPEN, TpStop, end,
+    episode_changed, start,
+};
+use crate::stops::{self, load, load_bits, now, read, read_bits};
 
 /// How long an unthrottle seen outside a refill callback waits for the callback's exit before
 /// it ends the stop itself (the exit never comes, e.g. a teardown flush without tracepoints).
@@ -14,20 +17,28 @@ const EXIT_WAIT_NS: u64 = 100_000_000;
 /// Deepest cgroup nesting walked from a task.
 const MAX_DEPTH: usize = 8;
 
+/// How an observation saw its task, which says whether a throttled group holds it now.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seen {
+    SwitchedOut,
+    SwitchedIn,
+    WokenUp,
+}
+
 /// A context switch from `prev` to `next` (the tracepoint's BTF-typed task arguments): both
 /// chains are observed, and `prev` counts as parked if the 6.18 throttle work just parked it.
 #[inline(always)]
 pub(super) fn switched(o: &Offsets, prev: u64, next: u64) {
     let parked = load_bits(prev, &o.task_throttled).unwrap_or(0) != 0;
-    walk(o, prev, parked);
-    walk(o, next, false);
+    walk(o, prev, parked, Seen::SwitchedOut);
+    walk(o, next, false, Seen::SwitchedIn);
 }
 
 /// Walks `task`'s sched_entity chain up through its parents and observes every cfs_rq with a
 /// bandwidth limit. `parked`: the task was just parked by the 6.18 throttle work.
 /// `task` is the tracepoint's BTF-typed argument, so the chain is read with direct loads.
 #[inline(always)]
-pub(super) fn walk(o: &Offsets, task: u64, parked: bool) {
+pub(super) fn walk(o: &Offsets, task: u64, parked: bool, seen: Seen) {
     if task == 0 || o.task_se == ABSENT {
         return;
     }
@@ -39,7 +50,7 @@ pub(super) fn walk(o: &Offsets, task: u64, parked: bool) {
         if load::<i32>(cfs_rq, o.cfs_rq_runtime_enabled).unwrap_or(0) != 0
             && let Some(throttled) = load_bits(cfs_rq, &o.cfs_rq_throttled)
         {
-            observe(o, cfs_rq, throttled != 0, task, parked);
+            observe(o, cfs_rq, throttled != 0, task, parked, seen);
         }
         match load::<u64>(se, o.se_parent) {
             Some(parent) if parent != 0 => se = parent,
@@ -48,8 +59,45 @@ pub(super) fn walk(o: &Offsets, task: u64, parked: bool) {
     }
 }
 
+/// Whether the throttled group that `task` was seen in holds it now: it waits on that CPU and
+/// cannot run before the unthrottle. On the task-based throttle (6.18+) only a parked task
+/// does; before it, the whole group is off the CPU, so a task switched out still runnable
+/// (preempted or throttled, not going to sleep) or woken into it does. Read only for a
+/// throttled group: nothing of this is on the path of an unthrottled switch.
 #[inline(always)]
-fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
+fn holds(o: &Offsets, task: u64, parked: bool, seen: Seen) -> bool {
+    if parked {
+        return true;
+    }
+    if o.task_throttled.offset != ABSENT {
+        return false;
+    }
+    match seen {
+        Seen::SwitchedIn => false,
+        Seen::WokenUp => true,
+        Seen::SwitchedOut => {
+            let delayed = o.task_se != ABSENT
+                && read_bits(task + u64::from(o.task_se), &o.se_sched_delayed).unwrap_or(0) != 0;
+            read_bits(task, &o.task_on_rq).unwrap_or(0) != 0 && !delayed
+        }
+    }
+}
+
+/// `start`'s `how` for `task`.
+#[inline(always)]
+fn how(o: &Offsets, task: u64, parked: bool, seen: Seen) -> u32 {
+    let mut how = 0;
+    if parked {
+        how |= TASK_PARKED;
+    }
+    if holds(o, task, parked, seen) {
+        how |= TASK_HELD;
+    }
+    how
+}
+
+#[inline(always)]
+fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, seen: Seen) {
     // SAFETY: the entry is only touched by programs holding this cfs_rq's rq lock or running
     // its refill callback; a racing update loses at most one parked count. Ends are claimed
     // in `end`, so two observers never both end it.
@@ -67,13 +115,16 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
                     // open the new one.
                     let reason = ended_reason(o, cfs_rq, st);
                     end(o, cfs_rq, st.ev.start_ns, reason, false);
-                    start(o, cfs_rq, now(), task, parked);
+                    start(o, cfs_rq, now(), task, how(o, task, parked, seen));
                 } else {
                     if parked {
                         note_park(o, cfs_rq, st, now());
                         if st.ev.leaf_cgroup_id == 0 {
                             st.ev.leaf_cgroup_id = stops::leaf_cgroup(o, task);
                         }
+                    }
+                    if holds(o, task, parked, seen) {
+                        stops::hold(o, task, now(), &mut st.ev);
                     }
                     if st.children_unlisted != 0 {
                         st.children_unlisted = 0;
@@ -97,7 +148,7 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool) {
         }
         None => {
             if throttled {
-                start(o, cfs_rq, now(), task, parked);
+                start(o, cfs_rq, now(), task, how(o, task, parked, seen));
             }
         }
     }

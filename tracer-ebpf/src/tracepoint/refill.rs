@@ -138,7 +138,7 @@ fn refill_entry(o: &Offsets, slot: u32) {
         }
         // SAFETY: lookup only.
         if unsafe { TP_OPEN.get(cfs_rq) }.is_none() {
-            start(o, cfs_rq, t, 0, false);
+            start(o, cfs_rq, t, 0, 0);
         }
         if let Some(st) = TP_OPEN.get_ptr_mut(cfs_rq) {
             // SAFETY: valid map value pointer.
@@ -202,7 +202,7 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
             read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
         }) {
             end(o, cfs_rq, st.ev.start_ns, END_REFILL, false);
-            start(o, cfs_rq, t, 0, false);
+            start(o, cfs_rq, t, 0, 0);
         } else if !queued_for_async(o, cfs_rq) {
             st.flags &= !(F_REFILL_PENDING | F_EXIT_PENDING);
         } else if !csd_traced {

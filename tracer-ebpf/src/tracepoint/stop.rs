@@ -31,6 +31,11 @@ const F_INDEXED: u32 = 8;
 /// clock right after the unthrottle (the only exact `kernel_ns` before 6.6).
 pub(super) const F_EXIT_PENDING: u32 = 16;
 
+/// `start`'s `how`: the task was just parked (6.18 task-based throttle).
+pub(super) const TASK_PARKED: u32 = 1;
+/// `start`'s `how`: the stop holds the task from now.
+pub(super) const TASK_HELD: u32 = 2;
+
 /// An open stop: its record so far, and what its end needs.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -124,10 +129,13 @@ pub(super) fn episode_changed(st: &TpStop, self_time: impl FnOnce() -> Option<u6
 }
 
 /// `cfs_rq` is throttled and not yet open: open it (emit START unless it predates the trace).
-/// `task` is a task of the group seen at the observation (0 = use the CPU's current task).
+/// `task` is a task of the group seen at the observation (0 = use the CPU's current task);
+/// `how` says how it was seen: `TASK_PARKED`, `TASK_HELD` (the stop holds it from now, see
+/// `observe::holds`). One word, not two flags: BPF calls take at most five arguments.
 /// Two CPUs may see the same throttle at once: the first to insert it opens it.
 #[inline(never)]
-pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool) {
+pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
+    let parked = how & TASK_PARKED != 0;
     // Built in a per-CPU scratch slot: a StopEvent is too big for the BPF stack here.
     let Some(st) = TP_SCRATCH.get_ptr_mut(0) else {
         return;
@@ -171,6 +179,9 @@ pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, parked: bool)
             // children are listed at the next observation from a task, before the tasks the
             // throttle stopped have all left the queue unnoticed.
             stops::stopped_children(o, cfs_rq, &mut st.ev);
+            if how & TASK_HELD != 0 {
+                stops::hold(o, task, now, &mut st.ev);
+            }
         } else {
             stops::running_task(o, cfs_rq, &mut st.ev);
             st.children_unlisted = 1;

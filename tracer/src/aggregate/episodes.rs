@@ -63,6 +63,8 @@ pub struct CgroupSummary {
     pub children_unlisted_stops: u64,
     /// Its per-period CPU demand and busy runs; `None` when no period of it was measured.
     pub demand: Option<super::DemandSummary>,
+    /// The processes and threads its stops held.
+    pub held: super::HeldSummary,
 }
 
 /// Ended stops of a quota owner that stopped a descendant's task, seen from either side.
@@ -151,6 +153,7 @@ pub(super) struct CgroupState {
     /// in its stop (the tracepoint backend opens a stop before it emits its START).
     early_ends: Vec<(u32, u64)>,
     children_unlisted_stops: u64,
+    holders: super::holders::Holders,
 }
 
 /// Unmatched ENDs remembered for their late START; a late START is microseconds late.
@@ -211,6 +214,7 @@ impl CgroupState {
         if end.stop.children_unlisted != 0 {
             self.children_unlisted_stops += 1;
         }
+        self.holders.record(end);
 
         if let Some(i) = self.open.iter().position(|o| o.cpu == end.stop.cpu) {
             self.open.swap_remove(i);
@@ -300,6 +304,7 @@ impl CgroupState {
             stopped_by_ancestor: Vec::new(),
             children_unlisted_stops: self.children_unlisted_stops,
             demand: None,
+            held: self.holders.finish(),
         }
     }
 }

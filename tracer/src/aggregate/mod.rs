@@ -27,13 +27,18 @@
 //! not resolve). Stops whose list was cut at `MAX_CHILDREN` are counted on Q
 //! (`children_unlisted_stops`).
 //!
+//! Threads held: each ended stop's held threads count for the processes and threads of the
+//! cgroup whose quota stopped it ([`holders`]).
+//!
 //! [`durations`] keeps distributions, [`episodes`] one cgroup's stops and group stops,
+//! [`holders`] the processes and threads they held,
 //! [`demand`] one cgroup's per-period CPU demand and busy runs, [`window`] the live interval;
 //! this module routes records to them and joins the ancestor attributions at the end.
 
 mod demand;
 mod durations;
 mod episodes;
+mod holders;
 mod window;
 
 use std::collections::HashMap;
@@ -44,6 +49,7 @@ pub use durations::DurationSummary;
 pub use durations::Percentiles;
 pub use episodes::{Attributed, CgroupSummary, OpenStop};
 use episodes::{CgroupState, sort_attributed};
+pub use holders::{HeldSummary, ProcessHeld};
 pub use window::IntervalSummary;
 use window::Window;
 
@@ -244,6 +250,8 @@ mod tests {
             descendant: None,
             children: Vec::new(),
             children_unlisted: 0,
+            threads: Vec::new(),
+            threads_unlisted: 0,
             kernel_start_clock: None,
         }
     }

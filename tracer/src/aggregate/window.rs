@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 use super::durations::{DurationSummary, Durations};
 use super::episodes::{Attributed, sort_attributed};
+use super::holders::{HeldSummary, Holders};
 use crate::records::{EndedStop, Event};
 
 /// What one cgroup's stops did in one interval (see
@@ -28,6 +29,8 @@ pub struct IntervalSummary {
     pub ancestor_stops: DurationSummary,
     /// The same stops by quota owner, most stopped first (`path` left `None`).
     pub by_ancestor: Vec<Attributed>,
+    /// The processes and threads its own stops that ended in the interval held.
+    pub held: HeldSummary,
 }
 
 /// One cgroup's stops in the current interval.
@@ -37,6 +40,7 @@ struct InWindow {
     group_stops: Durations,
     ancestor_stops: Durations,
     by_ancestor: HashMap<u64, Attributed>,
+    holders: Holders,
 }
 
 /// The current interval's per-CPU stops, group stops and ancestors' stops, per cgroup; only
@@ -68,6 +72,7 @@ impl Window {
                     group_stops: c.group_stops.summary(),
                     ancestor_stops: c.ancestor_stops.summary(),
                     by_ancestor,
+                    held: c.holders.finish(),
                 }
             })
             .collect()
@@ -85,8 +90,9 @@ impl Window {
             return;
         }
         let c = self.cgroups.entry(cgroup_id).or_default();
-        if let Some(ns) = ended {
+        if let (Some(ns), Event::End(end)) = (ended, event) {
             c.stops.record(ns);
+            c.holders.record(end);
         }
         if let Some(ns) = closed {
             c.group_stops.record(ns);

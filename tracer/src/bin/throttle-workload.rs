@@ -5,6 +5,7 @@
 //! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K]
 //! throttle-workload requests --seconds S
 //! throttle-workload held --seconds S
+//! throttle-workload pair --seconds S
 //! ```
 //!
 //! `busy` spins N threads for S seconds of wall time. `spiky` first finds its group's period
@@ -78,6 +79,12 @@ enum Mode {
         #[arg(long, value_name = "S")]
         seconds: u32,
     },
+    /// A spinning and a sleeping thread for S seconds; prints their thread ids.
+    Pair {
+        /// Wall time to run for.
+        #[arg(long, value_name = "S")]
+        seconds: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -97,6 +104,7 @@ fn main() -> ExitCode {
             }
         }
         Mode::Held { seconds } => held(u64::from(seconds) * 1_000_000_000),
+        Mode::Pair { seconds } => pair(Duration::from_secs(seconds.into())),
     }
     ExitCode::SUCCESS
 }
@@ -155,6 +163,39 @@ fn busy(threads: usize, length: Duration) {
         .collect();
     for spinner in spinners {
         spinner.join().expect("a busy thread panicked");
+    }
+}
+
+/// A spinning thread and a sleeping one, each named, for `length`.
+fn pair(length: Duration) {
+    let deadline = Instant::now() + length;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let start = |name: &'static str, work: fn(Instant)| {
+        let tx = tx.clone();
+        thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                let _ = tx.send((name, unsafe { libc::gettid() }));
+                work(deadline);
+            })
+            .expect("cannot start a thread")
+    };
+    let threads = [
+        start("spinner", |deadline| {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                n = std::hint::black_box(n.wrapping_add(1));
+            }
+        }),
+        start("sleeper", |deadline| {
+            thread::sleep(deadline.saturating_duration_since(Instant::now()));
+        }),
+    ];
+    let ids: std::collections::HashMap<&str, i32> = rx.iter().take(2).collect();
+    println!("tids spinner {} sleeper {}", ids["spinner"], ids["sleeper"]);
+    for t in threads {
+        t.join().expect("a thread of the pair panicked");
     }
 }
 

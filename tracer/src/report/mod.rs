@@ -192,6 +192,13 @@ impl CgroupReport {
             stopped_by_ancestor: s.stopped_by_ancestor.clone(),
             children_unlisted_stops: s.children_unlisted_stops,
             local_accounted_ns: self.local_accounted_ns(),
+            processes: s
+                .held
+                .processes
+                .iter()
+                .map(schema::ProcessLine::of)
+                .collect(),
+            threads_unlisted: s.held.unlisted,
         }
     }
 }

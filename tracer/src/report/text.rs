@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::CgroupReport;
 use super::histogram::log2_rows;
-use crate::aggregate::{Attributed, DurationSummary};
+use crate::aggregate::{Attributed, DurationSummary, HeldSummary, ProcessHeld};
 use crate::cgroups::Version;
 use crate::names::Name;
 use crate::records::Bandwidth;
@@ -20,6 +20,7 @@ const MAX_PATH_COLUMN: usize = 48;
 pub(super) fn render(info: &Start, reports: &[CgroupReport], totals: &End) -> String {
     let mut out = String::new();
     header(&mut out, info, totals);
+    asked_pids(&mut out, info, reports);
     if reports.is_empty() {
         out.push_str("\nNo cgroup was stopped by its CPU quota while tracing.\n");
     } else {
@@ -303,8 +304,96 @@ fn detail(out: &mut String, r: &CgroupReport) {
     if !anomalies.is_empty() {
         let _ = writeln!(out, "  incomplete        {}", anomalies.join(", "));
     }
+    held(out, &s.held);
     histogram(out, "per-CPU stop lengths", &s.stops);
     histogram(out, "group stop lengths", &s.group_stops);
+}
+
+/// Processes and threads listed per cgroup in the summary; the NDJSON has them all.
+const MAX_PROCESSES: usize = 10;
+const MAX_THREADS_SHOWN: usize = 4;
+
+/// The processes and threads the cgroup's stops held (docs/definitions.md, "held").
+fn held(out: &mut String, h: &HeldSummary) {
+    if h.processes.is_empty() && h.unlisted == 0 {
+        return;
+    }
+    out.push_str(
+        "  held              process / thread        stops       held    p99 wait
+",
+    );
+    for p in h.processes.iter().take(MAX_PROCESSES) {
+        let p99 = p
+            .waits
+            .percentiles
+            .map_or_else(|| "-".to_owned(), |q| ns(q.p99_ns));
+        let who = format!("pid {} ({})", p.pid, p.comm);
+        let _ = writeln!(
+            out,
+            "                    {who:<22} {:>6} {:>10} {:>11}",
+            p.waits.count,
+            ns(p.waits.sum_ns),
+            p99
+        );
+        for t in p.threads.iter().take(MAX_THREADS_SHOWN) {
+            let who = format!("tid {} ({})", t.tid, t.comm);
+            let _ = writeln!(
+                out,
+                "                      {who:<20} {:>6} {:>10}",
+                t.stops,
+                ns(t.held_ns)
+            );
+        }
+        if p.threads.len() > MAX_THREADS_SHOWN {
+            let _ = writeln!(
+                out,
+                "                      … {} more threads",
+                p.threads.len() - MAX_THREADS_SHOWN
+            );
+        }
+    }
+    if h.processes.len() > MAX_PROCESSES {
+        let _ = writeln!(
+            out,
+            "                    … {} more processes (all in the NDJSON summary)",
+            h.processes.len() - MAX_PROCESSES
+        );
+    }
+    if h.unlisted > 0 {
+        let _ = writeln!(
+            out,
+            "                    {} more held thread(s), counted once per stop, not named              (past 8 per stop, or queued unseen)",
+            h.unlisted
+        );
+    }
+}
+
+/// One line per `--pid` process: what the stops held of it, whichever cgroup's they were.
+fn asked_pids(out: &mut String, info: &Start, reports: &[CgroupReport]) {
+    for &pid in &info.pids {
+        let found: Vec<&ProcessHeld> = reports
+            .iter()
+            .flat_map(|r| &r.summary.held.processes)
+            .filter(|p| p.pid == pid)
+            .collect();
+        let Some(first) = found.first() else {
+            let _ = writeln!(out, "pid {pid}: no stop held any of its threads");
+            continue;
+        };
+        for p in &found {
+            let p99 = p
+                .waits
+                .percentiles
+                .map_or_else(String::new, |q| format!(", p99 {}", ns(q.p99_ns)));
+            let _ = writeln!(
+                out,
+                "pid {pid} ({}): {} stops, {} held{p99}",
+                first.comm,
+                p.waits.count,
+                ns(p.waits.sum_ns)
+            );
+        }
+    }
 }
 
 fn distribution_line(out: &mut String, label: &str, d: &DurationSummary) {

@@ -92,6 +92,14 @@ pub fn held(seconds: u32) -> Command {
     cmd
 }
 
+/// `throttle-workload pair`: a thread `spinner` spinning and a thread `sleeper` sleeping for
+/// `seconds`; prints `tids spinner T sleeper T'` once both run.
+pub fn pair(seconds: u32) -> Command {
+    let mut cmd = Command::new(WORKLOAD);
+    cmd.args(["pair", "--seconds", &seconds.to_string()]);
+    cmd
+}
+
 /// `throttle-workload spiky`: after a `synced` line, `rounds` rounds `every_ms` apart (a
 /// multiple of the period), each of `threads` threads burning `burn_ms` of its own CPU time;
 /// one `round I start_ns A end_ns B cpu_ns C ...` line each.

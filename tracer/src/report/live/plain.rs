@@ -91,7 +91,7 @@ pub(super) fn cells(r: &Row, secs: f64) -> [String; COLUMNS] {
 }
 
 /// The widest text of column `i` among `rows`, at least `min`, at most [`MAX_PATH_COLUMN`].
-pub(super) fn width(rows: &[[String; COLUMNS]], i: usize, min: usize) -> usize {
+pub(super) fn width<const N: usize>(rows: &[[String; N]], i: usize, min: usize) -> usize {
     rows.iter()
         .map(|c| c[i].chars().count())
         .max()
@@ -131,6 +131,69 @@ fn ns(v: u64) -> String {
         1_000_000..1_000_000_000 => format!("{:.1}ms", f / 1e6),
         _ => format!("{:.2}s", f / 1e9),
     }
+}
+
+/// The per-process table of `rows` (the live view's `p` key): one line per process their
+/// stops held in the interval, most held first, with its cgroup, stops, held time, p99 wait
+/// and its threads (tid:held, most held first).
+pub(super) fn processes(rows: &[&Row]) -> String {
+    let mut lines: Vec<(u64, [String; 7])> = rows
+        .iter()
+        .flat_map(|r| {
+            let path = cells(r, 0.0)[PATH].clone();
+            r.interval.held.processes.iter().map(move |p| {
+                let threads: Vec<String> = p
+                    .threads
+                    .iter()
+                    .map(|t| format!("{}:{}", t.tid, ns(t.held_ns)))
+                    .collect();
+                let p99 = p
+                    .waits
+                    .percentiles
+                    .map_or_else(|| "-".into(), |q| ns(q.p99_ns));
+                (
+                    p.waits.sum_ns,
+                    [
+                        p.pid.to_string(),
+                        p.comm.clone(),
+                        p.waits.count.to_string(),
+                        ns(p.waits.sum_ns),
+                        p99,
+                        path.clone(),
+                        threads.join(" "),
+                    ],
+                )
+            })
+        })
+        .collect();
+    if lines.is_empty() {
+        return "no stop in the interval named a thread\n".to_owned();
+    }
+    lines.sort_by_key(|l| std::cmp::Reverse(l.0));
+    let header = [
+        "PID",
+        "COMM",
+        "STOPS",
+        "HELD",
+        "P99 WAIT",
+        "CGROUP",
+        "THREADS (tid:held)",
+    ]
+    .map(String::from);
+    let cells: Vec<[String; 7]> = std::iter::once(header)
+        .chain(lines.into_iter().map(|(_, c)| c))
+        .collect();
+    let cw = width(&cells, 1, 4);
+    let gw = width(&cells, 5, 6);
+    let mut out = String::new();
+    for c in cells {
+        let _ = writeln!(
+            out,
+            "{:>7}  {:<cw$}  {:>5}  {:>9}  {:>9}  {:<gw$}  {}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+        );
+    }
+    out
 }
 
 /// The log2 histograms of one row's interval: its per-CPU and group stop lengths, and the

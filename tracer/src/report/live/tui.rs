@@ -1,7 +1,8 @@
 //! The live view on a terminal: the interval's table drawn with ratatui, one row selected
 //! (Up/Down, PgUp/PgDn, Home/End) and the table scrolled to keep it in sight, the selected
 //! row's histograms in a pane (Enter; Enter or Esc closes it), `s` to cycle the sort, `/` to
-//! filter, `q` or Ctrl-C to quit. The selection follows its cgroup from one table to the next.
+//! filter, `p` to switch to the processes the interval's stops held (the filtered rows'
+//! processes, one line each, most held first) and back, `q` or Ctrl-C to quit. The selection follows its cgroup from one table to the next.
 //! State and drawing only: the terminal is [`crate::terminal::Screen`].
 
 use crossterm::event::{Event, KeyCode, KeyEventKind, KeyModifiers};
@@ -36,6 +37,8 @@ pub struct View {
     typing: bool,
     /// The selected row's histogram pane is open.
     detail: bool,
+    /// The per-process table is shown instead of the cgroups' (`p`).
+    processes: bool,
     /// The last table, its rows in `sort` order.
     table: Option<Table>,
     selection: TableState,
@@ -81,6 +84,7 @@ impl View {
         match key.code {
             KeyCode::Char('q') => return true,
             KeyCode::Char('s') => self.keeping_selection(|v| v.sort = v.sort.next()),
+            KeyCode::Char('p') => self.processes = !self.processes,
             KeyCode::Char('/') => {
                 self.typing = true;
                 self.keeping_selection(|v| v.filter.clear());
@@ -155,7 +159,8 @@ impl View {
         .areas(frame.area());
         let keys = format!(
             "sort: {}  filter: {}{}  (s: sort; /: filter; Up/Down/PgUp/PgDn/Home/End: select; \
-             Enter: histograms of the selected row; q or Ctrl-C: quit with the summary)",
+             Enter: histograms of the selected row; p: processes held; q or Ctrl-C: quit with \
+             the summary)",
             self.sort.as_str(),
             self.filter,
             if self.typing { "_" } else { "" },
@@ -168,6 +173,15 @@ impl View {
         frame.render_widget(Paragraph::new(plain::title(table)), top);
         if table.rows.is_empty() {
             frame.render_widget(Paragraph::new(plain::NOTHING_STOPPED), body);
+            return;
+        }
+        if self.processes {
+            let title = " processes held in the interval, by held time (p: back to the cgroups) ";
+            frame.render_widget(
+                Paragraph::new(plain::processes(&self.rows()))
+                    .block(Block::bordered().title(title)),
+                body,
+            );
             return;
         }
         let (grid_area, pane) = match self.selected() {
@@ -445,6 +459,30 @@ mod tests {
         press(&mut view, KeyCode::Enter);
         let text = screen(&mut view, 200, 50).join("\n");
         assert!(!text.contains("histograms of /"), "so does Enter: {text}");
+    }
+
+    #[test]
+    fn p_switches_to_the_processes_held_and_back() {
+        let mut view = View::default();
+        view.show(two_rows());
+        press(&mut view, KeyCode::Char('p'));
+        let text = screen(&mut view, 200, 50).join("\n");
+        assert!(text.contains("processes held in the interval"), "{text}");
+        // Each stop held tid 101 of pid 100 from 2 µs after its start: /web's 10 stops of
+        // 80 ms, then /batch's 20 of 10 ms.
+        let web = text.find("stress     10    800.0ms").expect(&text);
+        let batch = text.find("stress     20    200.0ms").expect(&text);
+        assert!(web < batch, "most held first: {text}");
+        assert!(
+            text.contains("101:800.0ms") && text.contains("/web"),
+            "{text}"
+        );
+        press(&mut view, KeyCode::Char('p'));
+        let text = screen(&mut view, 200, 50).join("\n");
+        assert!(
+            !text.contains("processes held in") && text.contains("/batch"),
+            "{text}"
+        );
     }
 
     #[test]
