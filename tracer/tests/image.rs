@@ -149,20 +149,24 @@ impl Pod {
                 })
                 .unwrap_or_default()
         };
-        let mut flags = Vec::new();
-        for drop in names(&sc["capabilities"]["drop"]) {
-            if drop == "ALL" {
-                for cap in CAPABILITIES {
-                    flags.extend(["--cap-drop".into(), format!("CAP_{cap}")]);
-                }
-            } else {
-                flags.extend(["--cap-drop".into(), format!("CAP_{drop}")]);
-            }
-        }
+        // Kubernetes drops first and then adds; ctr applies its --cap-drop after its
+        // --cap-add, so "drop ALL" is a drop of every capability the manifest does not add.
         let added: Vec<String> = names(&sc["capabilities"]["add"])
             .iter()
             .map(|cap| format!("CAP_{cap}"))
             .collect();
+        let mut dropped = Vec::new();
+        for drop in names(&sc["capabilities"]["drop"]) {
+            if drop == "ALL" {
+                dropped.extend(CAPABILITIES.iter().map(|cap| format!("CAP_{cap}")));
+            } else {
+                dropped.push(format!("CAP_{drop}"));
+            }
+        }
+        let mut flags = Vec::new();
+        for cap in dropped.iter().filter(|cap| !added.contains(cap)) {
+            flags.extend(["--cap-drop".into(), cap.clone()]);
+        }
         for cap in &added {
             flags.extend(["--cap-add".into(), cap.clone()]);
         }

@@ -73,8 +73,13 @@ fn tracer_version() -> Result<String> {
 enum Daemon {
     /// The one `docker` reaches as it is (DOCKER_HOST or the default socket).
     Reachable,
-    /// One started for this build, its state in `dir`.
-    Private { child: Child, dir: PathBuf },
+    /// One started for this build, its state in `dir`; `cgroups`: the hierarchies' `docker`
+    /// directories it makes for its containers (none was there before), removed with it.
+    Private {
+        child: Child,
+        dir: PathBuf,
+        cgroups: Vec<PathBuf>,
+    },
 }
 
 impl Daemon {
@@ -108,7 +113,16 @@ impl Daemon {
             .stderr(log)
             .spawn()
             .context("starting dockerd (`apt-get install docker.io`)")?;
-        let daemon = Self::Private { child, dir };
+        let cgroups = cgroup_mounts()?
+            .into_iter()
+            .map(|m| m.join("docker"))
+            .filter(|d| !d.exists())
+            .collect();
+        let daemon = Self::Private {
+            child,
+            dir,
+            cgroups,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         while !cmd::succeeds(daemon.docker().arg("version").stdout(Stdio::null())) {
             if Instant::now() > deadline {
@@ -133,7 +147,12 @@ impl Daemon {
 
     /// Stops a private daemon and removes its state (its data-root is a mount of its own).
     fn stop(self) -> Result<()> {
-        let Self::Private { mut child, dir } = self else {
+        let Self::Private {
+            mut child,
+            dir,
+            cgroups,
+        } = self
+        else {
             return Ok(());
         };
         // SAFETY: signalling our own unreaped child by pid.
@@ -150,6 +169,21 @@ impl Daemon {
         for mount in mounts {
             cmd::run(Command::new("umount").arg("-l").arg(mount))?;
         }
+        for cgroup in cgroups.iter().filter(|c| c.exists()) {
+            fs::remove_dir(cgroup).with_context(|| format!("removing {}", cgroup.display()))?;
+        }
         fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))
     }
+}
+
+/// Every cgroup hierarchy's mount point, from /proc/self/mountinfo.
+fn cgroup_mounts() -> Result<Vec<PathBuf>> {
+    Ok(fs::read_to_string("/proc/self/mountinfo")?
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let point = left.split(' ').nth(4)?;
+            matches!(right.split(' ').next()?, "cgroup" | "cgroup2").then(|| PathBuf::from(point))
+        })
+        .collect())
 }
