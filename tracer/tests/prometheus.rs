@@ -11,21 +11,20 @@
 mod common;
 
 use std::{
-    fs,
-    io::{Read, Write},
-    net::{TcpListener, TcpStream},
+    io::Write,
     path::Path,
     process::{Command, Stdio},
     thread,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime},
 };
 
+use common::http::{
+    PROMETHEUS, PROMTOOL, free_port, get, query, sample, scraped_since, start_prometheus,
+    wait_ready,
+};
 use common::{Cgroup, Host, Running};
-use serde_json::Value;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
-const PROMETHEUS: &str = "/usr/bin/prometheus";
-const PROMTOOL: &str = "/usr/bin/promtool";
 /// How long the workload runs: about six scrapes at 1 s.
 const WORKLOAD_SECONDS: u32 = 6;
 
@@ -83,123 +82,6 @@ impl Scene {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
-/// A plain HTTP/1.0 GET: the status code and the body.
-fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body.to_owned()))
-}
-
-/// Polls until `port` answers `path` with 200 (a guard against hanging, not a timing check).
-fn wait_ready(port: u16, path: &str, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if matches!(get(port, path), Ok((200, _))) {
-            return;
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what} did not answer {path} on port {port}");
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// Starts a Prometheus (its files under `name` in the scene's directory) that scrapes the
-/// exporter every second, with `features` enabled; returns its port once it is ready.
-fn start_prometheus(scene: &mut Scene, name: &str, exporter_port: u16, features: &[&str]) -> u16 {
-    let dir = scene.dir.path().join(name);
-    fs::create_dir(&dir).expect("create the Prometheus directory");
-    let config = dir.join("prometheus.yml");
-    fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
-             - job_name: throttle-tracer\n    scrape_timeout: 900ms\n    static_configs:\n      \
-             - targets: ['127.0.0.1:{exporter_port}']\n"
-        ),
-    )
-    .unwrap();
-    let log = fs::File::create(dir.join("prometheus.log")).unwrap();
-    let port = free_port();
-    let mut cmd = Command::new(PROMETHEUS);
-    cmd.arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(log);
-    for feature in features {
-        cmd.arg(format!("--enable-feature={feature}"));
-    }
-    scene.spawn(&mut cmd);
-    wait_ready(port, "/-/ready", &format!("prometheus ({name})"));
-    port
-}
-
-/// Whether `port`'s Prometheus holds a sample of `cgroup` scraped after `time`.
-fn scraped_since(port: u16, cgroup: &str, time: SystemTime) -> bool {
-    let at = time.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
-    query(
-        port,
-        &format!("timestamp(throttle_tracer_stops_total{{cgroup=\"{cgroup}\"}})"),
-    ) > at
-}
-
-/// The value of an instant query that must return exactly one series.
-fn query(port: u16, promql: &str) -> f64 {
-    let (status, body) = get(
-        port,
-        &format!("/api/v1/query?query={}", percent_encode(promql)),
-    )
-    .unwrap_or_else(|e| panic!("query {promql}: {e}"));
-    assert_eq!(status, 200, "{promql}: {body}");
-    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
-    let result = v["data"]["result"].as_array().expect("result array");
-    assert_eq!(result.len(), 1, "{promql}: {body}");
-    result[0]["value"][1]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{promql}: {body}"))
-}
-
-/// The value of the sample `series` (name and labels, exactly as printed) in a scrape.
-fn sample(scrape: &str, series: &str) -> f64 {
-    scrape
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in the scrape:\n{scrape}"))
-}
-
 #[test]
 fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
     let Some(host) = common::require(machine()) else {
@@ -221,8 +103,15 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
 
     // Prometheus 2.42 with native histograms on stores only the native form of a histogram
     // that has both, so the classic series come from a second server without the feature.
-    let classic_port = start_prometheus(&mut scene, "classic", exporter_port, &[]);
-    let native_port = start_prometheus(&mut scene, "native", exporter_port, &["native-histograms"]);
+    let (classic, classic_port) = start_prometheus(scene.dir.path(), "classic", exporter_port, &[]);
+    scene.children.push(classic);
+    let (native, native_port) = start_prometheus(
+        scene.dir.path(),
+        "native",
+        exporter_port,
+        &["native-histograms"],
+    );
+    scene.children.push(native);
 
     let before = scene.nr_throttled();
     scene.start_workload();

@@ -23,6 +23,14 @@ const PLANS: &[(&str, Plan)] = &[
     ("advise", Plan::Run(&[])),
     ("ancestor", Plan::Run(&[])),
     (
+        "containers",
+        Plan::HostOnly(
+            "starts dockerd and podman, which the initramfs does not hold (and the guest's \
+             busybox has no ldd or tar for the image); the naming of their cgroup layouts is \
+             unit-tested, and the guest's v2 cgroups are exercised by every other test",
+        ),
+    ),
+    (
         "cli",
         Plan::HostOnly("argument parsing and usage errors, no cgroup"),
     ),
@@ -60,6 +68,13 @@ const PLANS: &[(&str, Plan)] = &[
         ]),
     ),
     ("endings", Plan::Run(&[])),
+    (
+        "image",
+        Plan::HostOnly(
+            "runs the image on containerd and scrapes it with Prometheus, neither of which the \
+             initramfs holds (nor the image archive, which cargo xtask image builds on the host)",
+        ),
+    ),
     (
         "golden",
         Plan::HostOnly("recordings in tracer/tests/data, no cgroup"),

@@ -1,4 +1,4 @@
-//! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench`.
+//! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench | image`.
 mod apt;
 mod bench;
 mod binaries;
@@ -9,6 +9,7 @@ mod cpio;
 mod demo;
 mod guest;
 mod guest_tests;
+mod image;
 mod kernels;
 mod paths;
 mod qemu;
@@ -39,6 +40,10 @@ enum Cli {
     /// The tracepoint backend's overhead on this host: perf's pipe benchmark with and without
     /// the tracer, and the kernel's run-time stats of its BPF programs.
     Bench(bench::Args),
+    /// The container image throttle-tracer:<version> (deploy/Dockerfile, FROM scratch) from the
+    /// static build, into the local Docker daemon (a private one if none answers), saved as
+    /// target/image/throttle-tracer-<version>.tar; prints its size.
+    Image,
 }
 
 /// A failed task prints its cause chain on one line, without the backtrace anyhow would add
@@ -52,6 +57,7 @@ fn main() -> std::process::ExitCode {
         Cli::VmDemo => vm_demo::run(),
         Cli::Test => test(),
         Cli::Bench(args) => bench::run(&args),
+        Cli::Image => image::run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -75,6 +81,8 @@ fn test() -> anyhow::Result<()> {
         "-D",
         "warnings",
     ]))?;
+    // tracer/tests/image.rs runs the image this saves.
+    image::run()?;
     // CI's rules whoever runs it: a host test that cannot run for want of something this
     // machine could have (root, BTF, a cpu controller, Prometheus) fails instead of passing.
     cmd::run(binaries::tests().env("CI", "true"))?;

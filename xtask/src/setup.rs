@@ -52,9 +52,16 @@ const VM: &[Package] = &[
     Package::new("busybox-static").replacing("busybox"),
 ];
 /// tracer/tests/prometheus.rs runs prometheus and promtool; tracer/tests/live.rs drives the live
-/// view in tmux. The other programs the tests run (setpriv, taskset) are in util-linux, which
-/// every Debian system has.
-const HOST_TESTS: &[Package] = &[Package::new("prometheus"), Package::new("tmux")];
+/// view in tmux; tracer/tests/containers.rs and image.rs start their own dockerd (docker.io,
+/// which brings runc), podman and containerd, and run images built locally (no registry). The
+/// other programs the tests run (setpriv, taskset, ldd, tar) are in every Debian system.
+const HOST_TESTS: &[Package] = &[
+    Package::new("prometheus"),
+    Package::new("tmux"),
+    Package::new("docker.io"),
+    Package::new("podman"),
+    Package::new("containerd"),
+];
 /// `perf bench sched pipe`.
 const BENCH: &[Package] = &[Package::new("linux-perf")];
 

@@ -6,6 +6,7 @@
 //! throttle-workload requests --seconds S
 //! throttle-workload held --seconds S
 //! throttle-workload pair --seconds S
+//! throttle-workload idle --seconds S
 //! ```
 //!
 //! `busy` spins N threads for S seconds of wall time. `spiky` first finds its group's period
@@ -21,6 +22,8 @@
 //! `held` spins one thread for S seconds reading CLOCK_REALTIME, and at the end prints one line
 //! per time it was held (two reads 30 ms or more apart): the last read before and the first
 //! after, `held realtime_ns R resumed_realtime_ns R'`: its own wall-clock account of each stop.
+//! `idle` sleeps for S seconds: a container's first process, which keeps the container's cgroup
+//! (and its cpu.stat) alive while the tests `exec` their loads into it and read the counters.
 use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -85,6 +88,12 @@ enum Mode {
         #[arg(long, value_name = "S")]
         seconds: u32,
     },
+    /// Sleeps for S seconds (a container's first process, holding its cgroup open).
+    Idle {
+        /// Wall time to sleep for.
+        #[arg(long, value_name = "S")]
+        seconds: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -105,6 +114,7 @@ fn main() -> ExitCode {
         }
         Mode::Held { seconds } => held(u64::from(seconds) * 1_000_000_000),
         Mode::Pair { seconds } => pair(Duration::from_secs(seconds.into())),
+        Mode::Idle { seconds } => thread::sleep(Duration::from_secs(seconds.into())),
     }
     ExitCode::SUCCESS
 }

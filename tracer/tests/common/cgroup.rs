@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{CpuHierarchy, CpuStat, wait_until};
+use super::{CpuHierarchy, CpuStat};
 
 pub struct Cgroup {
     dir: PathBuf,
@@ -118,23 +118,9 @@ impl Cgroup {
         tasks(&self.dir)
     }
 
-    /// Waits until the group's period timer has gone idle (cpu.stat nr_periods unchanged for
-    /// two periods). The kernel stops that timer only when none of the group's CPUs is
-    /// throttled: every stop has then ended at a refill and is counted in cpu.stat.
+    /// [`CpuHierarchy::wait_refilled`] for this cgroup.
     pub fn wait_refilled(&self) {
-        let quiet = Duration::from_micros(2 * self.cpu.period_us(&self.dir));
-        let mut last = (self.stat().nr_periods, Instant::now());
-        let what = format!(
-            "{}'s period timer going idle (cpu.stat nr_periods unchanged for {quiet:?})",
-            self.path
-        );
-        wait_until(Duration::from_secs(10), &what, || {
-            let periods = self.stat().nr_periods;
-            if periods != last.0 {
-                last = (periods, Instant::now());
-            }
-            last.1.elapsed() >= quiet
-        });
+        self.cpu.wait_refilled(&self.dir);
     }
 }
 

@@ -5,7 +5,10 @@
 use std::{
     fs,
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
+
+use super::wait_until;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
@@ -143,6 +146,25 @@ impl CpuHierarchy {
         if self.version == Version::V2 {
             write(dir, "cgroup.subtree_control", "+cpu");
         }
+    }
+
+    /// Waits until `dir`'s period timer has gone idle (cpu.stat nr_periods unchanged for two
+    /// periods). The kernel stops that timer only when none of the group's CPUs is throttled:
+    /// every stop has then ended at a refill and is counted in cpu.stat.
+    pub fn wait_refilled(&self, dir: &Path) {
+        let quiet = Duration::from_micros(2 * self.period_us(dir));
+        let mut last = (self.stat(dir).nr_periods, Instant::now());
+        let what = format!(
+            "{}'s period timer going idle (cpu.stat nr_periods unchanged for {quiet:?})",
+            dir.display()
+        );
+        wait_until(Duration::from_secs(10), &what, || {
+            let periods = self.stat(dir).nr_periods;
+            if periods != last.0 {
+                last = (periods, Instant::now());
+            }
+            last.1.elapsed() >= quiet
+        });
     }
 
     /// `dir`'s cpu.stat.

@@ -6,7 +6,9 @@
 #![allow(dead_code, unused_imports)]
 
 mod cgroup;
+pub mod containers;
 mod cpu;
+pub mod http;
 mod process;
 
 use std::{
