@@ -156,6 +156,11 @@ pub struct Name {
     pub kind: Kind,
     /// The innermost container holding the cgroup: the first 12 hex digits of its id.
     pub container_id: Option<String>,
+    /// The same container's id in full (64 hex digits), as the runtime and the Kubernetes API
+    /// (`containerStatuses[].containerID`, after the `<runtime>://` prefix) spell it. Not in
+    /// the NDJSON name, which keeps to what people read.
+    #[serde(skip)]
+    pub container_id_full: Option<String>,
     /// The Kubernetes pod holding the cgroup, its uid with dashes.
     pub pod_uid: Option<String>,
     /// That pod's QoS class.
@@ -195,6 +200,7 @@ impl Name {
         Self {
             kind,
             container_id: None,
+            container_id_full: None,
             pod_uid: None,
             qos: None,
             unit: None,
@@ -351,6 +357,7 @@ impl<'a> Part<'a> {
                 n.kind = kind;
                 n.container_kind = Some(kind);
                 n.container_id = Some(id[..SHORT_ID].to_owned());
+                n.container_id_full = Some(id.to_owned());
                 set_unit(&mut n, unit);
                 if let Some((uid, qos)) = pod {
                     n.pod_uid = Some(uid);
@@ -518,6 +525,13 @@ mod tests {
             let n = name(&full);
             assert_eq!(n.kind, kind, "{full}: {n:?}");
             assert_eq!(n.container_id.as_deref(), id, "{full}");
+            // The full id is the 64 digits in the path that the short one begins.
+            let full_id = n.container_id_full.as_deref();
+            assert_eq!(full_id.map(|f| &f[..SHORT_ID]), id, "{full}");
+            assert!(
+                full_id.is_none_or(|f| is_full_id(f) && full.contains(f)),
+                "{full}: {full_id:?}"
+            );
             assert_eq!(n.pod_uid.as_deref(), pod_uid, "{full}");
             assert_eq!(n.qos, qos, "{full}");
             assert_eq!(n.unit.as_deref(), unit, "{full}");

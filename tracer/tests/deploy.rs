@@ -1,5 +1,5 @@
 //! deploy/: the DaemonSet manifest has the structure the exporter needs (kind, `serve` args
-//! that the binary accepts, one port for listening, the container and both probes, exactly the
+//! that the binary accepts, one port for listening, the container and its startup, readiness and liveness probes on /healthz, exactly the
 //! documented capabilities, the host cgroup and BTF mounts read-only), and the Dockerfile builds
 //! in two stages with the project's setup and exposes that port.
 use std::{fs, path::Path, process::Command};
@@ -76,8 +76,10 @@ fn daemonset_runs_serve_on_one_port_with_probes() {
     assert_eq!(ports.len(), 1);
     assert_eq!(ports[0]["containerPort"].as_i64(), Some(port));
     assert_eq!(str_of(&ports[0]["protocol"], "protocol"), "TCP");
+    // /healthz is 503 until the probes are attached, 200 after (tracer/tests/serve_selection.rs).
     for (probe, path) in [
-        ("readinessProbe", "/metrics"),
+        ("startupProbe", "/healthz"),
+        ("readinessProbe", "/healthz"),
         ("livenessProbe", "/healthz"),
     ] {
         let get = &c[probe]["httpGet"];

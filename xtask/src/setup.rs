@@ -51,10 +51,14 @@ const VM: &[Package] = &[
     Package::new("qemu-system-x86").release_of("qemu-utils"),
     Package::new("busybox-static").replacing("busybox"),
 ];
-/// tracer/tests/prometheus.rs runs prometheus and promtool; tracer/tests/live.rs drives the live
-/// view in tmux. The other programs the tests run (setpriv, taskset) are in util-linux, which
-/// every Debian system has.
-const HOST_TESTS: &[Package] = &[Package::new("prometheus"), Package::new("tmux")];
+/// tracer/tests/prometheus.rs runs prometheus, promtool and alertmanager; tracer/tests/live.rs
+/// drives the live view in tmux. The other programs the tests run (setpriv, taskset) are in
+/// util-linux, which every Debian system has.
+const HOST_TESTS: &[Package] = &[
+    Package::new("prometheus"),
+    Package::new("prometheus-alertmanager"),
+    Package::new("tmux"),
+];
 /// `perf bench sched pipe`.
 const BENCH: &[Package] = &[Package::new("linux-perf")];
 
