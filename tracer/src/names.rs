@@ -176,24 +176,7 @@ impl Name {
     /// The name of the cgroup at `path` (under the hierarchy's mount, or a full path through
     /// it); `None` if nothing on the path is recognised.
     pub fn of(path: &str) -> Option<Self> {
-        let mut name: Option<Self> = None;
-        // What the previous component was, for the cgroupfs layouts that need their parent:
-        // `/docker/<id>`, `/kubepods/<qos>/pod<uid>/<id>`.
-        let mut parent = Parent::Other;
-        for component in path.split('/').filter(|c| !c.is_empty()) {
-            let part = Part::of(component, parent);
-            parent = match (&part, component) {
-                (None, "docker") => Parent::DockerRoot,
-                (Some(Part::Kubepods { unit: None }), _) => Parent::Kubepods,
-                (Some(Part::Qos { qos, unit: None }), _) => Parent::Qos(*qos),
-                (Some(Part::Pod { unit: None, .. }), _) => Parent::Pod,
-                _ => Parent::Other,
-            };
-            if let Some(part) = part {
-                name = Some(part.apply(name));
-            }
-        }
-        name
+        parts(path).fold(None, |name, part| Some(part.apply(name)))
     }
 
     fn empty(kind: Kind) -> Self {
@@ -237,6 +220,40 @@ impl fmt::Display for Name {
             (None, _) => f.write_str(self.kind.as_str()),
         }
     }
+}
+
+/// The ids (in full) of every container on `path`, outermost first: a cgroup inside a
+/// container (a kind node's pods, docker in docker) is in each of them. The runtimes' monitor
+/// processes (conmon) are not the container.
+pub fn container_ids(path: &str) -> impl Iterator<Item = &str> {
+    parts(path).filter_map(|part| match part {
+        Part::Container { kind, id, .. }
+            if !matches!(kind, Kind::CriOConmon | Kind::PodmanConmon) =>
+        {
+            Some(id)
+        }
+        _ => None,
+    })
+}
+
+/// What each component of `path` that this module recognises is, root to leaf.
+fn parts(path: &str) -> impl Iterator<Item = Part<'_>> {
+    // What the previous component was, for the cgroupfs layouts that need their parent:
+    // `/docker/<id>`, `/kubepods/<qos>/pod<uid>/<id>`.
+    path.split('/')
+        .filter(|c| !c.is_empty())
+        .scan(Parent::Other, |parent, component| {
+            let part = Part::of(component, *parent);
+            *parent = match (&part, component) {
+                (None, "docker") => Parent::DockerRoot,
+                (Some(Part::Kubepods { unit: None }), _) => Parent::Kubepods,
+                (Some(Part::Qos { qos, unit: None }), _) => Parent::Qos(*qos),
+                (Some(Part::Pod { unit: None, .. }), _) => Parent::Pod,
+                _ => Parent::Other,
+            };
+            Some(part)
+        })
+        .flatten()
 }
 
 /// The previous path component, as far as the cgroupfs layouts care.

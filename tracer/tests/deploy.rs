@@ -1,7 +1,11 @@
 //! deploy/: the DaemonSet manifest has the structure the exporter needs (kind, `serve` args
 //! that the binary accepts, one port for listening, the container and its startup, readiness and liveness probes on /healthz, exactly the
 //! documented capabilities, the host cgroup and BTF mounts read-only), and the Dockerfile builds
-//! in two stages with the project's setup and exposes that port.
+//! in two stages with the project's setup and exposes that port. The Grafana dashboard has the
+//! shape Grafana 10+ imports (common/dashboard.rs says what is checked) and the panels the
+//! README promises; tracer/tests/prometheus.rs runs its queries.
+mod common;
+
 use std::{fs, path::Path, process::Command};
 
 use yaml_rust2::{Yaml, YamlLoader};
@@ -186,4 +190,35 @@ fn dockerfile_builds_in_two_stages_and_exposes_the_port() {
     assert!(text.contains("COPY --from=build "));
     let (_, port) = listen(container(&manifest()));
     assert!(text.contains(&format!("EXPOSE {port}\n")), "EXPOSE {port}");
+}
+
+#[test]
+fn grafana_dashboard_has_the_shape_grafana_imports_and_every_promised_panel() {
+    let d = common::dashboard::load();
+    let exprs: Vec<String> = d.queries("n", "/c").into_iter().map(|q| q.2).collect();
+    let uses = |needle: &str| exprs.iter().any(|e| e.contains(needle));
+    assert!(
+        d.panels.iter().any(|p| p.kind == "heatmap"),
+        "a stop-length heatmap"
+    );
+    for needle in [
+        "histogram_quantile(0.5,",
+        "histogram_quantile(0.99,",
+        "histogram_quantile(1,",
+        "throttle_tracer_cpu_stop_seconds{",
+        "throttle_tracer_cpu_stop_seconds_bucket{",
+        "throttle_tracer_cpu_stopped_seconds_total",
+        "throttle_tracer_wall_stopped_seconds_total",
+        "throttle_tracer_cpustat_throttled_seconds_total",
+        "topk(",
+        "throttle_tracer_lost_records_total",
+    ] {
+        assert!(uses(needle), "no panel queries {needle}");
+    }
+    println!(
+        "{} panels, {} targets, schemaVersion {}",
+        d.panels.len(),
+        exprs.len(),
+        d.schema_version
+    );
 }

@@ -1,4 +1,5 @@
-//! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench`.
+//! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench |
+//! bench-exporter`.
 mod apt;
 mod bench;
 mod binaries;
@@ -7,6 +8,7 @@ mod cmd;
 mod console;
 mod cpio;
 mod demo;
+mod exporter_memory;
 mod guest;
 mod guest_tests;
 mod kernels;
@@ -39,6 +41,8 @@ enum Cli {
     /// The tracepoint backend's overhead on this host: perf's pipe benchmark with and without
     /// the tracer, and the kernel's run-time stats of its BPF programs.
     Bench(bench::Args),
+    /// What `serve` holds in memory per exported cgroup, at its 1,000-cgroup bound.
+    BenchExporter(exporter_memory::Args),
 }
 
 /// A failed task prints its cause chain on one line, without the backtrace anyhow would add
@@ -52,6 +56,7 @@ fn main() -> std::process::ExitCode {
         Cli::VmDemo => vm_demo::run(),
         Cli::Test => test(),
         Cli::Bench(args) => bench::run(&args),
+        Cli::BenchExporter(args) => exporter_memory::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -7,6 +7,7 @@
 
 mod cgroup;
 mod cpu;
+pub mod dashboard;
 mod process;
 
 use std::{
