@@ -20,6 +20,7 @@ use glob::{MatchOptions, Pattern};
 
 use crate::cgroups::{Hierarchy, Version};
 use crate::error::Failure;
+use crate::names;
 use crate::records::EndedStop;
 
 /// One way of naming cgroups on the command line.
@@ -39,15 +40,9 @@ impl Selector {
         match self {
             Self::Path(p) => p == path,
             Self::Glob(g) => g.matches_with(path, GLOB_OPTIONS),
-            Self::Container(prefix) => path
-                .split('/')
-                .scan(None, |parent, component| {
-                    let id = container_id(component, *parent);
-                    *parent = Some(component);
-                    Some(id)
-                })
-                .flatten()
-                .any(|id| id.starts_with(prefix.as_str())),
+            Self::Container(prefix) => {
+                names::container_ids(path).any(|id| id.starts_with(prefix.as_str()))
+            }
         }
     }
 }
@@ -277,23 +272,6 @@ const GLOB_OPTIONS: MatchOptions = MatchOptions {
     require_literal_leading_dot: false,
 };
 
-/// The container id a path component names, if it is one of the runtimes' forms:
-/// `docker-<id>.scope`, `<id>` under `docker`, `cri-containerd-<id>.scope`,
-/// `…:cri-containerd:<id>`, `crio-<id>[.scope]`, `libpod-<id>[.scope]`.
-fn container_id<'a>(component: &'a str, parent: Option<&str>) -> Option<&'a str> {
-    let id = if parent == Some("docker") && !component.contains('-') {
-        Some(component)
-    } else if let Some((_, id)) = component.rsplit_once(":cri-containerd:") {
-        Some(id)
-    } else {
-        let bare = component.strip_suffix(".scope").unwrap_or(component);
-        ["docker-", "cri-containerd-", "crio-", "libpod-"]
-            .iter()
-            .find_map(|prefix| bare.strip_prefix(prefix))
-    };
-    id.filter(|id| id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
 /// The cgroup of a process in the hierarchy of the cpu controller, from its /proc/PID/cgroup:
 /// on v1 the line whose controller list holds `cpu` (`4:cpu,cpuacct:/path`), on v2 the `0::`
 /// line.
@@ -389,6 +367,9 @@ mod tests {
             format!("/kubepods-pod1.slice:cri-containerd:{ID}"),
             format!("/machine.slice/libpod-{ID}.scope/container"),
             format!("/kubepods/burstable/pod1/crio-{ID}"),
+            // The kubelet's cgroupfs driver: the bare id under the pod.
+            format!("/kubepods/burstable/pod6f2d0c1f-3e21-4b6a-9a59-0d3c3b6f5f5e/{ID}"),
+            format!("/kubepods/pod6f2d0c1f-3e21-4b6a-9a59-0d3c3b6f5f5e/{ID}"),
             format!("/system.slice/crio-{ID}.scope"),
         ] {
             assert!(c("0123456789ab").matches(&path), "{path}");
@@ -396,6 +377,8 @@ mod tests {
             assert!(!c("0123456789ac").matches(&path), "{path}");
         }
         assert!(!c("01").matches("/system.slice/docker.service"));
+        // A monitor is not its container.
+        assert!(!c("0123456789ab").matches(&format!("/system.slice/crio-conmon-{ID}.scope")));
         assert!(!c("0").matches("/docker/notanid"));
     }
 

@@ -156,6 +156,11 @@ pub struct Name {
     pub kind: Kind,
     /// The innermost container holding the cgroup: the first 12 hex digits of its id.
     pub container_id: Option<String>,
+    /// The same container's id in full (64 hex digits), as the runtime and the Kubernetes API
+    /// (`containerStatuses[].containerID`, after the `<runtime>://` prefix) spell it. Not in
+    /// the NDJSON name, which keeps to what people read.
+    #[serde(skip)]
+    pub container_id_full: Option<String>,
     /// The Kubernetes pod holding the cgroup, its uid with dashes.
     pub pod_uid: Option<String>,
     /// That pod's QoS class.
@@ -171,30 +176,14 @@ impl Name {
     /// The name of the cgroup at `path` (under the hierarchy's mount, or a full path through
     /// it); `None` if nothing on the path is recognised.
     pub fn of(path: &str) -> Option<Self> {
-        let mut name: Option<Self> = None;
-        // What the previous component was, for the cgroupfs layouts that need their parent:
-        // `/docker/<id>`, `/kubepods/<qos>/pod<uid>/<id>`.
-        let mut parent = Parent::Other;
-        for component in path.split('/').filter(|c| !c.is_empty()) {
-            let part = Part::of(component, parent);
-            parent = match (&part, component) {
-                (None, "docker") => Parent::DockerRoot,
-                (Some(Part::Kubepods { unit: None }), _) => Parent::Kubepods,
-                (Some(Part::Qos { qos, unit: None }), _) => Parent::Qos(*qos),
-                (Some(Part::Pod { unit: None, .. }), _) => Parent::Pod,
-                _ => Parent::Other,
-            };
-            if let Some(part) = part {
-                name = Some(part.apply(name));
-            }
-        }
-        name
+        parts(path).fold(None, |name, part| Some(part.apply(name)))
     }
 
     fn empty(kind: Kind) -> Self {
         Self {
             kind,
             container_id: None,
+            container_id_full: None,
             pod_uid: None,
             qos: None,
             unit: None,
@@ -231,6 +220,40 @@ impl fmt::Display for Name {
             (None, _) => f.write_str(self.kind.as_str()),
         }
     }
+}
+
+/// The ids (in full) of every container on `path`, outermost first: a cgroup inside a
+/// container (a kind node's pods, docker in docker) is in each of them. The runtimes' monitor
+/// processes (conmon) are not the container.
+pub fn container_ids(path: &str) -> impl Iterator<Item = &str> {
+    parts(path).filter_map(|part| match part {
+        Part::Container { kind, id, .. }
+            if !matches!(kind, Kind::CriOConmon | Kind::PodmanConmon) =>
+        {
+            Some(id)
+        }
+        _ => None,
+    })
+}
+
+/// What each component of `path` that this module recognises is, root to leaf.
+fn parts(path: &str) -> impl Iterator<Item = Part<'_>> {
+    // What the previous component was, for the cgroupfs layouts that need their parent:
+    // `/docker/<id>`, `/kubepods/<qos>/pod<uid>/<id>`.
+    path.split('/')
+        .filter(|c| !c.is_empty())
+        .scan(Parent::Other, |parent, component| {
+            let part = Part::of(component, *parent);
+            *parent = match (&part, component) {
+                (None, "docker") => Parent::DockerRoot,
+                (Some(Part::Kubepods { unit: None }), _) => Parent::Kubepods,
+                (Some(Part::Qos { qos, unit: None }), _) => Parent::Qos(*qos),
+                (Some(Part::Pod { unit: None, .. }), _) => Parent::Pod,
+                _ => Parent::Other,
+            };
+            Some(part)
+        })
+        .flatten()
 }
 
 /// The previous path component, as far as the cgroupfs layouts care.
@@ -351,6 +374,7 @@ impl<'a> Part<'a> {
                 n.kind = kind;
                 n.container_kind = Some(kind);
                 n.container_id = Some(id[..SHORT_ID].to_owned());
+                n.container_id_full = Some(id.to_owned());
                 set_unit(&mut n, unit);
                 if let Some((uid, qos)) = pod {
                     n.pod_uid = Some(uid);
@@ -518,6 +542,13 @@ mod tests {
             let n = name(&full);
             assert_eq!(n.kind, kind, "{full}: {n:?}");
             assert_eq!(n.container_id.as_deref(), id, "{full}");
+            // The full id is the 64 digits in the path that the short one begins.
+            let full_id = n.container_id_full.as_deref();
+            assert_eq!(full_id.map(|f| &f[..SHORT_ID]), id, "{full}");
+            assert!(
+                full_id.is_none_or(|f| is_full_id(f) && full.contains(f)),
+                "{full}: {full_id:?}"
+            );
             assert_eq!(n.pod_uid.as_deref(), pod_uid, "{full}");
             assert_eq!(n.qos, qos, "{full}");
             assert_eq!(n.unit.as_deref(), unit, "{full}");

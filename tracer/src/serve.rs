@@ -1,13 +1,21 @@
 //! `serve`: a tracing session that feeds the Prometheus exporter (`report::prometheus`), and
-//! the HTTP server that exposes it: `/metrics` and `/healthz` for probes. `/metrics` answers in
+//! the HTTP server that exposes it: `/metrics` and `/healthz` for probes. The server listens
+//! from the start and both answer 503 until the probes are attached (which can take tens of
+//! seconds while the verifier loads the programs), so that a readiness probe tells "attaching"
+//! from "ready" and a liveness probe a hung process from a slow start. `/metrics` answers in
 //! the encoding the `Accept` header prefers ([`Exposition::negotiate`]): the Prometheus
 //! protobuf encoding, with the native histograms, for a Prometheus with native histograms
 //! enabled; OpenMetrics text for any other Prometheus; the Prometheus text format for the rest.
 //!
-//! Everything runs on the one-threaded runtime of `main`: a scrape is encoded between two
-//! drains of the ring buffer, never in the middle of one. SIGINT or SIGTERM ends the run with
+//! Everything but the attach (on a blocking thread, so that the server answers meanwhile) runs
+//! on the one-threaded runtime of `main`: a scrape is encoded between two drains of the ring
+//! buffer, never in the middle of one. SIGINT or SIGTERM ends the run with
 //! the text summary, as for tracing.
-use std::{convert::Infallible, time::Duration};
+use std::{
+    convert::Infallible,
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
 use http_body_util::Full;
 use hyper::{
@@ -45,8 +53,16 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             "choose another address or port with --listen, e.g. --listen 127.0.0.1:9465",
         )
     })?;
-    let (mut session, selected) =
-        Session::start_selected(&args.tracing, vec![Box::new(Text::stdout())])?;
+    let address = listener.local_addr().unwrap_or(args.listen);
+    let attached = Attached::default();
+    tokio::spawn(accept(listener, attached.clone()));
+    eprintln!("throttle-tracer: serving metrics on http://{address}/metrics");
+    let tracing = args.tracing;
+    let (mut session, selected) = tokio::task::spawn_blocking(move || {
+        Session::start_selected(&tracing, vec![Box::new(Text::stdout())])
+    })
+    .await
+    .map_err(|e| Failure::environment_without_hint(format!("attaching the probes: {e}")))??;
     let exporter = Exporter::new(Config {
         max_cgroups: args.max_cgroups,
         gone_after: args.gone_after,
@@ -54,9 +70,8 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     });
     let scraper = exporter.scraper();
     session.add_sink(Box::new(exporter));
-    let address = listener.local_addr().unwrap_or(args.listen);
-    tokio::spawn(accept(listener, scraper.clone(), session.sampler()));
-    eprintln!("throttle-tracer: serving metrics on http://{address}/metrics");
+    // Only the first set counts; there is no other.
+    let _ = attached.set((scraper.clone(), session.sampler()));
 
     let mut interrupts = Interrupts::new()?;
     loop {
@@ -73,8 +88,11 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     session.finish().map(|_| ())
 }
 
+/// What the server answers from once the probes are attached: unset until then.
+type Attached = Arc<OnceLock<(Scraper, Sampler)>>;
+
 /// Serves each connection in a task of its own until the process ends.
-async fn accept(listener: TcpListener, scraper: Scraper, sampler: Sampler) {
+async fn accept(listener: TcpListener, attached: Attached) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -85,15 +103,18 @@ async fn accept(listener: TcpListener, scraper: Scraper, sampler: Sampler) {
                 continue;
             }
         };
-        let (scraper, sampler) = (scraper.clone(), sampler.clone());
+        let attached = attached.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<_>| {
-                let (scraper, sampler) = (scraper.clone(), sampler.clone());
+                let attached = attached.get().cloned();
                 async move {
-                    if request.uri().path() == "/metrics" {
-                        scraper.refresh(&sampler).await;
+                    if let Some((scraper, sampler)) = &attached
+                        && request.uri().path() == "/metrics"
+                    {
+                        scraper.refresh(sampler).await;
                     }
-                    Ok::<_, Infallible>(respond(&request, &scraper))
+                    let scraper = attached.as_ref().map(|(scraper, _)| scraper);
+                    Ok::<_, Infallible>(respond(&request, scraper))
                 }
             });
             if let Err(e) = http1::Builder::new()
@@ -106,22 +127,30 @@ async fn accept(listener: TcpListener, scraper: Scraper, sampler: Sampler) {
     }
 }
 
-fn respond<B>(request: &Request<B>, scraper: &Scraper) -> Response<Full<Bytes>> {
+/// The answer to `request`; `scraper` is `None` while the probes are being attached.
+fn respond<B>(request: &Request<B>, scraper: Option<&Scraper>) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into());
     }
-    match request.uri().path() {
-        "/metrics" => {
+    let attaching = || {
+        plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "attaching the probes; not tracing yet\n".into(),
+        )
+    };
+    match (request.uri().path(), scraper) {
+        ("/metrics", Some(scraper)) => {
             let accept = request.headers().get_all(header::ACCEPT);
             let accept = accept.iter().filter_map(|v| v.to_str().ok());
             metrics(Exposition::negotiate(accept), scraper)
         }
-        "/healthz" => plain(StatusCode::OK, "ok\n".into()),
-        "/" => plain(
+        ("/healthz", Some(_)) => plain(StatusCode::OK, "ok\n".into()),
+        ("/metrics" | "/healthz", None) => attaching(),
+        ("/", _) => plain(
             StatusCode::OK,
             "throttle-tracer: metrics at /metrics\n".into(),
         ),
-        _ => plain(
+        (_, _) => plain(
             StatusCode::NOT_FOUND,
             "not found; metrics are at /metrics\n".into(),
         ),
@@ -333,7 +362,7 @@ mod tests {
             .header(header::ACCEPT, accept)
             .body(())
             .unwrap();
-        let response = respond(&request, &exporter.scraper());
+        let response = respond(&request, Some(&exporter.scraper()));
         assert_eq!(response.status(), StatusCode::OK);
         let content_type = response.headers()[header::CONTENT_TYPE]
             .to_str()
@@ -343,6 +372,25 @@ mod tests {
             content_type,
             response.into_body().collect().await.unwrap().to_bytes(),
         )
+    }
+
+    #[test]
+    fn healthz_and_metrics_answer_503_until_the_probes_are_attached() {
+        let get = |path: &str| Request::get(path).body(()).unwrap();
+        for path in ["/healthz", "/metrics"] {
+            assert_eq!(
+                respond(&get(path), None).status(),
+                StatusCode::SERVICE_UNAVAILABLE
+            );
+        }
+        assert_eq!(respond(&get("/"), None).status(), StatusCode::OK);
+        let exporter = Exporter::new(Config {
+            max_cgroups: 10,
+            gone_after: Duration::from_secs(300),
+            named: Vec::new(),
+        });
+        let ready = respond(&get("/healthz"), Some(&exporter.scraper()));
+        assert_eq!(ready.status(), StatusCode::OK);
     }
 
     #[tokio::test]

@@ -1,7 +1,12 @@
 //! deploy/: the DaemonSet manifest has the structure the exporter needs (kind, `serve` args
-//! that the binary accepts, one port for listening, the container and both probes, exactly the
-//! documented capabilities, the host cgroup and BTF mounts read-only), and the Dockerfile is the
-//! static binary and /etc/passwd `FROM scratch`, exposing that port (tracer/tests/image.rs runs it).
+//! that the binary accepts, one port for listening, the container and its startup, readiness
+//! and liveness probes on /healthz, exactly the documented capabilities, the host cgroup and BTF
+//! mounts read-only), and the Dockerfile is the static binary and /etc/passwd `FROM scratch`,
+//! exposing that port (tracer/tests/image.rs runs it). The Grafana dashboard has the shape
+//! Grafana 10+ imports (common/dashboard.rs says what is checked) and the panels the README
+//! promises; tracer/tests/prometheus.rs runs its queries.
+mod common;
+
 use std::{fs, path::Path, process::Command};
 
 use yaml_rust2::{Yaml, YamlLoader};
@@ -76,8 +81,10 @@ fn daemonset_runs_serve_on_one_port_with_probes() {
     assert_eq!(ports.len(), 1);
     assert_eq!(ports[0]["containerPort"].as_i64(), Some(port));
     assert_eq!(str_of(&ports[0]["protocol"], "protocol"), "TCP");
+    // /healthz is 503 until the probes are attached, 200 after (tracer/tests/serve_selection.rs).
     for (probe, path) in [
-        ("readinessProbe", "/metrics"),
+        ("startupProbe", "/healthz"),
+        ("readinessProbe", "/healthz"),
         ("livenessProbe", "/healthz"),
     ] {
         let get = &c[probe]["httpGet"];
@@ -202,4 +209,35 @@ fn dockerfile_is_the_static_binary_from_scratch_and_exposes_the_port() {
     assert!(deploy("passwd").starts_with("root:x:0:0:"));
     let (_, port) = listen(container(&manifest()));
     assert!(text.contains(&format!("EXPOSE {port}\n")), "EXPOSE {port}");
+}
+
+#[test]
+fn grafana_dashboard_has_the_shape_grafana_imports_and_every_promised_panel() {
+    let d = common::dashboard::load();
+    let exprs: Vec<String> = d.queries("n", "/c").into_iter().map(|q| q.2).collect();
+    let uses = |needle: &str| exprs.iter().any(|e| e.contains(needle));
+    assert!(
+        d.panels.iter().any(|p| p.kind == "heatmap"),
+        "a stop-length heatmap"
+    );
+    for needle in [
+        "histogram_quantile(0.5,",
+        "histogram_quantile(0.99,",
+        "histogram_quantile(1,",
+        "throttle_tracer_cpu_stop_seconds{",
+        "throttle_tracer_cpu_stop_seconds_bucket{",
+        "throttle_tracer_cpu_stopped_seconds_total",
+        "throttle_tracer_wall_stopped_seconds_total",
+        "throttle_tracer_cpustat_throttled_seconds_total",
+        "topk(",
+        "throttle_tracer_lost_records_total",
+    ] {
+        assert!(uses(needle), "no panel queries {needle}");
+    }
+    println!(
+        "{} panels, {} targets, schemaVersion {}",
+        d.panels.len(),
+        exprs.len(),
+        d.schema_version
+    );
 }

@@ -373,7 +373,7 @@ fn prometheus_stores_the_containerised_serve_s_series_of_a_throttled_container()
     assert!(status.success(), "ctr run tracer: {status}");
     wait_ready(port, "/healthz", "the containerised serve");
     assert_privileges(containerd.pid("tracer"), &pod);
-    let (_prometheus, prom) = http::start_prometheus(dir.path(), "prometheus", port, &[]);
+    let (_prometheus, prom) = http::start_prometheus(dir.path(), "prometheus", port, &[], "");
 
     // The throttled container where the kubelet's cgroupfs driver puts a burstable pod's.
     let uid = "0c8f5a2e-1d3b-4c5a-9e7f-6b2a1c3d4e5f";

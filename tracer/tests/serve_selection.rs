@@ -1,7 +1,10 @@
-//! `serve` takes the same selection options as tracing: a glob (`--cgroup '/x-*'`) and a
-//! container id prefix (`--container`). Three real v1 groups with quotas, each throttled by a
-//! busy thread: the two a selection names get series whose stop counts follow their own
-//! cpu.stat `nr_throttled`, the third gets none although cpu.stat shows it throttled.
+//! `serve` takes the same selection options as tracing: a glob (`--cgroup '/x-*'`), container id
+//! prefixes (`--container`, in the Docker and the Kubernetes cgroupfs layouts) and a process
+//! (`--pid`). Real groups with quotas, each throttled by a busy thread: the ones a selection
+//! names get series whose stop counts follow their own cpu.stat `nr_throttled`, another gets
+//! none although cpu.stat shows it throttled. The containers' series carry the ids, pod uid and
+//! QoS class of the paths the test made. `/healthz` and `/metrics` answer 503 until the probes
+//! are attached and 200 from then on.
 mod common;
 
 use std::{
@@ -38,6 +41,10 @@ impl Throttled {
     fn nr_throttled(&self) -> u64 {
         self.cgroup.stat().nr_throttled
     }
+
+    fn pid(&self) -> u32 {
+        self._workload.id()
+    }
 }
 
 fn free_port() -> u16 {
@@ -47,14 +54,20 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// The body of a GET, if the server answered 200.
-fn get(port: u16, path: &str) -> Option<String> {
+/// The status and body of a GET, if the server answered.
+fn answer(port: u16, path: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     write!(stream, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
-    (head.split(' ').nth(1) == Some("200")).then(|| body.to_owned())
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}
+
+/// The body of a GET, if the server answered 200.
+fn get(port: u16, path: &str) -> Option<String> {
+    answer(port, path).and_then(|(status, body)| (status == 200).then_some(body))
 }
 
 /// `throttle_tracer_stops_total` of `cgroup`, if it has a series.
@@ -67,8 +80,8 @@ fn stops(scrape: &str, cgroup: &str) -> Option<u64> {
 }
 
 /// Serves `selection` while the groups throttle; `selected` must have series that count their
-/// stops, `other` none.
-fn serve_selects(selection: &[&str], selected: &[&Throttled], other: &Throttled) {
+/// stops, `other` none. Returns the last scrape.
+fn serve_selects(selection: &[&str], selected: &[&Throttled], other: &Throttled) -> String {
     let throttled = || -> Vec<u64> { selected.iter().map(|t| t.nr_throttled()).collect() };
     let port = free_port();
     // The stops counted lie between two readings of cpu.stat: before serve starts and once
@@ -81,10 +94,27 @@ fn serve_selects(selection: &[&str], selected: &[&Throttled], other: &Throttled)
             .args(selection)
             .stdout(Stdio::null()),
     );
+    // Every answer before the first 200 is a 503 (attaching), for /metrics too; once ready it
+    // stays ready.
+    let mut statuses = Vec::new();
     common::wait_until(Duration::from_secs(60), "serve answering /healthz", || {
-        get(port, "/healthz").is_some()
+        let status = answer(port, "/healthz").map(|(status, _)| status);
+        statuses.extend(status);
+        if status == Some(503) {
+            statuses.extend(answer(port, "/metrics").map(|(status, _)| status));
+        }
+        status == Some(200)
     });
     let attached = throttled();
+    let (last, before) = statuses.split_last().unwrap();
+    assert!(
+        *last == 200 && before.iter().all(|s| *s == 503),
+        "/healthz and /metrics answered {statuses:?}"
+    );
+    println!(
+        "{selection:?}: {} answer(s) of 503 while attaching, then 200",
+        before.len()
+    );
     // Each busy thread is throttled once per 100 ms period: ten periods or more.
     let mut scrape = String::new();
     common::wait_until(
@@ -117,10 +147,19 @@ fn serve_selects(selection: &[&str], selected: &[&Throttled], other: &Throttled)
         None,
         "{other} was not selected:\n{scrape}"
     );
+    assert_eq!(answer(port, "/healthz").map(|a| a.0), Some(200));
+    scrape
+}
+
+/// The labels of `cgroup`'s `throttle_tracer_stops_total` series, as served.
+fn labels<'a>(scrape: &'a str, cgroup: &str) -> &'a str {
+    let series = format!("throttle_tracer_stops_total{{cgroup=\"{cgroup}\"");
+    let line = scrape.lines().find(|l| l.starts_with(&series)).unwrap();
+    &line[line.find('{').unwrap()..=line.find('}').unwrap()]
 }
 
 #[test]
-fn serve_takes_globs_and_container_ids() {
+fn serve_takes_globs_container_ids_and_pids() {
     let Some(host) = common::require(common::host()) else {
         return;
     };
@@ -132,9 +171,43 @@ fn serve_takes_globs_and_container_ids() {
     let parent = Cgroup::new(&host.cpu, "serve-docker");
     let docker = parent.child("docker");
     let container = Throttled::in_cgroup(docker.child(&id));
+    // The kubelet's cgroupfs layout: .../kubepods/burstable/pod<uid>/<64 hex digits>.
+    let uid = format!("{:08x}-0000-4000-8000-0123456789ab", std::process::id());
+    let kube_id = format!("6b7c{:08x}{}", std::process::id(), "1".repeat(52));
+    let node = Cgroup::new(&host.cpu, "serve-node");
+    let kubepods = node.child("kubepods");
+    let burstable = kubepods.child("burstable");
+    let pod = burstable.child(&format!("pod{uid}"));
+    let kube = Throttled::in_cgroup(pod.child(&kube_id));
+
     let glob = format!("/tt-serve-sel*-{}", std::process::id());
     serve_selects(&["--cgroup", &glob], &[&one, &two], &other);
-    serve_selects(&["--container", &id[..12]], &[&container], &other);
+    let scrape = serve_selects(
+        &["--container", &id[..12], "--container", &kube_id[..8]],
+        &[&container, &kube],
+        &other,
+    );
+    let pid = two.pid().to_string();
+    serve_selects(&["--pid", &pid], &[&two], &other);
+
+    let docker_labels = labels(&scrape, container.cgroup.path());
+    println!("{docker_labels}");
+    assert!(
+        docker_labels.contains(&format!(
+            "container_id=\"{}\",container_id_full=\"{id}\"",
+            &id[..12]
+        )) && !docker_labels.contains("pod_uid"),
+        "{docker_labels}"
+    );
+    let kube_labels = labels(&scrape, kube.cgroup.path());
+    println!("{kube_labels}");
+    assert!(
+        kube_labels.contains(&format!(
+            "container_id=\"{}\",container_id_full=\"{kube_id}\",pod_uid=\"{uid}\",qos=\"burstable\"",
+            &kube_id[..12]
+        )),
+        "{kube_labels}"
+    );
     assert!(
         other.nr_throttled() >= 10,
         "the unselected group was throttled too"

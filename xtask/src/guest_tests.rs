@@ -93,8 +93,8 @@ const PLANS: &[(&str, Plan)] = &[
     (
         "prometheus",
         Plan::HostOnly(
-            "needs a Prometheus server and promtool, which the initramfs does not hold; \
-             serve_selection scrapes the exporter in the guest",
+            "needs a Prometheus server, promtool and Alertmanager, which the initramfs does \
+             not hold; serve_selection scrapes the exporter in the guest",
         ),
     ),
     ("recording", Plan::Run(&[])),

@@ -1,4 +1,5 @@
-//! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench | image`.
+//! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench |
+//! bench-exporter | image`.
 mod apt;
 mod bench;
 mod binaries;
@@ -7,6 +8,7 @@ mod cmd;
 mod console;
 mod cpio;
 mod demo;
+mod exporter_memory;
 mod guest;
 mod guest_tests;
 mod image;
@@ -44,6 +46,8 @@ enum Cli {
     /// static build, into the local Docker daemon (a private one if none answers), saved as
     /// target/image/throttle-tracer-<version>.tar; prints its size.
     Image,
+    /// What `serve` holds in memory per exported cgroup, at its 1,000-cgroup bound.
+    BenchExporter(exporter_memory::Args),
 }
 
 /// A failed task prints its cause chain on one line, without the backtrace anyhow would add
@@ -58,6 +62,7 @@ fn main() -> std::process::ExitCode {
         Cli::Test => test(),
         Cli::Bench(args) => bench::run(&args),
         Cli::Image => image::run(),
+        Cli::BenchExporter(args) => exporter_memory::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -51,12 +51,14 @@ const VM: &[Package] = &[
     Package::new("qemu-system-x86").release_of("qemu-utils"),
     Package::new("busybox-static").replacing("busybox"),
 ];
-/// tracer/tests/prometheus.rs runs prometheus and promtool; tracer/tests/live.rs drives the live
-/// view in tmux; tracer/tests/containers.rs and image.rs start their own dockerd (docker.io,
-/// which brings runc), podman and containerd, and run images built locally (no registry). The
-/// other programs the tests run (setpriv, taskset, ldd, tar) are in every Debian system.
+/// tracer/tests/prometheus.rs runs prometheus, promtool and alertmanager; tracer/tests/live.rs
+/// drives the live view in tmux; tracer/tests/containers.rs and image.rs start their own dockerd
+/// (docker.io, which brings runc), podman and containerd, and run images built locally (no
+/// registry). The other programs the tests run (setpriv, taskset, ldd, tar) are in every Debian
+/// system.
 const HOST_TESTS: &[Package] = &[
     Package::new("prometheus"),
+    Package::new("prometheus-alertmanager"),
     Package::new("tmux"),
     Package::new("docker.io"),
     Package::new("podman"),

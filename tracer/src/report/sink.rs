@@ -50,7 +50,7 @@ pub struct Tick<'a> {
 }
 
 /// One destination of the report.
-pub trait Sink {
+pub trait Sink: Send {
     /// Whether it takes the lines as they happen; the report makes a line only if a sink does.
     fn takes_lines(&self) -> bool;
     /// One record's line.
@@ -132,7 +132,7 @@ impl<W: Write> Ndjson<W> {
     }
 }
 
-impl<W: Write> Sink for Ndjson<W> {
+impl<W: Write + Send> Sink for Ndjson<W> {
     fn takes_lines(&self) -> bool {
         true
     }
@@ -177,7 +177,7 @@ impl<W: Write> Text<W> {
     }
 }
 
-impl<W: Write> Sink for Text<W> {
+impl<W: Write + Send> Sink for Text<W> {
     fn takes_lines(&self) -> bool {
         false
     }
@@ -220,7 +220,7 @@ impl<W: Write> AdviceOnly<W> {
     }
 }
 
-impl<W: Write> Sink for AdviceOnly<W> {
+impl<W: Write + Send> Sink for AdviceOnly<W> {
     fn takes_lines(&self) -> bool {
         self.json
     }

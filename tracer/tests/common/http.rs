@@ -68,12 +68,14 @@ pub fn percent_encode(s: &str) -> String {
 }
 
 /// Starts a Prometheus (its files under `name` in `parent`) that scrapes the exporter on
-/// loopback every second, with `features` enabled; returns it and its port once it is ready.
+/// loopback every second, with `features` enabled and `more_config` (top-level keys: rule
+/// files, alerting) added to its configuration; returns it and its port once it is ready.
 pub fn start_prometheus(
     parent: &Path,
     name: &str,
     exporter_port: u16,
     features: &[&str],
+    more_config: &str,
 ) -> (Running, u16) {
     let dir = parent.join(name);
     fs::create_dir(&dir).expect("create the Prometheus directory");
@@ -83,7 +85,7 @@ pub fn start_prometheus(
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
              - job_name: throttle-tracer\n    scrape_timeout: 900ms\n    static_configs:\n      \
-             - targets: ['127.0.0.1:{exporter_port}']\n"
+             - targets: ['127.0.0.1:{exporter_port}']\n{more_config}"
         ),
     )
     .unwrap();
@@ -96,6 +98,8 @@ pub fn start_prometheus(
             dir.join("data").display()
         ))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        // Sends a firing alert again after 1 s, not 1 min, should the first send miss.
+        .arg("--rules.alert.resend-delay=1s")
         .stdout(Stdio::null())
         .stderr(log);
     for feature in features {

@@ -8,6 +8,7 @@
 mod cgroup;
 pub mod containers;
 mod cpu;
+pub mod dashboard;
 pub mod http;
 mod process;
 

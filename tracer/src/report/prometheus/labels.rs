@@ -5,28 +5,39 @@ use std::fmt;
 
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 
-use crate::names::Name;
+use crate::names::{Name, Qos};
 
 /// `cgroup` = the path under the cpu hierarchy (`id:<n>` if it never resolved), and, when the
-/// path names them, `container` (short id), `pod` (uid) and `unit` (systemd). They are
-/// functions of the path: they add no series.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// path names them, what a cluster's other series join on: `container_id` (12 hex digits, as
+/// `docker ps` and `crictl ps` show), `container_id_full` (64, as the Kubernetes API and
+/// kube-state-metrics' `kube_pod_container_info` carry after `<runtime>://`), `pod_uid`
+/// (kube-state-metrics' `uid`), `qos` (`guaranteed`, `burstable`, `besteffort`) and `unit`
+/// (systemd). The names `container` and `pod` are left to what Kubernetes means by them (names,
+/// which a cgroup path does not hold) and to the scrape's own target labels. All are functions
+/// of the path: they add no series.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 pub(super) struct CgroupLabels {
     cgroup: String,
-    container: Option<String>,
-    pod: Option<String>,
+    container_id: Option<String>,
+    container_id_full: Option<String>,
+    pod_uid: Option<String>,
+    qos: Option<&'static str>,
     unit: Option<String>,
 }
 
 impl CgroupLabels {
     pub(super) fn of(cgroup: String) -> Self {
-        let name = Name::of(&cgroup);
-        let name = name.as_ref();
+        let name = Name::of(&cgroup).map(|n| Self {
+            container_id: n.container_id,
+            container_id_full: n.container_id_full,
+            pod_uid: n.pod_uid,
+            qos: n.qos.map(Qos::as_str),
+            unit: n.unit,
+            cgroup: String::new(),
+        });
         Self {
-            container: name.and_then(|n| n.container_id.clone()),
-            pod: name.and_then(|n| n.pod_uid.clone()),
-            unit: name.and_then(|n| n.unit.clone()),
             cgroup,
+            ..name.unwrap_or_default()
         }
     }
 }
@@ -36,12 +47,14 @@ impl EncodeLabelSet for CgroupLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), fmt::Error> {
         ("cgroup", self.cgroup.as_str()).encode(encoder.encode_label())?;
         for (key, value) in [
-            ("container", &self.container),
-            ("pod", &self.pod),
-            ("unit", &self.unit),
+            ("container_id", self.container_id.as_deref()),
+            ("container_id_full", self.container_id_full.as_deref()),
+            ("pod_uid", self.pod_uid.as_deref()),
+            ("qos", self.qos),
+            ("unit", self.unit.as_deref()),
         ] {
             if let Some(value) = value {
-                (key, value.as_str()).encode(encoder.encode_label())?;
+                (key, value).encode(encoder.encode_label())?;
             }
         }
         Ok(())
@@ -61,7 +74,7 @@ mod tests {
     use crate::report::prometheus::tests::{config, feed, reporting, sample, tree};
 
     #[test]
-    fn container_pod_and_unit_labels_when_the_path_names_them() {
+    fn container_pod_qos_and_unit_labels_when_the_path_names_them() {
         let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         let dir = tempfile::tempdir().unwrap();
         let pod = "kubepods.slice/kubepods-burstable.slice/\
@@ -74,8 +87,9 @@ mod tests {
         feed(&mut report, &mut h, cg);
         let (_, text) = scraper.encode(false).unwrap();
         let series = format!(
-            "throttle_tracer_stops_total{{cgroup=\"/{leaf}\",container=\"0123456789ab\",\
-             pod=\"1b2c3d4e-0000-4000-8000-123456789abc\",unit=\"cri-containerd-{id}.scope\"}}"
+            "throttle_tracer_stops_total{{cgroup=\"/{leaf}\",container_id=\"0123456789ab\",\
+             container_id_full=\"{id}\",pod_uid=\"1b2c3d4e-0000-4000-8000-123456789abc\",\
+             qos=\"burstable\",unit=\"cri-containerd-{id}.scope\"}}"
         );
         assert_eq!(sample(&text, &series), 3.0);
         // A path that names nothing has the cgroup label alone.

@@ -1,0 +1,229 @@
+//! deploy/grafana/throttle-tracer.json as the tests read it: the dashboard's shape checked by
+//! hand against what Grafana 10+ needs to import and draw it (Grafana itself cannot be installed
+//! here), and each panel target's PromQL with the dashboard's variables filled in, to be run
+//! against a real Prometheus.
+//!
+//! The check covers: `schemaVersion` ≥ 36 (Grafana 9.0+; 10.x writes 37–39), a `uid` and a
+//! title; the templating list (a `datasource` variable of type prometheus, every query
+//! variable on it); every panel with a unique id, a known panel type, a title, a Prometheus
+//! datasource (the variable), a `gridPos` inside the 24-column grid that overlaps no other
+//! panel, and at least one target with a unique `refId`, a non-empty `expr` on the same
+//! datasource, and no variable other than the dashboard's own and Grafana's built-ins.
+//! It does not cover field configs or options beyond their being objects.
+use std::{collections::HashSet, fs, path::Path};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The panel types the dashboard may use, all built into Grafana 10.
+const PANEL_TYPES: &[&str] = &["timeseries", "heatmap", "table", "bargauge", "stat"];
+/// Grafana's own variables that the expressions may use, and what the tests put for them: a
+/// step that covers several 1 s scrapes and a range that covers the whole test.
+const BUILT_INS: &[(&str, &str)] = &[("$__rate_interval", "5s"), ("$__range", "5m")];
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Dashboard {
+    pub title: String,
+    pub uid: String,
+    pub schema_version: u32,
+    pub templating: Templating,
+    pub panels: Vec<Panel>,
+    pub time: Value,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Templating {
+    pub list: Vec<Variable>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Variable {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub query: Value,
+    pub datasource: Option<Datasource>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+pub struct Datasource {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Panel {
+    pub id: u32,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub datasource: Datasource,
+    pub grid_pos: GridPos,
+    pub targets: Vec<Target>,
+    pub field_config: serde_json::Map<String, Value>,
+    pub options: serde_json::Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GridPos {
+    pub h: u32,
+    pub w: u32,
+    pub x: u32,
+    pub y: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Target {
+    pub ref_id: String,
+    pub expr: String,
+    pub datasource: Datasource,
+    #[serde(default)]
+    pub instant: bool,
+}
+
+/// The dashboard, checked (see the module's doc); panics saying what is wrong.
+pub fn load() -> Dashboard {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/throttle-tracer.json");
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let d: Dashboard = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "{}: not a dashboard of the expected shape: {e}",
+            path.display()
+        )
+    });
+    d.check();
+    d
+}
+
+impl Dashboard {
+    fn check(&self) {
+        assert!(
+            self.schema_version >= 36,
+            "schemaVersion {}",
+            self.schema_version
+        );
+        assert!(!self.uid.is_empty() && !self.title.is_empty());
+        assert!(self.time["from"].is_string() && self.time["to"].is_string());
+        let source = Datasource {
+            kind: "prometheus".into(),
+            uid: "${datasource}".into(),
+        };
+        let variables: Vec<&str> = self
+            .templating
+            .list
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect();
+        let datasource = self
+            .templating
+            .list
+            .iter()
+            .find(|v| v.name == "datasource")
+            .expect("a datasource variable");
+        assert_eq!(
+            (datasource.kind.as_str(), datasource.query.as_str()),
+            ("datasource", Some("prometheus"))
+        );
+        for v in self.templating.list.iter().filter(|v| v.kind == "query") {
+            assert_eq!(v.datasource.as_ref(), Some(&source), "variable {}", v.name);
+            assert!(v.query["query"].is_string(), "variable {}", v.name);
+        }
+        let mut ids = HashSet::new();
+        let mut cells = HashSet::new();
+        for p in &self.panels {
+            let what = format!("panel {} ({})", p.id, p.title);
+            assert!(ids.insert(p.id), "{what}: id used twice");
+            assert!(
+                PANEL_TYPES.contains(&p.kind.as_str()),
+                "{what}: type {}",
+                p.kind
+            );
+            assert!(!p.title.is_empty(), "{what}: no title");
+            assert_eq!(p.datasource, source, "{what}");
+            let g = &p.grid_pos;
+            assert!(
+                g.w > 0 && g.h > 0 && g.x + g.w <= 24,
+                "{what}: gridPos {g:?}"
+            );
+            for x in g.x..g.x + g.w {
+                for y in g.y..g.y + g.h {
+                    assert!(
+                        cells.insert((x, y)),
+                        "{what}: overlaps another panel at {x},{y}"
+                    );
+                }
+            }
+            assert!(!p.targets.is_empty(), "{what}: no targets");
+            let mut refs = HashSet::new();
+            for t in &p.targets {
+                assert!(refs.insert(&t.ref_id), "{what}: refId {} twice", t.ref_id);
+                assert!(!t.expr.trim().is_empty(), "{what}: empty expr");
+                assert_eq!(t.datasource, source, "{what} {}", t.ref_id);
+                let mut rest = t.expr.as_str();
+                while let Some(at) = rest.find('$') {
+                    let name: String = rest[at + 1..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    let known = variables.contains(&name.as_str())
+                        || BUILT_INS.iter().any(|(b, _)| b[1..] == name);
+                    assert!(known, "{what} {}: unknown variable ${name}", t.ref_id);
+                    rest = &rest[at + 1..];
+                }
+            }
+        }
+    }
+
+    /// Every panel's targets: (panel title, refId, PromQL with `$instance` and `$cgroup` set to
+    /// `instance` and `cgroup` (as regexes), Grafana's built-ins to the test's steps).
+    pub fn queries(&self, instance: &str, cgroup: &str) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for p in &self.panels {
+            for t in &p.targets {
+                let mut expr = t.expr.replace("$instance", &regex_quote(instance));
+                expr = expr.replace("$cgroup", &regex_quote(cgroup));
+                for (name, value) in BUILT_INS {
+                    expr = expr.replace(name, value);
+                }
+                out.push((p.title.clone(), t.ref_id.clone(), expr));
+            }
+        }
+        out
+    }
+
+    /// The query variables' `label_values(<selector>, <label>)` queries, with the variables
+    /// they use filled in as [`Dashboard::queries`] does: (variable, selector, label).
+    pub fn label_values(&self, instance: &str) -> Vec<(String, String, String)> {
+        self.templating
+            .list
+            .iter()
+            .filter(|v| v.kind == "query")
+            .map(|v| {
+                let q = v.query["query"].as_str().unwrap();
+                let inner = q
+                    .strip_prefix("label_values(")
+                    .and_then(|q| q.strip_suffix(')'))
+                    .unwrap_or_else(|| panic!("variable {}: {q}", v.name));
+                let (selector, label) = inner.rsplit_once(',').unwrap();
+                let selector = selector.replace("$instance", &regex_quote(instance));
+                (v.name.clone(), selector, label.trim().to_owned())
+            })
+            .collect()
+    }
+}
+
+/// `s` as a PromQL regex that matches only `s` (inside a double-quoted string).
+fn regex_quote(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '.' | '+' | '*' | '?' | '(' | ')' | '[' | ']' | '{' | '}' | '|' | '^' | '$' => {
+                format!("\\\\{c}")
+            }
+            c => c.to_string(),
+        })
+        .collect()
+}
