@@ -42,6 +42,10 @@ const PLANS: &[(&str, Plan)] = &[
                 "advise_prints_only_the_advice_and_measures_the_rounds",
                 DEMAND,
             ),
+            (
+                "random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_percent_of_periods",
+                DEMAND,
+            ),
         ]),
     ),
     ("ancestor", Plan::Run(&[])),
