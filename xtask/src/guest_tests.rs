@@ -97,10 +97,16 @@ const PLANS: &[(&str, Plan)] = &[
     ),
     (
         "live",
-        Plan::Run(&[(
-            "terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back",
-            "needs tmux, which the initramfs does not hold",
-        )]),
+        Plan::Run(&[
+            (
+                "terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back",
+                "needs tmux, which the initramfs does not hold",
+            ),
+            (
+                "terminal_live_view_shows_the_largest_run_demand_of_the_interval",
+                "needs tmux, which the initramfs does not hold",
+            ),
+        ]),
     ),
     (
         "prometheus",

@@ -1,7 +1,9 @@
-//! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench`.
+//! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench | advise-check`.
+mod advise_check;
 mod apt;
 mod bench;
 mod binaries;
+mod cgroup;
 mod checks;
 mod cmd;
 mod console;
@@ -11,6 +13,7 @@ mod guest;
 mod guest_tests;
 mod kernels;
 mod paths;
+mod process;
 mod qemu;
 mod scenarios;
 mod setup;
@@ -39,6 +42,9 @@ enum Cli {
     /// The tracepoint backend's overhead on this host: perf's pipe benchmark with and without
     /// the tracer, and the kernel's run-time stats of its BPF programs.
     Bench(bench::Args),
+    /// Is the advice not wasteful? Traces workloads of known demand, then bisects the smallest
+    /// quota, burst and period that stop them no more, against the advised ones (minutes).
+    AdviseCheck(advise_check::Args),
 }
 
 /// A failed task prints its cause chain on one line, without the backtrace anyhow would add
@@ -52,6 +58,7 @@ fn main() -> std::process::ExitCode {
         Cli::VmDemo => vm_demo::run(),
         Cli::Test => test(),
         Cli::Bench(args) => bench::run(&args),
+        Cli::AdviseCheck(args) => advise_check::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
