@@ -6,7 +6,9 @@
 //! periods for the random arrivals), and print advised vs smallest. Fails when an advised value
 //! does not do it, or is more than 10 % above the smallest.
 //!
-//! Each rerun is a fresh cgroup and a whole workload run, judged by the kernel's cpu.stat, so
+//! Every cgroup has the most CPU weight, so that the machine's other load does not spread a
+//! burst of work over more periods (which lets a smaller quota look sufficient). Each rerun is
+//! a fresh cgroup and a whole workload run, judged by the kernel's cpu.stat, so
 //! this takes minutes: too slow for `cargo xtask test`. Needs root (BPF, cgroups).
 use crate::cgroup::Cgroup;
 use crate::process::{die_with_parent, signal, wait_timeout};
@@ -191,6 +193,7 @@ impl Runner<'_> {
             burst_us: 0,
         };
         let cgroup = Cgroup::create(CGROUP_NAME, start.quota_us, start.period_us)?;
+        cgroup.favour()?;
         // A spiky workload finds a period boundary by burning until stopped; a first run
         // without rounds finds it before the trace, so that the traced one starts just after a
         // boundary and its own first stop is one quota, not a run larger than its rounds (the
@@ -339,6 +342,7 @@ impl Runner<'_> {
     /// Whether a rerun of `workload` at `b` in a fresh cgroup is stopped no more than allowed.
     fn passes(&self, workload: Workload, b: Bandwidth) -> Result<bool> {
         let cgroup = Cgroup::create(CGROUP_NAME, b.quota_us, b.period_us)?;
+        cgroup.favour()?;
         if b.burst_us > 0 {
             cgroup.set_burst(b.burst_us)?;
         }
