@@ -30,6 +30,8 @@ const PERIOD_US: u64 = 100_000;
 const CGROUP_NAME: &str = "xtask-advise-check";
 /// Round spacing of the spiky workloads: a multiple of the period, with idle time to refill.
 const EVERY_MS: u64 = 500;
+/// Rounds of a traced spiky workload before the ones traced: the tracer's start (seconds).
+const LEAD_ROUNDS: u32 = 20;
 /// How far above the smallest value that works an advised one may be.
 const WASTE_LIMIT: f64 = 1.10;
 
@@ -194,12 +196,23 @@ impl Runner<'_> {
         };
         let cgroup = Cgroup::create(CGROUP_NAME, start.quota_us, start.period_us)?;
         cgroup.favour()?;
-        // A spiky workload finds a period boundary by burning until stopped; a first run
-        // without rounds finds it before the trace, so that the traced one starts just after a
-        // boundary and its own first stop is one quota, not a run larger than its rounds (the
-        // period timer keeps its phase while the group idles).
-        let boundary_ns = match workload {
-            Workload::Spiky { burn_ms, .. } => Some(self.spiky(&cgroup, burn_ms, 1, 0)?.0),
+        // A spiky workload finds a period boundary by burning until stopped, a run that is
+        // no round's (more than one quota when it missed a short first stop): the tracer starts
+        // after it, and the workload has rounds enough for the tracer's start and
+        // `self.rounds` more.
+        let mut spiky = match workload {
+            Workload::Spiky { burn_ms, threads } => {
+                let mut cmd = self.spiky_command(burn_ms, threads, self.rounds + LEAD_ROUNDS);
+                let mut child = spawn_in(&mut cmd, &cgroup, pin(threads))?;
+                let lines = lines_of(child.child())?;
+                let synced = lines
+                    .recv_timeout(Duration::from_secs(30))
+                    .context("the workload printed no synced line in 30 s")?;
+                if !synced.starts_with("synced") {
+                    bail!("the workload's first line is not its synced line: {synced}");
+                }
+                Some(child)
+            }
             Workload::Arrivals => None,
         };
         let mut cmd = Command::new(tracer);
@@ -225,15 +238,14 @@ impl Runner<'_> {
         if !first.contains(r#""type":"start""#) {
             bail!("the tracer's first line is not its start line: {first}");
         }
-        match (workload, boundary_ns) {
-            (Workload::Spiky { burn_ms, threads }, Some(boundary)) => {
-                let period_ns = PERIOD_US * 1000;
-                let now = monotonic_ns();
-                let next = boundary + now.saturating_sub(boundary).div_ceil(period_ns) * period_ns;
-                thread::sleep(Duration::from_nanos(next + MS - now));
-                self.spiky(&cgroup, burn_ms, threads, self.rounds)?;
+        match &mut spiky {
+            Some(workload) => {
+                let status = workload.child().wait()?;
+                if !status.success() {
+                    bail!("throttle-workload spiky: {status}");
+                }
             }
-            _ => {
+            None => {
                 self.arrivals(&cgroup)?;
             }
         }
@@ -348,7 +360,7 @@ impl Runner<'_> {
         }
         let outcome = match workload {
             Workload::Spiky { burn_ms, threads } => {
-                self.spiky(&cgroup, burn_ms, threads, self.rounds)?.1
+                self.spiky(&cgroup, burn_ms, threads, self.rounds)?
             }
             Workload::Arrivals => self.arrivals(&cgroup)?,
         };
@@ -366,25 +378,12 @@ impl Runner<'_> {
         Ok(pass)
     }
 
-    /// `throttle-workload spiky` in `cgroup` (one thread pinned to the last CPU, so that one
-    /// cfs_rq spends the quota; more threads unpinned): the refill it synchronised on, and
-    /// cpu.stat from 50 ms before its first round (the stops that found the boundary over) to
+    /// `throttle-workload spiky` in `cgroup` (see [`pin`]): cpu.stat from 50 ms before its
+    /// first round (the stops that found the boundary over) to
     /// its exit.
-    fn spiky(
-        &self,
-        cgroup: &Cgroup,
-        burn_ms: u32,
-        threads: u32,
-        rounds: u32,
-    ) -> Result<(u64, Outcome)> {
-        let mut cmd = Command::new(self.workload_bin);
-        cmd.args(["spiky", "--every-ms", &EVERY_MS.to_string()])
-            .args(["--burn-ms", &burn_ms.to_string()])
-            .args(["--rounds", &rounds.to_string()])
-            .args(["--threads", &threads.to_string()]);
-        let pin =
-            (threads == 1).then(|| thread::available_parallelism().map_or(1, |n| n.get()) - 1);
-        let mut child = spawn_in(&mut cmd, cgroup, pin)?;
+    fn spiky(&self, cgroup: &Cgroup, burn_ms: u32, threads: u32, rounds: u32) -> Result<Outcome> {
+        let mut cmd = self.spiky_command(burn_ms, threads, rounds);
+        let mut child = spawn_in(&mut cmd, cgroup, pin(threads))?;
         let stdout = BufReader::new(child.child().stdout.take().context("workload stdout")?);
         let mut from = None;
         for line in stdout.lines() {
@@ -395,26 +394,27 @@ impl Runner<'_> {
                     let due = refill_ns + EVERY_MS * MS - 50 * MS;
                     thread::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns())));
                 }
-                from = Some((
-                    refill_ns,
-                    cgroup.stat("nr_periods")?,
-                    cgroup.stat("nr_throttled")?,
-                ));
+                from = Some((cgroup.stat("nr_periods")?, cgroup.stat("nr_throttled")?));
             }
         }
         let status = child.child().wait()?;
         if !status.success() {
             bail!("throttle-workload spiky: {status}");
         }
-        let (refill_ns, periods, throttled) =
-            from.context("the workload printed no synced line")?;
-        Ok((
-            refill_ns,
-            Outcome {
-                periods: cgroup.stat("nr_periods")? - periods,
-                throttled: cgroup.stat("nr_throttled")? - throttled,
-            },
-        ))
+        let (periods, throttled) = from.context("the workload printed no synced line")?;
+        Ok(Outcome {
+            periods: cgroup.stat("nr_periods")? - periods,
+            throttled: cgroup.stat("nr_throttled")? - throttled,
+        })
+    }
+
+    fn spiky_command(&self, burn_ms: u32, threads: u32, rounds: u32) -> Command {
+        let mut cmd = Command::new(self.workload_bin);
+        cmd.args(["spiky", "--every-ms", &EVERY_MS.to_string()])
+            .args(["--burn-ms", &burn_ms.to_string()])
+            .args(["--rounds", &rounds.to_string()])
+            .args(["--threads", &threads.to_string()]);
+        cmd
     }
 
     /// `throttle-workload arrivals` in `cgroup`, unpinned: cpu.stat over the whole run.
@@ -446,6 +446,12 @@ impl Runner<'_> {
             throttled: cgroup.stat("nr_throttled")? - throttled,
         })
     }
+}
+
+/// One thread is pinned to the last CPU, so that one cfs_rq spends the quota; more threads are
+/// not pinned.
+fn pin(threads: u32) -> Option<usize> {
+    (threads == 1).then(|| thread::available_parallelism().map_or(1, |n| n.get()) - 1)
 }
 
 /// A child killed and reaped on drop (also when a step failed).
