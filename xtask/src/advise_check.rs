@@ -211,7 +211,8 @@ impl Runner<'_> {
                 if !synced.starts_with("synced") {
                     bail!("the workload's first line is not its synced line: {synced}");
                 }
-                Some(child)
+                // Its round lines keep coming: the reader keeps reading them until it exits.
+                Some((child, lines))
             }
             Workload::Arrivals => None,
         };
@@ -239,7 +240,7 @@ impl Runner<'_> {
             bail!("the tracer's first line is not its start line: {first}");
         }
         match &mut spiky {
-            Some(workload) => {
+            Some((workload, _lines)) => {
                 let status = workload.child().wait()?;
                 if !status.success() {
                     bail!("throttle-workload spiky: {status}");
