@@ -9,7 +9,8 @@
 //!   up to 1 ms: the kernel hands out runtime in slices and keeps up to 1 ms per CPU, so an
 //!   exact fit can still stop.
 //! - **quota**: the largest run's need (and the p99 run's), in one period at today's period.
-//! - **burst** (5.14+): the smallest burst with quota + burst ≥ the largest need, then grown
+//! - **burst** (5.14+): the smallest burst with quota + burst ≥ the largest need (the margin on
+//!   the burst, need − quota, not on the need), then grown
 //!   until a replay of the runs in order with the kernel's refill rule (each period the pool
 //!   becomes min(left + quota, quota + burst)) stops none of them; the kernel refuses a burst
 //!   above the quota (the ceiling rule), so no burst is advised past it. A configured burst
@@ -201,7 +202,9 @@ fn burst(
         advice.why_not = Some("this kernel has no burst (5.14+)".into());
         return advice;
     }
-    let single = margin(need).saturating_sub(quota);
+    // The margin is on the burst's own share (what the quota leaves of the need): a margin of
+    // 5 % of the whole need would make the burst up to 5 % × need ÷ (need − quota) too large.
+    let single = margin(need.saturating_sub(quota));
     advice.for_largest_ns = Some(single);
     if single > quota {
         advice.why_not = Some(format!(
@@ -394,9 +397,9 @@ mod tests {
             (63 * MS, 100 * MS, 630)
         );
         assert_eq!(q.longest_stop_ns, 37 * MS);
-        // Burst 23 ms: 400 ms of idle between runs refill it many times over.
-        assert_eq!(a.burst.for_largest_ns, Some(23 * MS));
-        assert_eq!(a.burst.burst_ns, Some(23 * MS));
+        // Burst 20 ms + 1 ms margin: 400 ms of idle between runs refill it many times over.
+        assert_eq!(a.burst.for_largest_ns, Some(21 * MS));
+        assert_eq!(a.burst.burst_ns, Some(21 * MS));
         assert!(!a.burst.configured_useless);
         // Period: 40 % of p' ≥ 63 ms → 158 ms (quota 63.2 ms).
         let p = a.period.unwrap();
@@ -407,12 +410,12 @@ mod tests {
 
     #[test]
     fn runs_too_close_for_the_refill_need_more_burst_or_none() {
-        // 70 ms runs every 100 ms (two periods each) at quota 40 ms: a 70 + 3.5 → 74 ms need,
-        // burst 34 ms alone, but the next run arrives after one refill of 40 ms: the pool is
-        // never back to 74 ms. Even a 40 ms burst (the ceiling) stops them.
+        // 70 ms runs every 100 ms (two periods each) at quota 40 ms: a burst of 30 + 1.5 → 32 ms
+        // alone, but the next run arrives after one refill of 40 ms: the pool is never back to
+        // 72 ms. Even a 40 ms burst (the ceiling) stops them.
         let s = summary(runs(&[70; 10], 100, 1, 1));
         let a = advise(&s, bandwidth(40, 100, 0), BURST).unwrap();
-        assert_eq!(a.burst.for_largest_ns, Some(34 * MS));
+        assert_eq!(a.burst.for_largest_ns, Some(32 * MS));
         assert_eq!(a.burst.burst_ns, None);
         assert!(a.burst.stopped_with_ceiling > 0);
         assert!(a.burst.why_not.unwrap().contains("refill"));
@@ -423,7 +426,7 @@ mod tests {
 
     #[test]
     fn the_ceiling_rule_and_a_useless_burst() {
-        // 120 ms runs at quota 50 ms: burst 76 ms > quota, refused by the kernel.
+        // 120 ms runs at quota 50 ms: burst 74 ms > quota, refused by the kernel.
         let s = summary(runs(&[120; 4], 1000, 3, 2));
         let a = advise(&s, bandwidth(50, 100, 25), BURST).unwrap();
         assert_eq!(a.burst.burst_ns, None);

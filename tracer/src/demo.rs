@@ -627,8 +627,8 @@ mod tests {
             "bursts of 4 (80.0 ms of CPU): 1 of them, done after median 150.0 ms",
             "the largest run of work used 80.0 ms of CPU in one go",
             "cpu.cfs_quota_us for >= 84.0 ms per 100.0 ms (0.84 CPU)",
-            "cpu.cfs_burst_us >= 34.0 ms (ceiling 84.0 ms)",
-            "Less than 34.0 ms buys nothing for it",
+            "cpu.cfs_burst_us >= 32.0 ms (ceiling 82.0 ms)",
+            "Less than 32.0 ms buys nothing for it",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

@@ -412,3 +412,185 @@ fn advise_prints_only_the_advice_and_measures_the_rounds() {
         "largest run {largest} ns vs a round's own CPU {known} ns: {a}"
     );
 }
+
+/// One request of `throttle-workload arrivals`: its span and progress marks (CLOCK_MONOTONIC,
+/// CPU burned by its worker's own clock).
+#[derive(Debug)]
+struct Request {
+    start_ns: u64,
+    end_ns: u64,
+    cpu_ns: u64,
+    marks: Vec<(u64, u64)>,
+}
+
+impl Request {
+    fn parse(line: &str) -> Self {
+        let words: Vec<&str> = line.split(' ').collect();
+        let field = |name: &str| -> &str {
+            let at = words.iter().position(|w| *w == name);
+            at.and_then(|i| words.get(i + 1))
+                .unwrap_or_else(|| panic!("no {name} in {line}"))
+        };
+        let num = |name: &str| -> u64 { field(name).parse().expect(name) };
+        let marks = field("marks")
+            .split(',')
+            .filter(|m| !m.is_empty())
+            .map(|m| {
+                let (t, c) = m.split_once(':').expect("a mark T:c");
+                (t.parse().expect("T"), c.parse().expect("c"))
+            })
+            .collect();
+        Self {
+            start_ns: num("start_ns"),
+            end_ns: num("end_ns"),
+            cpu_ns: num("cpu_ns"),
+            marks,
+        }
+    }
+
+    /// The CPU it had burned by `t` (its marks are 1 ms of CPU apart: at most 1 ms short).
+    fn burned_by(&self, t: u64) -> u64 {
+        if t >= self.end_ns {
+            return self.cpu_ns;
+        }
+        self.marks
+            .iter()
+            .take_while(|(at, _)| *at <= t)
+            .last()
+            .map_or(0, |&(_, c)| c)
+    }
+
+    fn running_at(&self, t: u64) -> bool {
+        self.start_ns < t && t < self.end_ns
+    }
+}
+
+/// Runs reference 003's lab in `cgroup` (unpinned: 4 workers on every CPU) until it exits:
+/// its requests, and cpu.stat's nr_periods and nr_throttled deltas over the run.
+fn run_arrivals(cgroup: &Cgroup) -> (Vec<Request>, u64, u64) {
+    let before = cgroup.stat();
+    let mut cmd = common::arrivals(ARRIVALS_RATE, ARRIVALS_COST_MS, ARRIVALS_S, ARRIVALS_SEED);
+    cmd.stdout(Stdio::piped());
+    let out = common::spawn_in(&mut cmd, cgroup, None).wait_with_output();
+    assert!(out.status.success(), "workload: {}", out.status);
+    cgroup.wait_refilled();
+    let after = cgroup.stat();
+    let requests = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(Request::parse)
+        .collect();
+    (
+        requests,
+        after.nr_periods - before.nr_periods,
+        after.nr_throttled - before.nr_throttled,
+    )
+}
+
+/// Reference 003: 20 ms requests arriving at random, 10 per second, for 4 workers.
+const ARRIVALS_RATE: u32 = 10;
+const ARRIVALS_COST_MS: u32 = 20;
+const ARRIVALS_S: u32 = 15;
+const ARRIVALS_SEED: u64 = 3;
+
+/// The kernel's tick, from its config (CONFIG_HZ); 10 ms (HZ=100, the coarsest) when the
+/// config is not at hand.
+fn tick_ns() -> u64 {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let config =
+        std::fs::read_to_string(format!("/boot/config-{}", release.trim())).unwrap_or_default();
+    let hz: u64 = config
+        .lines()
+        .find_map(|l| l.strip_prefix("CONFIG_HZ=")?.parse().ok())
+        .unwrap_or(100);
+    1_000_000_000 / hz
+}
+
+/// Reference 003's lab at 50 ms / 100 ms for 15 s: each of the largest busy runs' demand is the
+/// CPU the requests burned within the run's span by their workers' own clocks, within 5 % plus,
+/// for each request running across one of the run's two boundaries, one tick (the kernel
+/// brings a running entity's exec time up to date at least every tick, docs/definitions.md)
+/// and the 1 ms of its progress marks; Σ usage of the periods is the requests' CPU within 1 %.
+/// Then the advised quota, applied to a fresh cgroup, runs the same arrivals (same seed) with
+/// nr_throttled ≤ 1 % of its periods.
+#[test]
+fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_percent_of_periods() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let cgroup = Cgroup::throttled(&host.cpu, "advise-arrivals", QUOTA_US, PERIOD_US);
+    let tracer = Tracer::start(&cgroup);
+    let from_ns = monotonic_ns();
+    let (requests, periods, throttled) = run_arrivals(&cgroup);
+    let lines = tracer.stop();
+    eprintln!(
+        "{} requests of {ARRIVALS_COST_MS} ms at {ARRIVALS_RATE}/s: nr_throttled {throttled} of {periods} periods ({:.1} %)",
+        requests.len(),
+        100.0 * throttled as f64 / periods.max(1) as f64
+    );
+    assert!(
+        throttled > 0,
+        "the lab was never stopped: nothing to advise"
+    );
+
+    let known_total: u64 = requests.iter().map(|r| r.cpu_ns).sum();
+    let summed: u64 = lines
+        .iter()
+        .filter(|v| v["type"] == "period" && ns(&v["end_ns"]) > from_ns)
+        .map(|v| ns(&v["usage_ns"]))
+        .sum();
+    eprintln!(
+        "Σ period usage {:.1} ms, the requests' own CPU {:.1} ms",
+        summed as f64 / 1e6,
+        known_total as f64 / 1e6
+    );
+    assert!(
+        (summed as f64 - known_total as f64).abs() <= 0.01 * known_total as f64,
+        "Σ period usage {summed} ns vs the requests' own CPU {known_total} ns"
+    );
+
+    let a = advice(&lines, &cgroup);
+    let tick = tick_ns();
+    eprintln!("run (start ns)     periods CPUs  measured ms  known ms  straddling");
+    for run in a["largest_runs"].as_array().expect("largest_runs") {
+        let (s, e) = (ns(&run["start_ns"]), ns(&run["end_ns"]));
+        let known: u64 = requests
+            .iter()
+            .map(|r| r.burned_by(e) - r.burned_by(s))
+            .sum();
+        let straddling = requests
+            .iter()
+            .filter(|r| r.running_at(s) || r.running_at(e))
+            .count() as u64;
+        let measured = ns(&run["demand_ns"]);
+        eprintln!(
+            "{s:<18} {:>7} {:>4} {:>12.1} {:>9.1} {straddling:>11}",
+            run["periods"],
+            run["cpus"],
+            measured as f64 / 1e6,
+            known as f64 / 1e6
+        );
+        let allowed = 0.05 * known as f64 + (straddling * (tick + 1_000_000)) as f64;
+        assert!(
+            (measured as f64 - known as f64).abs() <= allowed,
+            "run demand {measured} ns vs the requests' own CPU in it {known} ns \
+             ({straddling} straddling): {run}"
+        );
+    }
+    eprintln!(
+        "advice: quota {}, burst {} ({}), period {} ({})",
+        a["quota"], a["burst"]["burst_ns"], a["burst"]["why_not"], a["period"], a["period_why_not"]
+    );
+    drop(cgroup);
+
+    let quota_us = ns(&a["quota"]["quota_ns"]) / 1000;
+    let quota = Cgroup::throttled(&host.cpu, "advise-aquota", quota_us, PERIOD_US);
+    let (_, periods, throttled) = run_arrivals(&quota);
+    eprintln!(
+        "advised quota {quota_us} µs / {PERIOD_US} µs: nr_throttled {throttled} of {periods} periods"
+    );
+    assert!(periods > 0, "cpu.stat counted no period");
+    assert!(
+        throttled as f64 <= 0.01 * periods as f64,
+        "the advised quota {quota_us} µs stopped {throttled} of {periods} periods"
+    );
+}

@@ -121,10 +121,11 @@ fn blocks<'a>(stdout: &'a str, cgroup: &str) -> Vec<Block<'a>> {
 }
 
 /// Columns of a row, as the header names them: CGROUP STOPS/s GROUP/s P50 P99 MAX PER-CPU WALL
-/// THROTTLED(ratio n/m) QUOTA/PERIOD CPU NAME.
+/// THROTTLED(ratio n/m) QUOTA/PERIOD CPU MAX-RUN QUOTA-OF NAME.
 const STOPS_PER_S: usize = 1;
 const RATIO: usize = 8;
 const CPU: usize = 11;
+const MAX_RUN: usize = 12;
 
 #[test]
 fn piped_live_view_prints_timestamped_blocks_of_the_throttled_cgroup() {
@@ -533,4 +534,105 @@ fn terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back() {
         "the alternate screen was not left:\n{pane}"
     );
     assert_eq!(pane.matches("lost records: 0").count(), 3, "{pane}");
+}
+
+/// `80.1ms` → 80.1e6 ns; `None` for `-`.
+fn parse_ms(cell: &str) -> Option<f64> {
+    cell.strip_suffix("ms")
+        .map(|ms| ms.parse::<f64>().expect("a number of ms") * 1e6)
+}
+
+/// `top` on a terminal (tmux) over a spiky burn of 80 ms every 500 ms at 50 ms / 100 ms
+/// (tracepoint backend, which measures periods): its MAX RUN column shows, redraw after redraw,
+/// the CPU one round burned by the workload's own clock (CLOCK_THREAD_CPUTIME_ID), within 5 %.
+#[test]
+fn terminal_live_view_shows_the_largest_run_demand_of_the_interval() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    if common::require(tmux().ok_or("no tmux, and apt-get install tmux failed")).is_none() {
+        return;
+    }
+    let cgroup = Cgroup::throttled(&host.cpu, "live-run", 50_000, 100_000);
+    let mut cmd = common::spiky(500, 80, 60, 1);
+    cmd.stdout(Stdio::piped());
+    let mut workload = common::spawn_in(&mut cmd, &cgroup, Some(common::last_cpu()));
+    // Its lines on a thread: `synced` once its boundary-finding stop is over (a run of its
+    // own, before the view starts), then one `round ... cpu_ns C` per round.
+    let stdout = workload.stdout.take().expect("workload stdout");
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let synced = lines
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the workload's synced line");
+    assert!(synced.starts_with("synced"), "{synced}");
+
+    let tmux = Tmux("live-run".into());
+    let top = format!(
+        "{TRACER} top --backend tracepoint --cgroup {}; sleep 300",
+        cgroup.path()
+    );
+    Tmux::run(&[
+        "new-session",
+        "-d",
+        "-s",
+        &tmux.0,
+        "-x",
+        "230",
+        "-y",
+        "20",
+        &top,
+    ]);
+    tmux.wait_for(KEYS_LINE);
+    // Five seconds of redraws, each interval holding two rounds.
+    let mut shown = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut pane = String::new();
+    while Instant::now() < deadline {
+        pane = tmux.visible();
+        if let Some(ns) = row_of(&pane, cgroup.path())
+            .and_then(|row| row.get(MAX_RUN).copied().and_then(parse_ms))
+        {
+            shown.push(ns);
+        }
+        thread::sleep(Duration::from_millis(250));
+    }
+    println!("{pane}");
+    let rounds: Vec<f64> = lines
+        .try_iter()
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == "cpu_ns")?;
+            words.get(at + 1)?.parse().ok()
+        })
+        .collect();
+    assert!(!rounds.is_empty(), "no round done");
+    let known = rounds.iter().sum::<f64>() / rounds.len() as f64;
+    println!(
+        "MAX RUN shown {} times: {:.1}..{:.1} ms; a round burned {:.1} ms by its own clock",
+        shown.len(),
+        shown.iter().copied().fold(f64::MAX, f64::min) / 1e6,
+        shown.iter().copied().fold(0.0, f64::max) / 1e6,
+        known / 1e6
+    );
+    assert!(
+        shown.len() >= 10,
+        "MAX RUN seldom shown ({shown:?}):\n{pane}"
+    );
+    for ns in &shown {
+        assert!(
+            (ns - known).abs() <= 0.05 * known,
+            "MAX RUN {ns} ns vs a round's own CPU {known} ns:\n{pane}"
+        );
+    }
 }

@@ -10,6 +10,8 @@
 //!    run: an empty program on sched_switch ([`EmptyPeer`]), what any program costs there.
 //!
 //! Figures only: nothing here asserts a timing. Needs root (BPF, cgroups).
+use crate::cgroup::Cgroup;
+use crate::process::{die_with_parent, signal, wait_timeout};
 use crate::{binaries, cmd, setup};
 use anyhow::{Context as _, Result, bail};
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_type};
@@ -412,13 +414,13 @@ struct Throttled {
 /// BPF statistics over `seconds` while a cgroup with `BUSY_THREADS` busy threads and a quota
 /// of `QUOTA_US` per `PERIOD_US` is throttled.
 fn throttled_phase(workload: &Path, tracer: &Tracer, seconds: u64) -> Result<Throttled> {
-    let cgroup = Cgroup::create()?;
+    let cgroup = Cgroup::create(CGROUP_NAME, QUOTA_US, PERIOD_US)?;
     let busy = Busy::spawn(workload, seconds + 30)?;
     cgroup.add(busy.0.id())?;
     let deadline = Instant::now() + Duration::from_secs(5);
     while cgroup.stat("nr_throttled")? < 2 {
         if Instant::now() > deadline {
-            bail!("{} did not throttle within 5 s", cgroup.path.display());
+            bail!("{} did not throttle within 5 s", cgroup.path().display());
         }
         thread::sleep(Duration::from_millis(20));
     }
@@ -429,7 +431,7 @@ fn throttled_phase(workload: &Path, tracer: &Tracer, seconds: u64) -> Result<Thr
     let s1 = tracer.snapshot()?;
     let (periods1, throttled1) = (cgroup.stat("nr_periods")?, cgroup.stat("nr_throttled")?);
     drop(busy);
-    let path = cgroup.path.clone();
+    let path = cgroup.path().to_path_buf();
     drop(cgroup);
     // The tracer reads its ring buffer on a tick: give the last records a moment.
     thread::sleep(Duration::from_millis(300));
@@ -441,88 +443,6 @@ fn throttled_phase(workload: &Path, tracer: &Tracer, seconds: u64) -> Result<Thr
         stop_records: tracer.stops.load(Ordering::Relaxed) - stops0,
         cgroup: path,
     })
-}
-
-/// A child cgroup of the cpu controller's root with a quota; removed on drop.
-struct Cgroup {
-    path: PathBuf,
-    /// cgroup v1 (`cpu.cfs_quota_us`) rather than v2 (`cpu.max`).
-    v1: bool,
-}
-
-impl Cgroup {
-    fn create() -> Result<Self> {
-        let v1_root = Path::new("/sys/fs/cgroup/cpu");
-        let v2_root = Path::new("/sys/fs/cgroup");
-        let v1 = v1_root.join("cpu.cfs_quota_us").exists();
-        let root = if v1 {
-            v1_root
-        } else {
-            let controllers =
-                std::fs::read_to_string(v2_root.join("cgroup.controllers")).unwrap_or_default();
-            if !controllers.split_whitespace().any(|c| c == "cpu") {
-                bail!("no cpu controller at /sys/fs/cgroup/cpu (v1) or /sys/fs/cgroup (v2)");
-            }
-            write(&v2_root.join("cgroup.subtree_control"), "+cpu")?;
-            v2_root
-        };
-        let path = root.join(CGROUP_NAME);
-        // Left over by a run that was killed: removable when empty.
-        if path.exists() && std::fs::remove_dir(&path).is_err() {
-            bail!(
-                "{} exists and is in use (another bench running?)",
-                path.display()
-            );
-        }
-        std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
-        let cgroup = Self { path, v1 };
-        if v1 {
-            write(
-                &cgroup.path.join("cpu.cfs_period_us"),
-                &PERIOD_US.to_string(),
-            )?;
-            write(&cgroup.path.join("cpu.cfs_quota_us"), &QUOTA_US.to_string())?;
-        } else {
-            write(
-                &cgroup.path.join("cpu.max"),
-                &format!("{QUOTA_US} {PERIOD_US}"),
-            )?;
-        }
-        Ok(cgroup)
-    }
-
-    /// Moves process `pid` (all its threads) into the cgroup.
-    fn add(&self, pid: u32) -> Result<()> {
-        write(&self.path.join("cgroup.procs"), &pid.to_string())
-    }
-
-    /// A counter of `cpu.stat`.
-    fn stat(&self, key: &str) -> Result<u64> {
-        let file = self.path.join("cpu.stat");
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("reading {}", file.display()))?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
-            .with_context(|| format!("no {key} in {} ({})", file.display(), self.version()))
-    }
-
-    fn version(&self) -> &'static str {
-        if self.v1 { "v1" } else { "v2" }
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        // Its only process (ours) is killed and reaped before; the kernel may still be tearing
-        // the tasks down for a moment.
-        for _ in 0..100 {
-            if std::fs::remove_dir(&self.path).is_ok() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("bench: could not remove {}", self.path.display());
-    }
 }
 
 /// `throttle-workload busy`: killed and reaped on drop.
@@ -554,43 +474,6 @@ impl Drop for Busy {
 
 // ---------------------------------------------------------------------------------------------
 // Processes and files
-
-/// In a child before exec: receive `signal` when the spawning thread ends, so that a killed
-/// xtask leaves no tracer attached and no busy loop behind.
-fn die_with_parent(signal: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: plain prctl with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal) } == -1 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Sends `sig` to our child `pid`.
-fn signal(pid: u32, sig: libc::c_int) -> Result<()> {
-    let pid = libc::pid_t::try_from(pid)?;
-    // SAFETY: kill(2) with a pid of a child we have not reaped yet.
-    if unsafe { libc::kill(pid, sig) } == -1 {
-        return Err(std::io::Error::last_os_error()).context(format!("kill({pid}, {sig})"));
-    }
-    Ok(())
-}
-
-fn wait_timeout(child: &mut Child, timeout: Duration) -> Result<Option<std::process::ExitStatus>> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
-        }
-        if Instant::now() > deadline {
-            return Ok(None);
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn write(path: &Path, value: &str) -> Result<()> {
-    std::fs::write(path, value).with_context(|| format!("writing {value} to {}", path.display()))
-}
 
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")

@@ -1,8 +1,10 @@
 //! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench |
-//! bench-exporter | image`.
+//! bench-exporter | image | advise-check`.
+mod advise_check;
 mod apt;
 mod bench;
 mod binaries;
+mod cgroup;
 mod checks;
 mod cmd;
 mod console;
@@ -14,6 +16,7 @@ mod guest_tests;
 mod image;
 mod kernels;
 mod paths;
+mod process;
 mod qemu;
 mod scenarios;
 mod setup;
@@ -48,6 +51,9 @@ enum Cli {
     Image,
     /// What `serve` holds in memory per exported cgroup, at its 1,000-cgroup bound.
     BenchExporter(exporter_memory::Args),
+    /// Is the advice not wasteful? Traces workloads of known demand, then bisects the smallest
+    /// quota, burst and period that stop them no more, against the advised ones (minutes).
+    AdviseCheck(advise_check::Args),
 }
 
 /// A failed task prints its cause chain on one line, without the backtrace anyhow would add
@@ -63,6 +69,7 @@ fn main() -> std::process::ExitCode {
         Cli::Bench(args) => bench::run(&args),
         Cli::Image => image::run(),
         Cli::BenchExporter(args) => exporter_memory::run(&args),
+        Cli::AdviseCheck(args) => advise_check::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -94,7 +94,8 @@ pub(super) struct Demand {
 }
 
 impl Demand {
-    pub(super) fn period(&mut self, p: &Period) {
+    /// Takes one period; returns the run it ended, if any (with usage).
+    pub(super) fn period(&mut self, p: &Period) -> Option<Run> {
         self.bandwidth = p.bandwidth;
         if let Some(spent) = p.burst_spent_ns {
             self.burst_spent_ns = Some(self.burst_spent_ns.unwrap_or(0).saturating_add(spent));
@@ -108,7 +109,7 @@ impl Demand {
             }
             // Ended throttled, the run goes on past the hole.
             self.broken = throttled;
-            return;
+            return None;
         };
         self.periods += 1;
         self.usage_ns = self.usage_ns.saturating_add(p.usage_ns);
@@ -118,7 +119,7 @@ impl Demand {
         if self.broken {
             // The tail of a broken run: as a run of its own it would be reported short.
             self.broken = throttled;
-            return;
+            return None;
         }
         let run = self.open.get_or_insert(Run {
             start_ns,
@@ -129,14 +130,16 @@ impl Demand {
         run.throttled_periods += u32::from(throttled);
         run.demand_ns = run.demand_ns.saturating_add(p.usage_ns);
         run.cpus = run.cpus.max(p.cpus_used);
-        if !throttled && let Some(run) = self.open.take() {
-            self.close(run);
+        if throttled {
+            return None;
         }
+        let run = self.open.take()?;
+        self.close(run)
     }
 
-    fn close(&mut self, run: Run) {
+    fn close(&mut self, run: Run) -> Option<Run> {
         if run.demand_ns == 0 {
-            return;
+            return None;
         }
         self.runs.record(run.demand_ns);
         if self.in_order.len() < MAX_IN_ORDER {
@@ -151,6 +154,7 @@ impl Demand {
             self.largest.insert(at, run);
             self.largest.truncate(LARGEST);
         }
+        Some(run)
     }
 
     pub(super) fn finish(self) -> DemandSummary {

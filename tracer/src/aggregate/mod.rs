@@ -130,10 +130,14 @@ impl Aggregate {
 
     /// Takes one period record of a cgroup with a quota.
     pub fn ingest_period(&mut self, period: &Period) {
-        self.demand
+        let ended = self
+            .demand
             .entry(period.cgroup_id)
             .or_default()
             .period(period);
+        if let (Some(window), Some(run)) = (&mut self.window, ended) {
+            window.run(period.cgroup_id, run);
+        }
     }
 
     /// Counts the ended stop `end` for each descendant it stopped that `keep` admits.

@@ -4,12 +4,15 @@
 //! group stop into a per-interval window that [`Aggregate::take_interval`] hands out and empties:
 //! the same stop logic feeds both, and an interval holds what *ended* in it (a stop spanning a
 //! tick counts whole in the interval it ends in; a group stop in the one where it became final).
+//! It also keeps each cgroup's largest busy run that ended in the interval (tracepoint backend),
+//! shown on the rows of the cgroups stopped in it.
 //!
 //! [`Aggregate::with_intervals`]: super::Aggregate::with_intervals
 //! [`Aggregate::take_interval`]: super::Aggregate::take_interval
 
 use std::collections::HashMap;
 
+use super::demand::Run;
 use super::durations::{DurationSummary, Durations};
 use super::episodes::{Attributed, sort_attributed};
 use super::holders::{HeldSummary, Holders};
@@ -31,6 +34,9 @@ pub struct IntervalSummary {
     pub by_ancestor: Vec<Attributed>,
     /// The processes and threads its own stops that ended in the interval held.
     pub held: HeldSummary,
+    /// The largest busy run (by demand) that ended in the interval; `None` when none did or
+    /// the backend does not measure periods.
+    pub largest_run: Option<Run>,
 }
 
 /// One cgroup's stops in the current interval.
@@ -49,6 +55,9 @@ struct InWindow {
 pub(super) struct Window {
     min_ns: u64,
     cgroups: HashMap<u64, InWindow>,
+    /// Per cgroup, the largest run that ended in the interval; a cgroup gets no interval
+    /// summary from its runs alone (the rows are the stopped cgroups).
+    runs: HashMap<u64, Run>,
 }
 
 impl Window {
@@ -56,11 +65,13 @@ impl Window {
         Self {
             min_ns,
             cgroups: HashMap::new(),
+            runs: HashMap::new(),
         }
     }
 
     /// Each cgroup's stops in the interval; the next one begins empty.
     pub(super) fn take(&mut self) -> Vec<IntervalSummary> {
+        let mut runs = std::mem::take(&mut self.runs);
         std::mem::take(&mut self.cgroups)
             .into_iter()
             .map(|(cgroup_id, c)| {
@@ -73,6 +84,7 @@ impl Window {
                     ancestor_stops: c.ancestor_stops.summary(),
                     by_ancestor,
                     held: c.holders.finish(),
+                    largest_run: runs.remove(&cgroup_id),
                 }
             })
             .collect()
@@ -96,6 +108,14 @@ impl Window {
         }
         if let Some(ns) = closed {
             c.group_stops.record(ns);
+        }
+    }
+
+    /// A busy run of `cgroup_id` that ended.
+    pub(super) fn run(&mut self, cgroup_id: u64, run: Run) {
+        let largest = self.runs.entry(cgroup_id).or_insert(run);
+        if run.demand_ns > largest.demand_ns {
+            *largest = run;
         }
     }
 
@@ -150,6 +170,35 @@ mod tests {
         let all = agg.finish(1_000 * MS);
         assert_eq!(all.iter().map(|s| s.stops.count).sum::<u64>(), 3);
         assert!(Aggregate::default().take_interval().is_empty());
+    }
+
+    #[test]
+    fn intervals_hold_the_largest_run_that_ended_in_them_on_the_stopped_cgroups_rows() {
+        use crate::aggregate::demand::tests::period;
+        let mut agg = Aggregate::watching(&[]).with_intervals(0);
+        // Cgroup 1: a run of 80 ms (throttled, then 30 ms) and a run of one of 20 ms; cgroup 2
+        // runs without a stop.
+        for p in [
+            period(100, 0, 1, false), // no usage: no run
+            period(200, 50, 1, true),
+            period(300, 30, 1, false),
+            period(400, 20, 1, false),
+        ] {
+            agg.ingest_period(&p);
+        }
+        let mut other = period(300, 10, 1, false);
+        other.cgroup_id = 2;
+        agg.ingest_period(&other);
+        agg.ingest(&start(1, 0, 150 * MS));
+        agg.ingest(&end(1, 0, 150 * MS, 200 * MS));
+        let interval = agg.take_interval();
+        assert_eq!(interval.len(), 1, "only the stopped cgroup: {interval:?}");
+        let run = interval[0].largest_run.unwrap();
+        assert_eq!((run.demand_ns, run.periods), (80 * MS, 2));
+        // A new interval starts without runs.
+        agg.ingest(&start(1, 0, 450 * MS));
+        agg.ingest(&end(1, 0, 450 * MS, 500 * MS));
+        assert_eq!(agg.take_interval()[0].largest_run, None);
     }
 
     #[test]

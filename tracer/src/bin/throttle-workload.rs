@@ -4,6 +4,7 @@
 //! throttle-workload busy --threads N --seconds S
 //! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K]
 //! throttle-workload requests --seconds S
+//! throttle-workload arrivals --rate R --cost-ms D --threads K --seconds S [--seed N]
 //! throttle-workload held --seconds S
 //! throttle-workload pair --seconds S
 //! throttle-workload idle --seconds S
@@ -19,6 +20,9 @@
 //! threads burned by their own clocks — the clock the tracer's `start_ns` and `end_ns` use —
 //! so that stops and runs can be matched to rounds. `requests` is the workload of
 //! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
+//! `arrivals` is reference 003's lab: requests of D ms of CPU arriving at random (Poisson, R
+//! per second, the same ones for the same seed) for K workers; one line per request at the end
+//! (see `arrivals.rs`).
 //! `held` spins one thread for S seconds reading CLOCK_REALTIME, and at the end prints one line
 //! per time it was held (two reads 30 ms or more apart): the last read before and the first
 //! after, `held realtime_ns R resumed_realtime_ns R'`: its own wall-clock account of each stop.
@@ -30,6 +34,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 
+#[path = "throttle-workload/arrivals.rs"]
+mod arrivals;
 #[path = "../workload.rs"]
 mod workload;
 
@@ -75,6 +81,25 @@ enum Mode {
         #[arg(long, value_name = "S")]
         seconds: u32,
     },
+    /// Requests of D ms of CPU arriving at random (Poisson, R per second) for K workers, for S
+    /// seconds; one line per request.
+    Arrivals {
+        /// Mean arrivals per second.
+        #[arg(long, value_name = "R")]
+        rate: f64,
+        /// CPU time each request burns.
+        #[arg(long, value_name = "D")]
+        cost_ms: u32,
+        /// Worker threads taking requests from one queue.
+        #[arg(long, value_name = "K", default_value_t = 4)]
+        threads: u32,
+        /// Time arrivals keep coming.
+        #[arg(long, value_name = "S")]
+        seconds: u32,
+        /// Seed of the arrival times: the same seed, the same workload.
+        #[arg(long, value_name = "N", default_value_t = 3)]
+        seed: u64,
+    },
     /// Spins for S seconds, then prints its CLOCK_REALTIME around each time it was held, one
     /// line each.
     Held {
@@ -109,6 +134,25 @@ fn main() -> ExitCode {
             let shape = workload::Requests::demo(Duration::from_secs(seconds.into()));
             if let Err(e) = workload::run(&shape, &mut std::io::stdout().lock()) {
                 eprintln!("throttle-workload: cannot write the burst lines: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        Mode::Arrivals {
+            rate,
+            cost_ms,
+            threads,
+            seconds,
+            seed,
+        } => {
+            let shape = arrivals::Arrivals {
+                threads: threads as usize,
+                request_cpu: Duration::from_millis(cost_ms.into()),
+                rate,
+                length: Duration::from_secs(seconds.into()),
+                seed,
+            };
+            if let Err(e) = arrivals::run(&shape, &mut std::io::stdout().lock()) {
+                eprintln!("throttle-workload: cannot write the request lines: {e}");
                 return ExitCode::FAILURE;
             }
         }

@@ -24,7 +24,8 @@ use std::{
 pub use cgroup::Cgroup;
 pub use cpu::{CpuHierarchy, CpuStat, Version};
 pub use process::{
-    Running, busy, held, last_cpu, ndjson_lines, pair, spawn_in, spiky, with_bpf_perfmon_only,
+    Running, arrivals, busy, held, last_cpu, ndjson_lines, pair, spawn_in, spiky,
+    with_bpf_perfmon_only,
 };
 
 /// Whether the tests run as CI runs them (`CI=true`): then a skip for want of something the

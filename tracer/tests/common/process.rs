@@ -112,6 +112,18 @@ pub fn spiky(every_ms: u32, burn_ms: u32, rounds: u32, threads: u32) -> Command 
     cmd
 }
 
+/// `throttle-workload arrivals`: reference 003's lab, requests of `cost_ms` of CPU arriving at
+/// random (Poisson, `rate` per second; the same seed, the same arrivals) for 4 workers over
+/// `seconds`; one `request I arrival_ns A start_ns S end_ns E cpu_ns C marks T:c,...` line each.
+pub fn arrivals(rate: u32, cost_ms: u32, seconds: u32, seed: u64) -> Command {
+    let mut cmd = Command::new(WORKLOAD);
+    cmd.args(["arrivals", "--rate", &rate.to_string()])
+        .args(["--cost-ms", &cost_ms.to_string()])
+        .args(["--threads", "4", "--seconds", &seconds.to_string()])
+        .args(["--seed", &seed.to_string()]);
+    cmd
+}
+
 /// The machine's last CPU, where the tests pin what they throttle (as `taskset -c <last>`).
 pub fn last_cpu() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()) - 1

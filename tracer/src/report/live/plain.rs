@@ -26,13 +26,14 @@ pub(super) const HEADER: [&str; COLUMNS] = [
     "THROTTLED",
     "QUOTA/PERIOD",
     "CPU",
+    "MAX RUN",
     "QUOTA OF",
     "NAME",
 ];
-pub(super) const COLUMNS: usize = 13;
+pub(super) const COLUMNS: usize = 14;
 /// Where CGROUP and QUOTA OF are in [`HEADER`]: the columns whose width follows their text.
 pub(super) const PATH: usize = 0;
-pub(super) const OWNER: usize = 11;
+pub(super) const OWNER: usize = 12;
 
 /// `--- 2026-11-29T22:50:01.123Z  interval 1.00s  1 stopped cgroup(s)  23:50:01.123 local ---`
 pub(super) fn title(table: &Table) -> String {
@@ -85,6 +86,9 @@ pub(super) fn cells(r: &Row, secs: f64) -> [String; COLUMNS] {
         },
         r.settings.as_ref().map_or("-".into(), quota),
         r.cpus.map_or("-".into(), |c| format!("{c:.2}")),
+        r.interval
+            .largest_run
+            .map_or("-".into(), |run| ns(run.demand_ns)),
         r.quota_of(),
         r.name.clone().unwrap_or_else(|| "-".into()),
     ]
@@ -114,8 +118,8 @@ pub fn render(table: &Table) -> String {
     for c in std::iter::once(HEADER.map(String::from)).chain(rows) {
         let _ = writeln!(
             out,
-            "{:<w$}  {:>7} {:>7}  {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>9}  {:>18}  {:>5}  {:<ow$}  {}",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12],
+            "{:<w$}  {:>7} {:>7}  {:>9} {:>9} {:>9}  {:>9} {:>9}  {:>9}  {:>18}  {:>5}  {:>7}  {:<ow$}  {}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13],
         );
     }
     out.push('\n');
@@ -258,6 +262,10 @@ mod tests {
             })
             .collect();
         rows.sort_by_key(|r| std::cmp::Reverse(r.interval.group_stops.sum_ns));
+        rows[0].interval.largest_run = Some(crate::aggregate::Run {
+            demand_ns: 80 * MS,
+            ..crate::aggregate::Run::default()
+        });
         let text = render(&table(rows));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
@@ -276,8 +284,13 @@ mod tests {
         assert_eq!(row[..3], ["/cg4242", "10.0", "9.0"]);
         assert!(lines[2].contains("1.00 10/10"), "{}", lines[2]);
         assert!(lines[2].contains("20.0ms/100.0ms+5.0ms"), "{}", lines[2]);
-        assert!(lines[2].contains(" 0.20  own       -"), "{}", lines[2]);
+        assert!(
+            lines[2].contains(" 0.20   80.0ms  own       -"),
+            "{}",
+            lines[2]
+        );
         assert!(lines[3].starts_with("/cg7 "), "{}", lines[3]);
+        assert!(lines[3].contains(" 0.20        -  own "), "{}", lines[3]);
         assert_eq!(lines.len(), 5, "{text}");
         assert_eq!(lines[4], "");
 

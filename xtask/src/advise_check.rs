@@ -1,0 +1,550 @@
+//! `cargo xtask advise-check`: is the advice not wasteful? For each workload of known demand
+//! (a spiky burn, a burst of requests on as many threads, reference 003's random arrivals) in a
+//! cgroup at 50 ms / 100 ms: trace it with `--backend tracepoint`, take its `advice` line, then
+//! find by bisection (1 ms steps) the smallest quota, the smallest burst and the smallest period
+//! at the same ratio with which a rerun of the same workload has nr_throttled 0 (≤ 1 % of its
+//! periods for the random arrivals), and print advised vs smallest. Fails when an advised value
+//! does not do it, or is more than 10 % above the smallest.
+//!
+//! Every cgroup has the most CPU weight, so that the machine's other load does not spread a
+//! burst of work over more periods (which lets a smaller quota look sufficient). Each rerun is
+//! a fresh cgroup and a whole workload run, judged by the kernel's cpu.stat, so
+//! this takes minutes: too slow for `cargo xtask test`. Needs root (BPF, cgroups).
+use crate::cgroup::Cgroup;
+use crate::process::{die_with_parent, signal, wait_timeout};
+use crate::{binaries, setup};
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+use std::ffi::CString;
+use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+const QUOTA_US: u64 = 50_000;
+const PERIOD_US: u64 = 100_000;
+const CGROUP_NAME: &str = "xtask-advise-check";
+/// Round spacing of the spiky workloads: a multiple of the period, with idle time to refill.
+const EVERY_MS: u64 = 500;
+/// Rounds of a traced spiky workload before the ones traced: the tracer's start (seconds).
+const LEAD_ROUNDS: u32 = 20;
+/// How far above the smallest value that works an advised one may be.
+const WASTE_LIMIT: f64 = 1.10;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Rounds of each spiky workload run.
+    #[arg(long, default_value_t = 8)]
+    rounds: u32,
+    /// Seconds of each random-arrivals run.
+    #[arg(long, default_value_t = 15)]
+    arrivals_seconds: u32,
+}
+
+/// A workload of known demand.
+#[derive(Clone, Copy)]
+enum Workload {
+    /// Every `EVERY_MS`, `threads` threads each burn `burn_ms` of CPU at once.
+    Spiky { burn_ms: u32, threads: u32 },
+    /// Reference 003: 20 ms requests, 10 per second at random (seed 3), 4 workers.
+    Arrivals,
+}
+
+impl Workload {
+    fn label(self) -> String {
+        match self {
+            Self::Spiky {
+                burn_ms,
+                threads: 1,
+            } => format!("spiky: {burn_ms} ms every {EVERY_MS} ms"),
+            Self::Spiky { burn_ms, threads } => {
+                format!("burst: {threads} requests of {burn_ms} ms on {threads} threads")
+            }
+            Self::Arrivals => "random arrivals: 20 ms at 10/s, 4 workers".into(),
+        }
+    }
+
+    /// What a rerun may be stopped: none, or 1 % of its periods for random arrivals.
+    fn allowed(self, periods: u64) -> u64 {
+        match self {
+            Self::Spiky { .. } => 0,
+            Self::Arrivals => periods / 100,
+        }
+    }
+}
+
+const WORKLOADS: [Workload; 3] = [
+    Workload::Spiky {
+        burn_ms: 80,
+        threads: 1,
+    },
+    Workload::Spiky {
+        burn_ms: 40,
+        threads: 2,
+    },
+    Workload::Arrivals,
+];
+
+/// Settings of a rerun, µs.
+#[derive(Clone, Copy)]
+struct Bandwidth {
+    quota_us: u64,
+    period_us: u64,
+    burst_us: u64,
+}
+
+/// cpu.stat's deltas over a workload run's measured part.
+struct Outcome {
+    periods: u64,
+    throttled: u64,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    setup::run(&[setup::Part::Build])?;
+    let binaries = binaries::build()?;
+    let runner = Runner {
+        workload_bin: &binaries.workload,
+        rounds: args.rounds,
+        arrivals_seconds: args.arrivals_seconds,
+    };
+    let mut rows = Vec::new();
+    for workload in WORKLOADS {
+        eprintln!("advise-check: tracing {}", workload.label());
+        let advice = runner.trace(&binaries.tracer, workload)?;
+        eprintln!(
+            "advise-check: largest run {:.1} ms on {} CPU(s), {} runs",
+            num(&advice["largest_run_ns"]) as f64 / MS as f64,
+            advice["largest_run_cpus"],
+            advice["runs"]
+        );
+        rows.extend(runner.check(workload, &advice)?);
+    }
+    print_table(&rows);
+    let bad: Vec<&Row> = rows.iter().filter(|r| !r.ok()).collect();
+    if !bad.is_empty() {
+        bail!(
+            "{} advised value(s) do not work or are more than {:.0} % above the smallest that does",
+            bad.len(),
+            (WASTE_LIMIT - 1.0) * 100.0
+        );
+    }
+    Ok(())
+}
+
+/// One line of the table: a setting of a workload, advised and smallest (ms), or why none.
+struct Row {
+    workload: String,
+    setting: &'static str,
+    result: std::result::Result<Bisected, String>,
+}
+
+struct Bisected {
+    advised_ms: u64,
+    smallest_ms: u64,
+    /// The advised value itself was stopped on its rerun.
+    advised_failed: bool,
+}
+
+impl Row {
+    fn ok(&self) -> bool {
+        self.result.as_ref().map_or(true, |b| {
+            !b.advised_failed && b.advised_ms as f64 <= WASTE_LIMIT * b.smallest_ms as f64
+        })
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "| workload | setting | advised | smallest that works | advised ÷ smallest |\n|---|---|---|---|---|"
+    );
+    for r in rows {
+        match &r.result {
+            Ok(b) if b.advised_failed => println!(
+                "| {} | {} | {} ms | (the advised value was stopped) | — |",
+                r.workload, r.setting, b.advised_ms
+            ),
+            Ok(b) => println!(
+                "| {} | {} | {} ms | {} ms | {:.2} |",
+                r.workload,
+                r.setting,
+                b.advised_ms,
+                b.smallest_ms,
+                b.advised_ms as f64 / b.smallest_ms.max(1) as f64
+            ),
+            Err(why) => println!("| {} | {} | none: {why} | — | — |", r.workload, r.setting),
+        }
+    }
+}
+
+struct Runner<'a> {
+    workload_bin: &'a Path,
+    rounds: u32,
+    arrivals_seconds: u32,
+}
+
+impl Runner<'_> {
+    /// The workload traced at `QUOTA_US` / `PERIOD_US`: its `advice` line.
+    fn trace(&self, tracer: &Path, workload: Workload) -> Result<Value> {
+        let start = Bandwidth {
+            quota_us: QUOTA_US,
+            period_us: PERIOD_US,
+            burst_us: 0,
+        };
+        let cgroup = Cgroup::create(CGROUP_NAME, start.quota_us, start.period_us)?;
+        cgroup.favour()?;
+        // A spiky workload finds a period boundary by burning until stopped, a run that is
+        // no round's (more than one quota when it missed a short first stop): the tracer starts
+        // after it, and the workload has rounds enough for the tracer's start and
+        // `self.rounds` more.
+        let mut spiky = match workload {
+            Workload::Spiky { burn_ms, threads } => {
+                let mut cmd = self.spiky_command(burn_ms, threads, self.rounds + LEAD_ROUNDS);
+                let mut child = spawn_in(&mut cmd, &cgroup, pin(threads))?;
+                let lines = lines_of(child.child())?;
+                let synced = lines
+                    .recv_timeout(Duration::from_secs(30))
+                    .context("the workload printed no synced line in 30 s")?;
+                if !synced.starts_with("synced") {
+                    bail!("the workload's first line is not its synced line: {synced}");
+                }
+                // Its round lines keep coming: the reader keeps reading them until it exits.
+                Some((child, lines))
+            }
+            Workload::Arrivals => None,
+        };
+        let mut cmd = Command::new(tracer);
+        cmd.args([
+            "--backend",
+            "tracepoint",
+            "--json",
+            "--cgroup",
+            cgroup.name(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+        // SAFETY: prctl is async-signal-safe.
+        unsafe { cmd.pre_exec(|| die_with_parent(libc::SIGINT)) };
+        let mut child = Reaped(Some(
+            cmd.spawn()
+                .with_context(|| format!("cannot run {}", tracer.display()))?,
+        ));
+        let lines = lines_of(child.child())?;
+        let first = lines
+            .recv_timeout(Duration::from_secs(60))
+            .context("the tracer printed nothing in 60 s (see its stderr above)")?;
+        if !first.contains(r#""type":"start""#) {
+            bail!("the tracer's first line is not its start line: {first}");
+        }
+        match &mut spiky {
+            Some((workload, _lines)) => {
+                let status = workload.child().wait()?;
+                if !status.success() {
+                    bail!("throttle-workload spiky: {status}");
+                }
+            }
+            None => {
+                self.arrivals(&cgroup)?;
+            }
+        }
+        signal(child.child().id(), libc::SIGINT)?;
+        match wait_timeout(child.child(), Duration::from_secs(30))? {
+            Some(status) if status.success() => {}
+            Some(status) => bail!("the tracer exited with {status}"),
+            None => bail!("the tracer did not end within 30 s of SIGINT"),
+        }
+        lines
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
+            .find(|v| v["type"] == "advice" && v["cgroup"] == cgroup.name())
+            .with_context(|| format!("no advice line for {}", cgroup.name()))
+    }
+
+    /// The table's rows for `workload`: each setting's advised value against the smallest.
+    fn check(&self, workload: Workload, advice: &Value) -> Result<Vec<Row>> {
+        let label = workload.label();
+        let row = |setting, result| Row {
+            workload: label.clone(),
+            setting,
+            result,
+        };
+        let ratio = QUOTA_US as f64 / PERIOD_US as f64;
+        // Random arrivals may be stopped in 1 % of their periods: the quota for them is the
+        // one that fits the p99 run; every other workload must not be stopped at all.
+        let (quota_setting, quota_key) = match workload {
+            Workload::Arrivals => ("quota (p99 run)", "quota_p99"),
+            Workload::Spiky { .. } => ("quota", "quota"),
+        };
+        let quota = match advice[quota_key]["quota_ns"].as_u64() {
+            None => Err("the largest run fits today's quota".to_string()),
+            Some(ns) => Ok(
+                self.bisect(workload, QUOTA_US / 1000, ns / MS, |ms| Bandwidth {
+                    quota_us: ms * 1000,
+                    period_us: PERIOD_US,
+                    burst_us: 0,
+                })?,
+            ),
+        };
+        let burst = match advice["burst"]["burst_ns"].as_u64() {
+            None => Err(advice["burst"]["why_not"]
+                .as_str()
+                .unwrap_or("none needed")
+                .to_string()),
+            Some(ns) => Ok(self.bisect(workload, 0, ns / MS, |ms| Bandwidth {
+                quota_us: QUOTA_US,
+                period_us: PERIOD_US,
+                burst_us: ms * 1000,
+            })?),
+        };
+        let period = match advice["period"]["period_ns"].as_u64() {
+            None => Err(advice["period_why_not"]
+                .as_str()
+                .unwrap_or("none needed")
+                .to_string()),
+            Some(ns) => Ok(self.bisect(workload, PERIOD_US / 1000, ns / MS, |ms| {
+                Bandwidth {
+                    // The same ratio, to the µs.
+                    quota_us: (ms as f64 * 1000.0 * ratio).round() as u64,
+                    period_us: ms * 1000,
+                    burst_us: 0,
+                }
+            })?),
+        };
+        Ok(vec![
+            row(quota_setting, quota),
+            row("burst", burst),
+            row("period", period),
+        ])
+    }
+
+    /// The smallest value in (`failing_ms`, `advised_ms`] (1 ms steps) whose settings let a
+    /// rerun through, taking `failing_ms` as stopped and checking `advised_ms` first.
+    fn bisect(
+        &self,
+        workload: Workload,
+        failing_ms: u64,
+        advised_ms: u64,
+        settings: impl Fn(u64) -> Bandwidth,
+    ) -> Result<Bisected> {
+        if !self.passes(workload, settings(advised_ms))? {
+            return Ok(Bisected {
+                advised_ms,
+                smallest_ms: advised_ms,
+                advised_failed: true,
+            });
+        }
+        let (mut lo, mut hi) = (failing_ms, advised_ms);
+        while hi > lo + 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.passes(workload, settings(mid))? {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Ok(Bisected {
+            advised_ms,
+            smallest_ms: hi,
+            advised_failed: false,
+        })
+    }
+
+    /// Whether a rerun of `workload` at `b` in a fresh cgroup is stopped no more than allowed.
+    fn passes(&self, workload: Workload, b: Bandwidth) -> Result<bool> {
+        let cgroup = Cgroup::create(CGROUP_NAME, b.quota_us, b.period_us)?;
+        cgroup.favour()?;
+        if b.burst_us > 0 {
+            cgroup.set_burst(b.burst_us)?;
+        }
+        let outcome = match workload {
+            Workload::Spiky { burn_ms, threads } => {
+                self.spiky(&cgroup, burn_ms, threads, self.rounds)?
+            }
+            Workload::Arrivals => self.arrivals(&cgroup)?,
+        };
+        let pass = outcome.throttled <= workload.allowed(outcome.periods);
+        eprintln!(
+            "advise-check: {} at quota {} µs / period {} µs, burst {} µs: nr_throttled {} of {} periods{}",
+            workload.label(),
+            b.quota_us,
+            b.period_us,
+            b.burst_us,
+            outcome.throttled,
+            outcome.periods,
+            if pass { "" } else { " (stopped)" }
+        );
+        Ok(pass)
+    }
+
+    /// `throttle-workload spiky` in `cgroup` (see [`pin`]): cpu.stat from 50 ms before its
+    /// first round (the stops that found the boundary over) to
+    /// its exit.
+    fn spiky(&self, cgroup: &Cgroup, burn_ms: u32, threads: u32, rounds: u32) -> Result<Outcome> {
+        let mut cmd = self.spiky_command(burn_ms, threads, rounds);
+        let mut child = spawn_in(&mut cmd, cgroup, pin(threads))?;
+        let stdout = BufReader::new(child.child().stdout.take().context("workload stdout")?);
+        let mut from = None;
+        for line in stdout.lines() {
+            let line = line.context("reading the workload's lines")?;
+            if let Some(r) = line.strip_prefix("synced refill_ns ") {
+                let refill_ns: u64 = r.trim().parse().context("refill_ns")?;
+                if rounds > 0 {
+                    let due = refill_ns + EVERY_MS * MS - 50 * MS;
+                    thread::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns())));
+                }
+                from = Some((cgroup.stat("nr_periods")?, cgroup.stat("nr_throttled")?));
+            }
+        }
+        let status = child.child().wait()?;
+        if !status.success() {
+            bail!("throttle-workload spiky: {status}");
+        }
+        let (periods, throttled) = from.context("the workload printed no synced line")?;
+        Ok(Outcome {
+            periods: cgroup.stat("nr_periods")? - periods,
+            throttled: cgroup.stat("nr_throttled")? - throttled,
+        })
+    }
+
+    fn spiky_command(&self, burn_ms: u32, threads: u32, rounds: u32) -> Command {
+        let mut cmd = Command::new(self.workload_bin);
+        cmd.args(["spiky", "--every-ms", &EVERY_MS.to_string()])
+            .args(["--burn-ms", &burn_ms.to_string()])
+            .args(["--rounds", &rounds.to_string()])
+            .args(["--threads", &threads.to_string()]);
+        cmd
+    }
+
+    /// `throttle-workload arrivals` in `cgroup`, unpinned: cpu.stat over the whole run.
+    fn arrivals(&self, cgroup: &Cgroup) -> Result<Outcome> {
+        let mut cmd = Command::new(self.workload_bin);
+        cmd.args([
+            "arrivals",
+            "--rate",
+            "10",
+            "--cost-ms",
+            "20",
+            "--threads",
+            "4",
+        ])
+        .args([
+            "--seconds",
+            &self.arrivals_seconds.to_string(),
+            "--seed",
+            "3",
+        ]);
+        let (periods, throttled) = (cgroup.stat("nr_periods")?, cgroup.stat("nr_throttled")?);
+        let child = spawn_in(&mut cmd, cgroup, None)?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!("throttle-workload arrivals: {}", out.status);
+        }
+        Ok(Outcome {
+            periods: cgroup.stat("nr_periods")? - periods,
+            throttled: cgroup.stat("nr_throttled")? - throttled,
+        })
+    }
+}
+
+/// One thread is pinned to the last CPU, so that one cfs_rq spends the quota; more threads are
+/// not pinned.
+fn pin(threads: u32) -> Option<usize> {
+    (threads == 1).then(|| thread::available_parallelism().map_or(1, |n| n.get()) - 1)
+}
+
+/// A child killed and reaped on drop (also when a step failed).
+struct Reaped(Option<Child>);
+
+impl Reaped {
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("a child until it is waited for")
+    }
+
+    fn wait_with_output(mut self) -> Result<std::process::Output> {
+        let child = self.0.take().expect("a child until it is waited for");
+        Ok(child.wait_with_output()?)
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `cmd` inside `cgroup` (it joins before exec, so that all its CPU is the group's),
+/// pinned to `cpu` if given, its stdout piped, killed with xtask.
+fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Result<Reaped> {
+    let procs = CString::new(
+        cgroup
+            .path()
+            .join("cgroup.procs")
+            .into_os_string()
+            .into_encoded_bytes(),
+    )?;
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl, open, write, close,
+    // sched_setaffinity), on memory prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            die_with_parent(libc::SIGKILL)?;
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
+            let error = std::io::Error::last_os_error();
+            libc::close(fd);
+            if written != 2 {
+                return Err(error);
+            }
+            if let Some(cpu) = cpu {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
+    Ok(Reaped(Some(child)))
+}
+
+/// `child`'s stdout lines, read on a thread of their own.
+fn lines_of(child: &mut Child) -> Result<mpsc::Receiver<String>> {
+    let stdout = child.stdout.take().context("the tracer's stdout")?;
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
