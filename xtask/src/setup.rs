@@ -55,8 +55,8 @@ const VM: &[Package] = &[
 /// view in tmux. The other programs the tests run (setpriv, taskset) are in util-linux, which
 /// every Debian system has.
 const HOST_TESTS: &[Package] = &[Package::new("prometheus"), Package::new("tmux")];
-/// `perf bench sched pipe`.
-const BENCH: &[Package] = &[Package::new("linux-perf")];
+/// `perf bench sched pipe` / `messaging`, and bpftrace, the peer the bench compares with.
+const BENCH: &[Package] = &[Package::new("linux-perf"), Package::new("bpftrace")];
 
 /// A Debian package a part needs.
 struct Package {

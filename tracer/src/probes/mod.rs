@@ -20,7 +20,7 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
 };
 use aya_log::EbpfLogger;
-use log::{LevelFilter, warn};
+use log::{LevelFilter, debug, warn};
 use tracer_common::Offsets;
 
 use crate::{
@@ -276,6 +276,7 @@ pub fn try_backend(
     // The tracepoint backend's sweep at a cgroup's removal looks at every possible CPU's stop
     // of the group; the verifier walks the loop for this count.
     let nr_cpus = aya::util::nr_cpus().map_or(1024, |n| n as u64);
+    let phase = std::time::Instant::now();
     let mut ebpf = EbpfLoader::new()
         .override_global("OFFSETS", offsets, true)
         .override_global("FILTER_CGROUPS", &filter_on, true)
@@ -283,6 +284,11 @@ pub fn try_backend(
         .override_global("AYA_LOG_LEVEL", &log_level, false)
         .load(OBJECT)
         .map_err(|e| load_failure(&e))?;
+    debug!(
+        "startup: {} object loaded (kernel BTF, maps) in {:.1} ms",
+        backend.name(),
+        crate::agent::ms(phase)
+    );
     if filter_on != 0 {
         // Borrowed, not taken: a taken map's fd closes when it drops, and programs loaded
         // after that (every tp_btf/fentry program is loaded at attach) would reference it.
