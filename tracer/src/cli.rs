@@ -227,6 +227,10 @@ pub struct BenchFeedArgs {
     /// NDJSON lines on stdout for every record, as `--json` prints them.
     #[arg(long)]
     pub json: bool,
+    /// The Prometheus exporter among the sinks; after feeding, time its text and protobuf
+    /// encodings of every cgroup.
+    #[arg(long)]
+    pub exporter: bool,
     /// After feeding, wait until stdin closes (the bench reads the memory meanwhile).
     #[arg(long)]
     pub hold: bool,

@@ -3,10 +3,11 @@
 //! A tracing session starts as the default command's does (probes attached, maps created, the
 //! NDJSON `start` line with `--json`), then generated stop records, a start and an end each,
 //! go through [`Session::feed`], the decode, aggregate and report path every ring-buffer
-//! record takes. The time of the feeding alone goes to stderr as one JSON object; with
+//! record takes. The time of the feeding alone goes to stderr as one JSON object (with
+//! `--exporter`, also the size and time of the exporter's encodings then); with
 //! `--hold` the session then stays up, every cgroup's state in memory, until stdin closes.
 use std::io::Read as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracer_common::{END_REFILL, EVENT_END, EVENT_START, StopEvent};
 
@@ -14,6 +15,7 @@ use crate::agent::{Request, Session};
 use crate::cli::BenchFeedArgs;
 use crate::error::Failure;
 use crate::records;
+use crate::report::prometheus::{Config, Exporter, Scraper};
 use crate::report::{Ndjson, Sink};
 
 /// Generated cgroup ids start here, far above any inode number of a real cgroup.
@@ -33,6 +35,16 @@ pub fn run(args: &BenchFeedArgs) -> Result<(), Failure> {
         cgroups: Vec::new(),
         sinks,
     })?;
+    let scraper = args.exporter.then(|| {
+        let exporter = Exporter::new(Config {
+            max_cgroups: usize::try_from(args.cgroups).unwrap_or(usize::MAX).max(1),
+            gone_after: Duration::from_secs(300),
+            named: Vec::new(),
+        });
+        let scraper = exporter.scraper();
+        session.add_sink(Box::new(exporter));
+        scraper
+    });
     let cgroups = args.cgroups.max(1);
     let base_ns = records::monotonic_now_ns();
     let started = Instant::now();
@@ -42,10 +54,11 @@ pub fn run(args: &BenchFeedArgs) -> Result<(), Failure> {
         session.feed(as_bytes(&end));
     }
     let seconds = started.elapsed().as_secs_f64();
-    eprintln!(
-        "{}",
-        serde_json::json!({ "records": 2 * args.stops, "seconds": seconds })
-    );
+    let mut result = serde_json::json!({ "records": 2 * args.stops, "seconds": seconds });
+    if let Some(scraper) = scraper {
+        result["scrape"] = scrapes(&scraper)?;
+    }
+    eprintln!("{result}");
     if args.hold {
         // Until the bench closes our stdin; what it reads meanwhile is this state.
         let _ = std::io::stdin().read_to_end(&mut Vec::new());
@@ -84,6 +97,23 @@ fn stop(i: u64, cgroups: u64, base_ns: u64) -> (StopEvent, StopEvent) {
         ..start
     };
     (start, end)
+}
+
+/// Seconds and bytes of each encoding of the exporter's metrics, as `/metrics` serves them.
+fn scrapes(scraper: &Scraper) -> Result<serde_json::Value, Failure> {
+    let failed = |e: String| Failure::environment_without_hint(format!("cannot encode: {e}"));
+    let t = Instant::now();
+    let (_, text) = scraper.encode(false).map_err(|e| failed(e.to_string()))?;
+    let text_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let protobuf = scraper.protobuf().map_err(|e| failed(e.to_string()))?;
+    let protobuf_s = t.elapsed().as_secs_f64();
+    Ok(serde_json::json!({
+        "text_bytes": text.len(),
+        "text_seconds": text_s,
+        "protobuf_bytes": protobuf.len(),
+        "protobuf_seconds": protobuf_s,
+    }))
 }
 
 fn as_bytes(event: &StopEvent) -> &[u8] {

@@ -1,6 +1,6 @@
 //! Records per second through the tracer's own decode → aggregate → report path
 //! (`throttle-tracer bench-feed`: generated stops fed to a real session, one core), without
-//! output and with NDJSON; then memory: the agent's resident set plus its BPF maps'
+//! output and with NDJSON, and the exporter's encoding of 1,000 cgroups; then memory: the agent's resident set plus its BPF maps'
 //! `memlock`, idle and holding 1,000 and 10,000 stopped cgroups, next to bpftrace's idle.
 use super::procs::{self, Held, Memory, Traced};
 use super::table::{Row, Summary};
@@ -57,6 +57,43 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         )
         .against("without output", bare_median),
     ];
+
+    // The exporter's encodings of 1,000 cgroups' series, as /metrics serves them.
+    let mut scrapes = Vec::new();
+    for _ in 0..bench.runs.min(3) {
+        let args = [
+            "--backend",
+            "tracepoint",
+            "--cgroups",
+            "1000",
+            "--stops",
+            "20000",
+            "--exporter",
+        ];
+        scrapes.push(procs::feed(&bench.tracer, &args)?["scrape"].clone());
+    }
+    let scrape =
+        |key: &str| -> Vec<f64> { scrapes.iter().filter_map(|s| s[key].as_f64()).collect() };
+    let protobuf_ms: Vec<f64> = scrape("protobuf_seconds").iter().map(|s| s * 1e3).collect();
+    let text_ms: Vec<f64> = scrape("text_seconds").iter().map(|s| s * 1e3).collect();
+    let size = |key: &str| Summary::of(&scrape(key)).median / MIB;
+    rows.extend([
+        Row::new(
+            INGEST,
+            "exporter scrape, 1,000 cgroups, protobuf",
+            "ms",
+            &protobuf_ms,
+        )
+        .note(format!("{:.2} MiB, 20 stops each", size("protobuf_bytes"))),
+        Row::new(
+            INGEST,
+            "exporter scrape, 1,000 cgroups, text",
+            "ms",
+            &text_ms,
+        )
+        .against("protobuf", Summary::of(&protobuf_ms).median)
+        .note(format!("{:.2} MiB", size("text_bytes"))),
+    ]);
 
     let settle = Duration::from_millis(if bench.smoke { 200 } else { 1000 });
     let mut idle = Vec::new();
