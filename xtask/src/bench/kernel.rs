@@ -154,17 +154,17 @@ fn median(values: &[f64]) -> f64 {
     super::table::Summary::of(values).median
 }
 
-/// The statistics over `seconds` while a cgroup with two busy threads and a quota of 50 ms per
+/// The statistics over `seconds` while a cgroup with two busy threads and a quota of 20 ms per
 /// 100 ms is throttled (then sched_switch really walks a bandwidth-limited cfs_rq and the
 /// period timer refills it).
 fn throttled_window(bench: &Bench, programs: &[Program], seconds: u64) -> Result<Snapshot> {
-    let cgroup = Cgroup::create("xtask-bench", 50_000, 100_000)?;
+    let cgroup = Cgroup::create("xtask-bench", 20_000, 100_000)?;
     let busy = Busy::spawn(&bench.workload, 2, seconds + 30)?;
     cgroup.add(busy.pid())?;
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while cgroup.stat("nr_throttled")? < 2 {
         if Instant::now() > deadline {
-            bail!("{} did not throttle within 5 s", cgroup.path.display());
+            bail!("{} did not throttle within 10 s", cgroup.path.display());
         }
         thread::sleep(Duration::from_millis(20));
     }

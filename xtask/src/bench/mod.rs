@@ -83,6 +83,7 @@ pub fn run(args: &Args) -> Result<()> {
     let started = Instant::now();
     let load_before = uptime();
     let mut rows: Vec<Row> = Vec::new();
+    let mut failed = false;
     for (name, section) in [
         ("kernel", kernel::rows as fn(&Bench) -> Result<Vec<Row>>),
         ("slowdown", slowdown::rows),
@@ -92,7 +93,15 @@ pub fn run(args: &Args) -> Result<()> {
     ] {
         let t = Instant::now();
         eprintln!("bench: {name}…");
-        rows.extend(section(&bench).with_context(|| format!("bench section {name}"))?);
+        // A section that fails leaves a row saying why, and the others are still measured.
+        match section(&bench) {
+            Ok(section_rows) => rows.extend(section_rows),
+            Err(e) => {
+                eprintln!("bench: {name} failed: {e:#}");
+                rows.push(Row::new("failed", name, "-", &[]).note(format!("{e:#}")));
+                failed = true;
+            }
+        }
         eprintln!("bench: {name} took {:.0} s", t.elapsed().as_secs_f64());
     }
     let table = Table {
@@ -119,6 +128,9 @@ pub fn run(args: &Args) -> Result<()> {
     std::fs::write(&file, serde_json::to_string_pretty(&table.json())? + "\n")
         .with_context(|| format!("writing {}", file.display()))?;
     eprintln!("bench: written to {}", file.display());
+    if failed {
+        bail!("some sections failed (see their rows)");
+    }
     Ok(())
 }
 
