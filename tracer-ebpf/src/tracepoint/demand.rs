@@ -12,7 +12,7 @@ use tracer_common::{ABSENT, EVENT_PERIOD, Offsets, PeriodEvent};
 use super::config::timer_fns;
 use crate::{
     CGROUP_FILTER, FILTER_CGROUPS, nr_cpus,
-    stops::{cgroup_id, emit, now, read},
+    stops::{cgroup_id, emit, load, now, read},
 };
 
 /// Most CPUs read per period (`nr_cpus`, a constant to the verifier, is the real count, so
@@ -97,7 +97,7 @@ pub(super) fn timer_entry(o: &Offsets, timer: u64) {
         return;
     }
     let (period_fn, _) = timer_fns(o);
-    if period_fn == 0 || read::<u64>(timer, o.hrtimer_function) != Some(period_fn) {
+    if period_fn == 0 || load::<u64>(timer, o.hrtimer_function) != Some(period_fn) {
         return;
     }
     // The group's addresses are computed from the timer's, and end up in map keys: the
