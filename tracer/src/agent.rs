@@ -54,8 +54,10 @@ pub async fn run(options: RunArgs) -> Result<(), Failure> {
     if let Some(path) = &options.record {
         sinks.push(Box::new(Ndjson::recording(path)?));
     }
-    let (mut session, selected) = Session::start_selected(&options.tracing, sinks)?;
+    // Before the probes: a SIGINT or SIGTERM right after the `start` line (a script that only
+    // waited for it) still ends the trace with its report, not the process.
     let mut interrupts = Interrupts::new()?;
+    let (mut session, selected) = Session::start_selected(&options.tracing, sinks)?;
     let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
     match options.interval {
         Some(every) => {
@@ -86,8 +88,8 @@ pub async fn run(options: RunArgs) -> Result<(), Failure> {
 /// advice.
 pub async fn advise(options: AdviseArgs) -> Result<(), Failure> {
     let sinks: Vec<Box<dyn Sink>> = vec![Box::new(AdviceOnly::stdout(options.json))];
-    let (mut session, _) = Session::start_selected(&options.tracing, sinks)?;
     let mut interrupts = Interrupts::new()?;
+    let (mut session, _) = Session::start_selected(&options.tracing, sinks)?;
     let until = tokio::time::sleep(options.duration);
     session.trace_until(until, &mut interrupts).await?;
     session.finish().map(|_| ())
