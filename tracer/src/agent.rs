@@ -54,8 +54,10 @@ pub async fn run(options: RunArgs) -> Result<(), Failure> {
     if let Some(path) = &options.record {
         sinks.push(Box::new(Ndjson::recording(path)?));
     }
-    let (mut session, selected) = Session::start_selected(&options.tracing, sinks)?;
+    // Before the probes: a SIGINT or SIGTERM right after the `start` line (a script that only
+    // waited for it) still ends the trace with its report, not the process.
     let mut interrupts = Interrupts::new()?;
+    let (mut session, selected) = Session::start_selected(&options.tracing, sinks)?;
     let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
     match options.interval {
         Some(every) => {
@@ -86,8 +88,8 @@ pub async fn run(options: RunArgs) -> Result<(), Failure> {
 /// advice.
 pub async fn advise(options: AdviseArgs) -> Result<(), Failure> {
     let sinks: Vec<Box<dyn Sink>> = vec![Box::new(AdviceOnly::stdout(options.json))];
-    let (mut session, _) = Session::start_selected(&options.tracing, sinks)?;
     let mut interrupts = Interrupts::new()?;
+    let (mut session, _) = Session::start_selected(&options.tracing, sinks)?;
     let until = tokio::time::sleep(options.duration);
     session.trace_until(until, &mut interrupts).await?;
     session.finish().map(|_| ())
@@ -274,6 +276,7 @@ impl Session {
     /// report (NDJSON prints its `start` line here).
     pub fn start(request: Request<'_>) -> Result<Self, Failure> {
         privileges::check()?;
+        let phase = Instant::now();
         let resolved = btf::resolve(request.btf).map_err(|e| {
             Failure::environment(
                 e.to_string(),
@@ -281,6 +284,7 @@ impl Session {
                  or a BTF file given with --btf",
             )
         })?;
+        debug!("startup: BTF offsets resolved in {:.1} ms", ms(phase));
         match &resolved.throttle_return {
             btf::ThrottleReturn::Bool | btf::ThrottleReturn::Void => {}
             btf::ThrottleReturn::NotInBtf => {
@@ -326,7 +330,9 @@ impl Session {
 
         let ancestors = Ancestors::of(&hierarchy, &request.cgroups, &filter);
         let kernel_filter: Vec<u64> = filter.iter().copied().chain(ancestors.ids()).collect();
+        let phase = Instant::now();
         let mut probes = Probes::attach(request.backend, &resolved.offsets, &kernel_filter)?;
+        debug!("startup: probes attached in {:.1} ms", ms(phase));
         if !probes.refused.is_empty() {
             eprintln!(
                 "throttle-tracer: using the {} backend; {}",
@@ -537,6 +543,19 @@ impl Session {
         }
     }
 
+    /// Takes `bytes` as if the ring buffer had returned them, through the same decode and
+    /// aggregate path: `bench-feed`'s generated records.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        Reader::take(
+            &mut self.reader.malformed,
+            &mut self.reader.traced,
+            bytes,
+            &mut self.aggregate,
+            &mut self.report,
+            &mut self.hierarchy,
+        );
+    }
+
     fn drain(&mut self) {
         if let Some(step) = self.clock.check() {
             warn!(
@@ -615,54 +634,78 @@ impl Reader {
     }
 
     fn drain(&mut self, aggregate: &mut Aggregate, report: &mut Report, hierarchy: &mut Hierarchy) {
-        let ring = self.fd.get_mut();
-        while let Some(item) = ring.next() {
-            match Record::parse(&item) {
-                Ok(Record::Period(period)) => {
-                    if self.traced.for_itself(period.cgroup_id, hierarchy) {
-                        report.period(&period, hierarchy.path_of(period.cgroup_id));
-                        aggregate.ingest_period(&period);
-                    }
+        while let Some(item) = self.fd.get_mut().next() {
+            let bytes: &[u8] = &item;
+            Self::take(
+                &mut self.malformed,
+                &mut self.traced,
+                bytes,
+                aggregate,
+                report,
+                hierarchy,
+            );
+        }
+    }
+
+    /// One ring-buffer record into the aggregate and the report.
+    fn take(
+        malformed: &mut u64,
+        traced: &mut Traced,
+        bytes: &[u8],
+        aggregate: &mut Aggregate,
+        report: &mut Report,
+        hierarchy: &mut Hierarchy,
+    ) {
+        match Record::parse(bytes) {
+            Ok(Record::Period(period)) => {
+                if traced.for_itself(period.cgroup_id, hierarchy) {
+                    report.period(&period, hierarchy.path_of(period.cgroup_id));
+                    aggregate.ingest_period(&period);
                 }
-                Ok(Record::Stop(event)) => {
-                    let cgroup_id = match &event {
-                        Event::Start(stop) => stop.cgroup_id,
-                        Event::End(end) => end.stop.cgroup_id,
-                        Event::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
-                    };
-                    let resolve = |ids: Vec<u64>, hierarchy: &mut Hierarchy| -> Vec<CgroupRef> {
-                        ids.into_iter()
-                            .map(|d| CgroupRef::new(d, hierarchy.path_of(d)))
-                            .collect()
-                    };
-                    if !self.traced.for_itself(cgroup_id, hierarchy) {
-                        // No row and no `stop` line: a stop of an ancestor that is not traced
-                        // itself counts only for the traced descendants it stopped. Its
-                        // `ancestor_stop` line lets a recording rebuild the same report.
-                        if let Event::End(end) = &event {
-                            let credited = self.traced.credited_descendants(end, hierarchy);
-                            if !credited.is_empty() {
-                                aggregate.credit_only(end, |d| credited.contains(&d));
-                                let credited = resolve(credited, hierarchy);
-                                report.ancestor_stop(end, hierarchy.path_of(cgroup_id), &credited);
-                            }
+            }
+            Ok(Record::Stop(event)) => {
+                let cgroup_id = match &event {
+                    Event::Start(stop) => stop.cgroup_id,
+                    Event::End(end) => end.stop.cgroup_id,
+                    Event::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
+                };
+                let resolve = |ids: Vec<u64>, hierarchy: &mut Hierarchy| -> Vec<CgroupRef> {
+                    ids.into_iter()
+                        .map(|d| CgroupRef::new(d, hierarchy.path_of(d)))
+                        .collect()
+                };
+                if !traced.for_itself(cgroup_id, hierarchy) {
+                    // No row and no `stop` line: a stop of an ancestor that is not traced
+                    // itself counts only for the traced descendants it stopped. Its
+                    // `ancestor_stop` line lets a recording rebuild the same report.
+                    if let Event::End(end) = &event {
+                        let credited = traced.credited_descendants(end, hierarchy);
+                        if !credited.is_empty() {
+                            aggregate.credit_only(end, |d| credited.contains(&d));
+                            let credited = resolve(credited, hierarchy);
+                            report.ancestor_stop(end, hierarchy.path_of(cgroup_id), &credited);
                         }
-                        continue;
                     }
-                    let closed = aggregate.ingest(&event);
-                    let credited = match &event {
-                        Event::End(end) => resolve(end.stop.credited(), hierarchy),
-                        _ => Vec::new(),
-                    };
-                    report.event(&event, hierarchy.path_of(cgroup_id), closed, &credited);
+                    return;
                 }
-                Err(e) => {
-                    self.malformed += 1;
-                    warn!("malformed record: {e}");
-                }
+                let closed = aggregate.ingest(&event);
+                let credited = match &event {
+                    Event::End(end) => resolve(end.stop.credited(), hierarchy),
+                    _ => Vec::new(),
+                };
+                report.event(&event, hierarchy.path_of(cgroup_id), closed, &credited);
+            }
+            Err(e) => {
+                *malformed += 1;
+                warn!("malformed record: {e}");
             }
         }
     }
+}
+
+/// Milliseconds since `since`, for the `startup:` debug lines `cargo xtask bench` reads.
+pub fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
 }
 
 pub fn kernel_release() -> String {

@@ -129,6 +129,10 @@ pub enum Command {
     /// The demo's workload, run by `demo` itself inside the demo cgroup.
     #[command(hide = true)]
     DemoWorkload(DemoWorkloadArgs),
+    /// `cargo xtask bench`'s ingest and memory figures: generated stop records through a
+    /// tracing session's own decode and aggregate path.
+    #[command(hide = true)]
+    BenchFeed(BenchFeedArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -208,6 +212,28 @@ pub struct DemoWorkloadArgs {
     /// How long bursts keep arriving.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchFeedArgs {
+    #[command(flatten)]
+    pub probes: ProbeArgs,
+    /// Distinct cgroups the generated stops belong to.
+    #[arg(long, default_value_t = 1000)]
+    pub cgroups: u64,
+    /// Generated stops (a start and an end record each).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub stops: u64,
+    /// NDJSON lines on stdout for every record, as `--json` prints them.
+    #[arg(long)]
+    pub json: bool,
+    /// The Prometheus exporter among the sinks; after feeding, time its text and protobuf
+    /// encodings of every cgroup.
+    #[arg(long)]
+    pub exporter: bool,
+    /// After feeding, wait until stdin closes (the bench reads the memory meanwhile).
+    #[arg(long)]
+    pub hold: bool,
 }
 
 #[cfg(test)]

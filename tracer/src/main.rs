@@ -12,6 +12,7 @@ mod cpustat;
 mod demo;
 mod doctor;
 mod error;
+mod feed;
 mod filter;
 mod names;
 mod privileges;
@@ -57,6 +58,9 @@ fn main() {
         Some(cli::Command::Demo(args)) => runtime.block_on(demo::run(args)),
         Some(cli::Command::Serve(args)) => runtime.block_on(serve::run(args)).map(|()| 0),
         Some(cli::Command::Advise(args)) => runtime.block_on(agent::advise(args)).map(|()| 0),
+        Some(cli::Command::BenchFeed(args)) => {
+            runtime.block_on(async { feed::run(&args) }).map(|()| 0)
+        }
         Some(cli::Command::Top(mut run)) => {
             run.interval
                 .get_or_insert(std::time::Duration::from_secs(1));

@@ -42,8 +42,8 @@ enum Cli {
     VmDemo,
     /// Formatting, lints and unit tests, then vm-test on every kernel.
     Test,
-    /// The tracepoint backend's overhead on this host: perf's pipe benchmark with and without
-    /// the tracer, and the kernel's run-time stats of its BPF programs.
+    /// What the tracer costs on this host, next to bpftrace and an empty program, in one table
+    /// (and target/bench/bench.json): kernel cost, slowdown, startup, ingest, memory, load.
     Bench(bench::Args),
     /// The container image throttle-tracer:<version> (deploy/Dockerfile, FROM scratch) from the
     /// static build, into the local Docker daemon (a private one if none answers), saved as

@@ -64,8 +64,8 @@ const HOST_TESTS: &[Package] = &[
     Package::new("podman"),
     Package::new("containerd"),
 ];
-/// `perf bench sched pipe`.
-const BENCH: &[Package] = &[Package::new("linux-perf")];
+/// `perf bench sched pipe` / `messaging`, and bpftrace, the peer the bench compares with.
+const BENCH: &[Package] = &[Package::new("linux-perf"), Package::new("bpftrace")];
 
 /// A Debian package a part needs.
 struct Package {

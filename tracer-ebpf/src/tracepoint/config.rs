@@ -12,7 +12,7 @@
 use aya_ebpf::{helpers::bpf_get_current_task, macros::map, maps::Array};
 use tracer_common::{ABSENT, Offsets};
 
-use crate::stops::read;
+use crate::stops::{load, read};
 
 /// `TP_CONFIG` slots. The callbacks' addresses are learnt by the programs; 0 = not yet.
 const CFG_PERIOD_TIMER_FN: u32 = 0;
@@ -146,7 +146,7 @@ fn learn_csd_fn(o: &Offsets) {
 #[inline(always)]
 pub fn period_timer_entry(o: &Offsets, timer: u64) {
     let (period_fn, _) = timer_fns(o);
-    if period_fn != 0 && read::<u64>(timer, o.hrtimer_function) == Some(period_fn) {
+    if period_fn != 0 && load::<u64>(timer, o.hrtimer_function) == Some(period_fn) {
         crate::demand::timer_expires(o, timer);
     }
 }

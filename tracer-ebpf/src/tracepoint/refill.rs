@@ -10,7 +10,7 @@ use super::{
     config::{csd_fn, csd_traced, timer_fns},
     stop::{F_EXIT_PENDING, F_REFILL_PENDING, TP_OPEN, cpu_of, end, episode_changed, start},
 };
-use crate::stops::{now, read, read_bits};
+use crate::stops::{load, now, read, read_bits};
 
 /// Longest list walked at a timer or CSD callback (a group's throttled cfs_rqs: one per CPU).
 const MAX_LIST: usize = 32;
@@ -35,7 +35,7 @@ static TP_PENDING: PerCpuArray<Pending> = PerCpuArray::with_max_entries(2, 0);
 /// its throttled list is what the callback refills.
 #[inline(always)]
 pub(super) fn timer_entry(o: &Offsets, timer: u64) {
-    let Some(function) = read::<u64>(timer, o.hrtimer_function) else {
+    let Some(function) = load::<u64>(timer, o.hrtimer_function) else {
         return;
     };
     if function == 0 {
@@ -70,7 +70,7 @@ pub(super) fn timer_exit(o: &Offsets, timer: u64) {
 #[inline(always)]
 pub(super) fn csd_entry(o: &Offsets, csd: u64) {
     let target = csd_fn(o);
-    if target == 0 || read::<u64>(csd, o.csd_func) != Some(target) {
+    if target == 0 || load::<u64>(csd, o.csd_func) != Some(target) {
         return;
     }
     if o.rq_cfsb_csd == ABSENT || o.rq_cfsb_csd_list == ABSENT {

@@ -20,7 +20,7 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
 };
 use aya_log::EbpfLogger;
-use log::{LevelFilter, warn};
+use log::{LevelFilter, debug, warn};
 use tracer_common::Offsets;
 
 use crate::{
@@ -276,13 +276,22 @@ pub fn try_backend(
     // The tracepoint backend's sweep at a cgroup's removal looks at every possible CPU's stop
     // of the group; the verifier walks the loop for this count.
     let nr_cpus = aya::util::nr_cpus().map_or(1024, |n| n as u64);
-    let mut ebpf = EbpfLoader::new()
+    let phase = std::time::Instant::now();
+    let mut loader = EbpfLoader::new();
+    loader
         .override_global("OFFSETS", offsets, true)
         .override_global("FILTER_CGROUPS", &filter_on, true)
         .override_global("NR_CPUS", &nr_cpus, true)
-        .override_global("AYA_LOG_LEVEL", &log_level, false)
-        .load(OBJECT)
-        .map_err(|e| load_failure(&e))?;
+        .override_global("AYA_LOG_LEVEL", &log_level, false);
+    for (name, entries) in map_sizes(backend, nr_cpus) {
+        loader.map_max_entries(name, entries);
+    }
+    let mut ebpf = loader.load(OBJECT).map_err(|e| load_failure(&e))?;
+    debug!(
+        "startup: {} object loaded (kernel BTF, maps) in {:.1} ms",
+        backend.name(),
+        crate::agent::ms(phase)
+    );
     if filter_on != 0 {
         // Borrowed, not taken: a taken map's fd closes when it drops, and programs loaded
         // after that (every tp_btf/fentry program is loaded at attach) would reference it.
@@ -303,6 +312,31 @@ pub fn try_backend(
         Backend::Tracepoint => tracepoint::attach(&mut ebpf, offsets)?,
     };
     Ok((ebpf, attached))
+}
+
+/// Open stops each CPU can hold at once, in the maps keyed by cfs_rq (one per cgroup and CPU).
+const OPEN_PER_CPU: u32 = 8192;
+/// The object's largest maps' sizes for `backend` on `nr_cpus` CPUs: every map is created at
+/// load (the programs of all backends reference them), so those of the other backends get
+/// the fewest entries the kernel takes; the per-cfs_rq ones scale with the CPUs, up to the
+/// object's own size.
+fn map_sizes(backend: Backend, nr_cpus: u64) -> Vec<(&'static str, u32)> {
+    let cpus = u32::try_from(nr_cpus).unwrap_or(u32::MAX).max(1);
+    let per_cfs_rq = |max: u32| cpus.saturating_mul(OPEN_PER_CPU).min(max);
+    // An LRU map's free lists are per CPU: no fewer entries than CPUs.
+    let unused_lru = cpus;
+    match backend {
+        Backend::Tracepoint => vec![("OPEN", 1), ("DEMAND_CPU", per_cfs_rq(65536))],
+        Backend::Kprobe | Backend::Fentry => vec![
+            ("OPEN", per_cfs_rq(65536)),
+            ("TP_OPEN", 1),
+            ("TP_BY_GROUP", 1),
+            ("TP_ENDED", unused_lru),
+            ("TP_GONE", unused_lru),
+            // Every backend measures the per-period demand.
+            ("DEMAND_CPU", per_cfs_rq(65536)),
+        ],
+    }
 }
 
 fn map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, Failure> {

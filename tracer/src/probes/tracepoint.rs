@@ -50,6 +50,7 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
             "run with RUST_LOG=debug to see why each field did not resolve, and report it",
         ));
     }
+    let phase = std::time::Instant::now();
     let btf = Btf::from_sys_fs().map_err(|e| {
         Failure::environment(
             format!("the tracepoint backend needs the kernel's BTF: {e}"),
@@ -57,6 +58,10 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
              use --backend kprobe",
         )
     })?;
+    debug!(
+        "startup: tracepoint kernel BTF parsed in {:.1} ms",
+        crate::agent::ms(phase)
+    );
     let async_unthrottle = offsets.rq_cfsb_csd != ABSENT;
 
     let mut cgroup_removal_seen = false;
@@ -159,7 +164,12 @@ fn load_attach(ebpf: &mut Ebpf, program: &str, tracepoint: &str, btf: &Btf) -> R
         .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
         .try_into()
         .map_err(|e: ProgramError| format!("{program}: {e}"))?;
+    let phase = std::time::Instant::now();
     p.load(tracepoint, btf).map_err(|e| verifier_text(&e))?;
+    debug!(
+        "startup: {program} verified in {:.1} ms",
+        crate::agent::ms(phase)
+    );
     p.attach().map(|_| ()).map_err(|e| e.to_string())
 }
 

@@ -1,0 +1,178 @@
+//! ns per invocation of every program the tracepoint backend attaches, from the kernel's BPF
+//! run-time statistics (`BPF_ENABLE_STATS`, released with its fd, so the
+//! `kernel.bpf_stats_enabled` sysctl is never left on), under `perf bench sched pipe` (a
+//! context switch per message) and then while a quota'd cgroup is throttled. In the same
+//! runs: an empty program on each of the same hooks (the floor any program pays there) and
+//! bpftrace's one-line check on sched_switch (the peer).
+use super::bpf::{self, Floor, Program, Snapshot};
+use super::procs::{Busy, Traced};
+use super::table::Row;
+use super::{BPFTRACE_CHECK, Bench, pipe_run};
+use crate::cgroup::Cgroup;
+use anyhow::{Context as _, Result, bail};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const SECTION: &str = "kernel cost, ns per invocation";
+
+pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
+    let loops = if bench.smoke { 20_000 } else { 100_000 };
+    let mut tracer = Traced::tracer(&bench.tracer, &["--backend", "tracepoint", "--json"], &[])?;
+    let ours = bpf::attached_programs(tracer.pid())?;
+    let mut hooks: Vec<&str> = ours.iter().map(|p| p.hook.as_str()).collect();
+    hooks.dedup();
+    let floors = hooks
+        .iter()
+        .map(|h| Floor::attach(h))
+        .collect::<Result<Vec<_>>>()?;
+    let before = bpf::loaded_ids();
+    let peer = Traced::bpftrace(BPFTRACE_CHECK)?;
+    let theirs = bpf::tracepoint_programs_since(&before, "sched_switch");
+    if theirs.len() != 1 {
+        bail!("expected one new tracepoint program from bpftrace, found {theirs:?}");
+    }
+    let all: Vec<Program> = ours
+        .iter()
+        .chain(floors.iter().map(|f| &f.program))
+        .chain(&theirs)
+        .cloned()
+        .collect();
+
+    let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .context("BPF_ENABLE_STATS (BPF run-time statistics)")?;
+    let mut pipe: Vec<Snapshot> = Vec::new();
+    for _ in 0..bench.runs {
+        let s0 = bpf::snapshot(&all)?;
+        pipe_run(loops)?;
+        pipe.push(bpf::delta(&s0, &bpf::snapshot(&all)?));
+    }
+    let seconds = if bench.smoke { 1 } else { 3 };
+    let throttled = throttled_window(bench, &all, seconds)?;
+    drop(stats);
+    drop(peer);
+    drop(floors);
+    tracer.stop()?;
+
+    let mut rows = Vec::new();
+    let floor_of = |hook: &str, runs: &[Snapshot]| -> f64 {
+        let floor = all
+            .iter()
+            .find(|p| p.name == "tt_bench_empty" && p.hook == hook);
+        floor.map_or(f64::NAN, |f| median(&per_run(runs, f.id)))
+    };
+    let bpftrace_ns = median(&per_run(&pipe, theirs[0].id));
+    for (window, runs) in [
+        (format!("pipe -l {loops}"), pipe.as_slice()),
+        (
+            format!("throttled {seconds} s"),
+            std::slice::from_ref(&throttled),
+        ),
+    ] {
+        for p in &ours {
+            let values = per_run(runs, p.id);
+            if values.iter().all(|v| v.is_nan()) {
+                continue; // not invoked in this window (cgroup_rmdir, a csd without remote unthrottles)
+            }
+            let calls: u64 = runs
+                .iter()
+                .map(|s| s.get(&p.id).map_or(0, |&(_, c)| c))
+                .sum();
+            rows.push(
+                Row::new(
+                    SECTION,
+                    format!("{} on {} ({window})", p.name, p.hook),
+                    "ns",
+                    &values,
+                )
+                .against(
+                    format!("empty program on {}", p.hook),
+                    floor_of(&p.hook, runs),
+                )
+                .note(format!("{calls} invocations")),
+            );
+        }
+    }
+    if let Some(switch) = ours.iter().find(|p| p.hook == "sched_switch") {
+        rows.push(
+            Row::new(
+                SECTION,
+                format!("{} vs bpftrace (pipe)", switch.name),
+                "ns",
+                &per_run(&pipe, switch.id),
+            )
+            .against("bpftrace's check on sched_switch", bpftrace_ns),
+        );
+        rows.push(
+            Row::new(
+                SECTION,
+                "bpftrace's check on sched_switch (pipe)",
+                "ns",
+                &per_run(&pipe, theirs[0].id),
+            )
+            .against(
+                "empty program on sched_switch",
+                floor_of("sched_switch", &pipe),
+            )
+            .note(format!("`{BPFTRACE_CHECK}`")),
+        );
+        // All our programs' time over the context switches in the same window.
+        let total: Vec<f64> = pipe
+            .iter()
+            .map(|s| {
+                let ns: u64 = ours
+                    .iter()
+                    .filter_map(|p| s.get(&p.id))
+                    .map(|&(ns, _)| ns)
+                    .sum();
+                let switches = s.get(&switch.id).map_or(0, |&(_, c)| c);
+                ns as f64 / switches as f64
+            })
+            .collect();
+        rows.push(
+            Row::new(
+                SECTION,
+                "all tracer programs, per context switch (pipe)",
+                "ns",
+                &total,
+            )
+            .against("bpftrace's check on sched_switch", bpftrace_ns),
+        );
+    }
+    Ok(rows)
+}
+
+/// Mean ns per invocation of program `id` in each window (NaN where it did not run).
+fn per_run(runs: &[Snapshot], id: u32) -> Vec<f64> {
+    runs.iter()
+        .map(|s| match s.get(&id) {
+            Some(&(ns, cnt)) if cnt > 0 => ns as f64 / cnt as f64,
+            _ => f64::NAN,
+        })
+        .collect()
+}
+
+fn median(values: &[f64]) -> f64 {
+    super::table::Summary::of(values).median
+}
+
+/// The statistics over `seconds` while a cgroup with two busy threads and a quota of 20 ms per
+/// 100 ms is throttled (then sched_switch really walks a bandwidth-limited cfs_rq and the
+/// period timer refills it).
+fn throttled_window(bench: &Bench, programs: &[Program], seconds: u64) -> Result<Snapshot> {
+    let cgroup = Cgroup::create("xtask-bench", 20_000, 100_000)?;
+    let busy = Busy::spawn(&bench.workload, 2, seconds + 30)?;
+    cgroup.add(busy.pid())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cgroup.stat("nr_throttled")? < 2 {
+        if Instant::now() > deadline {
+            bail!("{} did not throttle within 10 s", cgroup.path().display());
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let s0 = bpf::snapshot(programs)?;
+    thread::sleep(Duration::from_secs(seconds));
+    let s1 = bpf::snapshot(programs)?;
+    drop(busy);
+    drop(cgroup);
+    Ok(bpf::delta(&s0, &s1))
+}

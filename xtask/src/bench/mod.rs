@@ -1,0 +1,211 @@
+//! `cargo xtask bench`: what throttle-tracer costs on this host, side by side with bpftrace
+//! and the floor, in one run and one table (printed, and written to target/bench/bench.json).
+//!
+//! Every figure has its unit, its number of runs, min / median / max, and its ratio to a
+//! reference measured in the same run: the ratios, not the absolute figures, carry over from
+//! one machine to another. The sections:
+//! - [`kernel`]: ns per invocation of each tracepoint-backend program (the kernel's BPF
+//!   run-time statistics) next to an empty program on the same hook and bpftrace's check;
+//! - [`slowdown`]: `perf bench sched pipe` and `sched messaging` without / with the tracer /
+//!   with bpftrace, alternated;
+//! - [`startup`]: exec → NDJSON `start` line per backend vs bpftrace's, and where it goes;
+//! - [`ingest`]: records/s through the real decode and aggregate path, and memory;
+//! - [`sustained`]: real cgroups throttling every few ms, with the losses counted.
+//!
+//! The measuring holds /tmp/tt-host.lock, the lock the host tests take, so that no other
+//! session's test runs meanwhile. Figures only: nothing here asserts a timing. Needs root.
+mod bpf;
+mod ingest;
+mod kernel;
+mod procs;
+mod slowdown;
+mod startup;
+mod sustained;
+mod table;
+
+use crate::{binaries, cmd, paths, setup};
+use anyhow::{Context as _, Result, bail};
+use std::os::fd::AsRawFd as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+use table::{Row, Table};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A few seconds of each measurement, for CI: that every figure can still be taken.
+    #[arg(long)]
+    smoke: bool,
+    /// Runs of each repeated measurement (default: 10; 1 with --smoke).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Measure this throttle-tracer binary instead of the one just built (to compare builds).
+    #[arg(long, value_name = "PATH")]
+    tracer: Option<PathBuf>,
+}
+
+/// What every section needs.
+pub struct Bench {
+    pub tracer: PathBuf,
+    pub workload: PathBuf,
+    pub smoke: bool,
+    pub runs: usize,
+}
+
+/// bpftrace's one-line version of the detection on sched_switch: is the task switched out
+/// on a throttled cfs_rq; a count per task group.
+pub const BPFTRACE_CHECK: &str = "tracepoint:sched:sched_switch { $rq = curtask->se.cfs_rq; \
+     if ($rq->throttled) { @[$rq->tg] = count(); } }";
+
+const LOCK: &str = "/tmp/tt-host.lock";
+
+pub fn run(args: &Args) -> Result<()> {
+    let runs = args.runs.unwrap_or(if args.smoke { 1 } else { 10 });
+    if runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    setup::run(&[setup::Part::Build, setup::Part::Bench])?;
+    let mut binaries = binaries::build()?;
+    if let Some(tracer) = &args.tracer {
+        binaries.tracer.clone_from(tracer);
+    }
+    let bench = Bench {
+        tracer: binaries.tracer,
+        workload: binaries.workload,
+        smoke: args.smoke,
+        runs,
+    };
+    // bpftrace's tracepoint probes need tracefs.
+    if !std::path::Path::new("/sys/kernel/tracing/events").exists() {
+        cmd::run(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]))?;
+    }
+    let _lock = host_lock()?;
+    let started = Instant::now();
+    let load_before = uptime();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut failed = false;
+    for (name, section) in [
+        ("kernel", kernel::rows as fn(&Bench) -> Result<Vec<Row>>),
+        ("slowdown", slowdown::rows),
+        ("startup", startup::rows),
+        ("ingest and memory", ingest::rows),
+        ("sustained load", sustained::rows),
+    ] {
+        let t = Instant::now();
+        eprintln!("bench: {name}…");
+        // A section that fails leaves a row saying why, and the others are still measured.
+        match section(&bench) {
+            Ok(section_rows) => rows.extend(section_rows),
+            Err(e) => {
+                eprintln!("bench: {name} failed: {e:#}");
+                rows.push(Row::new("failed", name, "-", &[]).note(format!("{e:#}")));
+                failed = true;
+            }
+        }
+        eprintln!("bench: {name} took {:.0} s", t.elapsed().as_secs_f64());
+    }
+    let table = Table {
+        header: vec![
+            format!(
+                "`cargo xtask bench{}`: kernel {}, {} CPUs, tracer {}",
+                if args.smoke { " --smoke" } else { "" },
+                std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                    .unwrap_or_default()
+                    .trim(),
+                std::thread::available_parallelism().map_or(0, usize::from),
+                bench.tracer.display()
+            ),
+            format!("load before: {load_before}"),
+            format!("load after:  {}", uptime()),
+            format!("measured in {:.0} s", started.elapsed().as_secs_f64()),
+        ],
+        rows,
+    };
+    print!("{}", table.render());
+    let dir = paths::target().join("bench");
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("bench.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&table.json())? + "\n")
+        .with_context(|| format!("writing {}", file.display()))?;
+    eprintln!("bench: written to {}", file.display());
+    if failed {
+        bail!("some sections failed (see their rows)");
+    }
+    Ok(())
+}
+
+/// The host tests' lock, held while measuring; waits for it.
+fn host_lock() -> Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(LOCK)
+        .with_context(|| format!("opening {LOCK}"))?;
+    eprintln!("bench: waiting for {LOCK}");
+    // SAFETY: flock on an fd we own; released when the file closes.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == -1 {
+        return Err(std::io::Error::last_os_error()).context(format!("flock {LOCK}"));
+    }
+    Ok(file)
+}
+
+fn uptime() -> String {
+    cmd::stdout(&mut Command::new("uptime"))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// One `perf bench sched pipe -l loops`: microseconds per message.
+pub fn pipe_run(loops: u64) -> Result<f64> {
+    let out = cmd::stdout(Command::new("perf").args([
+        "bench",
+        "sched",
+        "pipe",
+        "-l",
+        &loops.to_string(),
+    ]))?;
+    parse_value(&out, "usecs/op").with_context(|| format!("no `usecs/op` in perf's output:\n{out}"))
+}
+
+/// One `perf bench sched messaging -g groups -l loops`: seconds.
+pub fn messaging_run(groups: u32, loops: u32) -> Result<f64> {
+    let out = cmd::stdout(Command::new("perf").args([
+        "bench",
+        "sched",
+        "messaging",
+        "-g",
+        &groups.to_string(),
+        "-l",
+        &loops.to_string(),
+    ]))?;
+    out.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Total time:")?
+                .trim()
+                .strip_suffix("[sec]")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .with_context(|| format!("no `Total time` in perf's output:\n{out}"))
+}
+
+fn parse_value(perf_output: &str, unit: &str) -> Option<f64> {
+    perf_output.lines().find_map(|l| {
+        let (value, u) = l.trim().split_once(char::is_whitespace)?;
+        (u.trim() == unit).then(|| value.parse().ok())?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usecs_per_op_from_perf() {
+        let out = "# Running 'sched/pipe' benchmark:\n# Executed 100000 pipe operations between two processes\n\n     Total time: 0.857 [sec]\n\n       8.572290 usecs/op\n         116654 ops/sec\n";
+        assert_eq!(parse_value(out, "usecs/op"), Some(8.572290));
+        assert_eq!(parse_value("Total time: 0.857 [sec]\n", "usecs/op"), None);
+    }
+}

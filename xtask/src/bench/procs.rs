@@ -1,0 +1,337 @@
+//! The processes the bench runs and reads: the tracer, bpftrace, busy loops in quota'd
+//! cgroups; and what /proc says about a process (memory, CPU time, BPF maps).
+use crate::process::{die_with_parent, signal, wait_timeout};
+use anyhow::{Context as _, Result, bail};
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Not seen yet, in [`Traced::lost`].
+const UNSEEN: u64 = u64::MAX;
+
+/// A tracer (throttle-tracer with `--json`, or bpftrace) running in the background, ready.
+pub struct Traced {
+    child: Option<Child>,
+    /// exec → the line that says it is ready (`start`; bpftrace's "Attaching").
+    pub ready_after: Duration,
+    /// `stop` lines read so far.
+    pub stops: Arc<AtomicU64>,
+    /// The `end` line's `lost`, once printed.
+    lost: Arc<AtomicU64>,
+    stdin: Option<ChildStdin>,
+    stdout: Option<JoinHandle<()>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl Traced {
+    /// `throttle-tracer ARGS…`, ready at its NDJSON `start` line.
+    pub fn tracer(binary: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
+        let mut command = Command::new(binary);
+        command.args(args).envs(env.iter().copied());
+        Self::spawn(command, |line| line.contains(r#""type":"start""#))
+    }
+
+    /// `bpftrace -e SCRIPT`, ready when it says it attaches.
+    pub fn bpftrace(script: &str) -> Result<Self> {
+        let mut command = Command::new("bpftrace");
+        command.args(["-e", script]);
+        Self::spawn(command, |line| line.starts_with("Attaching"))
+    }
+
+    fn spawn(mut command: Command, ready: fn(&str) -> bool) -> Result<Self> {
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: prctl is async-signal-safe. If this task dies, the tracer detaches.
+        unsafe { command.pre_exec(|| die_with_parent(libc::SIGINT)) };
+        let started = Instant::now();
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot run {:?}", command.get_program()))?;
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let stops = Arc::new(AtomicU64::new(0));
+        let lost = Arc::new(AtomicU64::new(UNSEEN));
+        let out = child.stdout.take().expect("piped");
+        let (counter, lost_seen) = (Arc::clone(&stops), Arc::clone(&lost));
+        let stdout = thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if ready(&line) {
+                    let _ = ready_tx.send(Instant::now());
+                } else if line.starts_with(r#"{"type":"stop""#) {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                } else if line.starts_with(r#"{"type":"end""#) {
+                    let record: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+                    if let Some(n) = record["lost"].as_u64() {
+                        lost_seen.store(n, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        let mut err = child.stderr.take().expect("piped");
+        let stderr = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = err.read_to_string(&mut text);
+            text
+        });
+        let stdin = child.stdin.take();
+        let mut traced = Self {
+            child: Some(child),
+            ready_after: Duration::ZERO,
+            stops,
+            lost,
+            stdin,
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+        };
+        match ready_rx.recv_timeout(START_TIMEOUT) {
+            Ok(at) => traced.ready_after = at - started,
+            Err(_) => {
+                let stderr = traced.halt();
+                bail!(
+                    "{:?} was not ready within {START_TIMEOUT:?}:\n{}",
+                    command.get_program(),
+                    stderr.trim_end()
+                );
+            }
+        }
+        Ok(traced)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGINT and a clean exit; returns stderr and the `end` line's `lost` (if printed).
+    pub fn stop(&mut self) -> Result<(String, Option<u64>)> {
+        let Some(child) = self.child.as_mut() else {
+            bail!("already stopped");
+        };
+        signal(child.id(), libc::SIGINT)?;
+        let status = wait_timeout(child, STOP_TIMEOUT)?;
+        let stderr = self.halt();
+        let lost = Some(self.lost.load(Ordering::Relaxed)).filter(|&n| n != UNSEEN);
+        match status {
+            Some(s) if s.success() => Ok((stderr, lost)),
+            Some(s) => bail!("the tracer exited with {s}:\n{}", stderr.trim_end()),
+            None => bail!("the tracer did not exit within {STOP_TIMEOUT:?} of SIGINT"),
+        }
+    }
+
+    /// Ends the process whatever its state (stdin closed, SIGINT, then SIGKILL); its stderr.
+    fn halt(&mut self) -> String {
+        self.stdin.take();
+        if let Some(mut child) = self.child.take() {
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = signal(child.id(), libc::SIGINT);
+                if !matches!(wait_timeout(&mut child, STOP_TIMEOUT), Ok(Some(_))) {
+                    let _ = child.kill();
+                }
+            }
+            let _ = child.wait();
+        }
+        if let Some(h) = self.stdout.take() {
+            let _ = h.join();
+        }
+        self.stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// `throttle-tracer bench-feed ARGS…` to its end: its stderr's last line, as JSON.
+pub fn feed(binary: &Path, args: &[&str]) -> Result<serde_json::Value> {
+    let out = Command::new(binary)
+        .arg("bench-feed")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", binary.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!(
+            "bench-feed {args:?} exited with {}:\n{}",
+            out.status,
+            stderr.trim_end()
+        );
+    }
+    let last = stderr.lines().last().unwrap_or_default();
+    serde_json::from_str(last).with_context(|| format!("bench-feed printed no result:\n{stderr}"))
+}
+
+/// `throttle-tracer bench-feed --hold ARGS…`, fed and holding its state until dropped.
+pub struct Held(Child);
+
+impl Held {
+    pub fn start(binary: &Path, args: &[&str]) -> Result<Self> {
+        let mut command = Command::new(binary);
+        command
+            .arg("bench-feed")
+            .arg("--hold")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // SAFETY: prctl is async-signal-safe.
+        unsafe { command.pre_exec(|| die_with_parent(libc::SIGKILL)) };
+        let mut child = command.spawn().context("cannot run bench-feed")?;
+        let err = child.stderr.take().expect("piped");
+        // The result line comes after the feeding: from then on the state is all there.
+        let mut lines = BufReader::new(err).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line.starts_with(r#"{"records""#) => break,
+                Some(Ok(_)) => {}
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    bail!("bench-feed --hold {args:?} ended before feeding");
+                }
+            }
+        }
+        Ok(Self(child))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.stdin.take();
+        if !matches!(wait_timeout(&mut self.0, STOP_TIMEOUT), Ok(Some(_))) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// A process's memory: resident set (now and peak) and its BPF maps' `memlock`, bytes.
+pub struct Memory {
+    pub rss: u64,
+    pub peak_rss: u64,
+    pub maps: u64,
+}
+
+impl Memory {
+    pub fn of(pid: u32) -> Result<Self> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = |key: &str| -> Result<u64> {
+            status
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix(key)?
+                        .trim()
+                        .strip_suffix("kB")?
+                        .trim()
+                        .parse()
+                        .ok()
+                })
+                .map(|k: u64| k * 1024)
+                .with_context(|| format!("no {key} in /proc/{pid}/status"))
+        };
+        let mut maps = 0;
+        for (fd, target) in fds(pid)? {
+            if target == "anon_inode:bpf-map" {
+                let info =
+                    std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
+                maps += field(&info, "memlock")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        Ok(Self {
+            rss: kib("VmRSS:")?,
+            peak_rss: kib("VmHWM:")?,
+            maps,
+        })
+    }
+}
+
+/// user + system CPU time of `pid` so far, seconds.
+pub fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').context("/proc/PID/stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok((ticks(14) + ticks(15)) / hz)
+}
+
+/// `(fd, link target)` of every fd of `pid`.
+pub fn fds(pid: u32) -> Result<Vec<(String, String)>> {
+    let dir = PathBuf::from(format!("/proc/{pid}/fd"));
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        if let Ok(target) = std::fs::read_link(entry.path()) {
+            out.push((
+                entry.file_name().to_string_lossy().into_owned(),
+                target.to_string_lossy().into_owned(),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// `name:\tvalue` of an fdinfo file.
+pub fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// `throttle-workload busy`: killed and reaped on drop.
+pub struct Busy(Child);
+
+impl Busy {
+    pub fn spawn(workload: &Path, threads: u32, seconds: u64) -> Result<Self> {
+        let mut command = Command::new(workload);
+        command
+            .args(["busy", "--threads", &threads.to_string()])
+            .args(["--seconds", &seconds.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        // SAFETY: prctl is async-signal-safe.
+        unsafe { command.pre_exec(|| die_with_parent(libc::SIGKILL)) };
+        let child = command
+            .spawn()
+            .with_context(|| format!("cannot run {}", workload.display()))?;
+        Ok(Self(child))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -1,0 +1,219 @@
+//! The bench's one table: every figure with its unit, its number of runs, min / median / max,
+//! and its ratio to a reference measured in the same run; printed, and written as JSON.
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+
+/// min / median / max (and mean, stddev) of some runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub n: usize,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub stddev: f64,
+}
+
+impl Summary {
+    pub fn of(values: &[f64]) -> Self {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = match n {
+            0 => f64::NAN,
+            _ if n % 2 == 1 => v[n / 2],
+            _ => f64::midpoint(v[n / 2 - 1], v[n / 2]),
+        };
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
+        Self {
+            n,
+            min: v.first().copied().unwrap_or(f64::NAN),
+            median,
+            max: v.last().copied().unwrap_or(f64::NAN),
+            mean,
+            stddev: var.sqrt(),
+        }
+    }
+
+    /// The half-width of the mean's 95 % confidence interval (Student's t).
+    pub fn ci95(&self) -> f64 {
+        // Two-sided 97.5 % quantiles of t for 1..=10 degrees of freedom, then the normal's.
+        const T: [f64; 10] = [
+            12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+        ];
+        let t = T.get(self.n.wrapping_sub(2)).copied().unwrap_or(1.96);
+        if self.n < 2 {
+            return f64::NAN;
+        }
+        t * self.stddev / (self.n as f64).sqrt()
+    }
+}
+
+/// One line of the table.
+pub struct Row {
+    pub section: &'static str,
+    pub name: String,
+    pub unit: &'static str,
+    pub value: Summary,
+    /// What the figure is compared with, and its median from the same run.
+    pub reference: Option<(String, f64)>,
+    pub note: String,
+}
+
+impl Row {
+    pub fn new(
+        section: &'static str,
+        name: impl Into<String>,
+        unit: &'static str,
+        values: &[f64],
+    ) -> Self {
+        Self {
+            section,
+            name: name.into(),
+            unit,
+            value: Summary::of(values),
+            reference: None,
+            note: String::new(),
+        }
+    }
+
+    pub fn against(mut self, reference: impl Into<String>, median: f64) -> Self {
+        self.reference = Some((reference.into(), median));
+        self
+    }
+
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.note = note.into();
+        self
+    }
+
+    fn ratio(&self) -> Option<f64> {
+        self.reference
+            .as_ref()
+            .map(|(_, r)| self.value.median / r)
+            .filter(|r| r.is_finite())
+    }
+}
+
+pub struct Table {
+    pub header: Vec<String>,
+    pub rows: Vec<Row>,
+}
+
+impl Table {
+    /// Markdown, so that the README can hold one run's output as it is.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for line in &self.header {
+            let _ = writeln!(s, "{line}  ");
+        }
+        let _ = writeln!(
+            s,
+            "\n| figure | unit | runs | min | median | max | reference (same run) | ratio | note |\n\
+             |---|---|---:|---:|---:|---:|---|---:|---|"
+        );
+        let mut section = "";
+        for row in &self.rows {
+            if row.section != section {
+                section = row.section;
+                let _ = writeln!(s, "| **{section}** | | | | | | | | |");
+            }
+            let v = &row.value;
+            let (reference, ratio) = match (&row.reference, row.ratio()) {
+                (Some((name, median)), Some(r)) => {
+                    (format!("{name}: {}", num(*median)), format!("{r:.2}×"))
+                }
+                (Some((name, median)), None) => (format!("{name}: {}", num(*median)), "-".into()),
+                _ => ("-".into(), "-".into()),
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {reference} | {ratio} | {} |",
+                row.name,
+                row.unit,
+                v.n,
+                num(v.min),
+                num(v.median),
+                num(v.max),
+                row.note
+            );
+        }
+        s
+    }
+
+    pub fn json(&self) -> Value {
+        let rows: Vec<Value> = self
+            .rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "section": r.section,
+                    "figure": r.name,
+                    "unit": r.unit,
+                    "runs": r.value.n,
+                    "min": finite(r.value.min),
+                    "median": finite(r.value.median),
+                    "max": finite(r.value.max),
+                    "reference": r.reference.as_ref().map(|(n, _)| n),
+                    "reference_median": r.reference.as_ref().map(|(_, m)| finite(*m)),
+                    "ratio": r.ratio(),
+                    "note": r.note,
+                })
+            })
+            .collect();
+        json!({ "header": self.header, "rows": rows })
+    }
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+/// Three significant digits, without exponents.
+fn num(x: f64) -> String {
+    if !x.is_finite() {
+        return "-".into();
+    }
+    let a = x.abs();
+    if a >= 100.0 || a == 0.0 {
+        format!("{x:.0}")
+    } else if a >= 10.0 {
+        format!("{x:.1}")
+    } else if a >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary() {
+        let s = Summary::of(&[3.0, 1.0, 2.0, 10.0]);
+        assert_eq!(
+            (s.n, s.median, s.mean, s.min, s.max),
+            (4, 2.5, 4.0, 1.0, 10.0)
+        );
+        assert!((s.stddev - 4.0825).abs() < 1e-3);
+        assert!((s.ci95() - 3.182 * 4.0825 / 2.0).abs() < 1e-2);
+        assert_eq!(Summary::of(&[5.0]).median, 5.0);
+        assert!(Summary::of(&[5.0]).ci95().is_nan());
+    }
+
+    #[test]
+    fn ratio_in_the_table() {
+        let t = Table {
+            header: vec!["h".into()],
+            rows: vec![Row::new("s", "x", "ns", &[2.0, 4.0, 6.0]).against("floor", 2.0)],
+        };
+        assert!(
+            t.render()
+                .contains("| x | ns | 3 | 2.00 | 4.00 | 6.00 | floor: 2.00 | 2.00× |")
+        );
+        assert_eq!(t.json()["rows"][0]["ratio"], 2.0);
+    }
+}
