@@ -8,6 +8,10 @@
 //! Kernel struct offsets come from the agent (`OFFSETS`), resolved from BTF before load.
 #![no_std]
 #![no_main]
+// `atomic_xadd`: the BPF target has atomic adds (`lock xadd`) but not the compare-and-swap that
+// core's `AtomicU64::fetch_add` requires.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
 mod calls;
 mod end_reason;

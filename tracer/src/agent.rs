@@ -28,7 +28,7 @@ use crate::{
     cli::{AdviseArgs, RunArgs, TracingArgs},
     error::Failure,
     filter::{Ancestors, Selection, Traced},
-    privileges,
+    opening, privileges,
     probes::{BackendChoice, Probes},
     records::{self, Event, Record},
     report::{self, AdviceOnly, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
@@ -337,9 +337,10 @@ impl Session {
                     .join("; ")
             );
         }
-        let ring = probes.take_events()?;
+        let mut ring = probes.take_events()?;
         let sampler = Sampler::of(&hierarchy);
-        let baseline = Baseline::take(&sampler, &mut hierarchy);
+        let mut baseline = Baseline::take(&sampler, &mut hierarchy);
+        let opened = opening::settle(&mut ring, &mut baseline, &sampler, &mut hierarchy);
         let clock = Tracker::start();
         let started_ns = records::monotonic_now_ns();
         let start = Start {
@@ -373,8 +374,8 @@ impl Session {
         };
         let report = Report::new(start, request.sinks);
         let mut reader = Reader::new(ring)?;
-        reader.traced.ancestors = ancestors;
-        Ok(Self {
+        reader.intake.traced.ancestors = ancestors;
+        let mut session = Self {
             probes,
             reader,
             aggregate: Aggregate::watching(&filter),
@@ -384,7 +385,19 @@ impl Session {
             baseline,
             started_ns,
             clock,
-        })
+        };
+        let before = opening::before_window(&opened, &session.baseline);
+        for (record, before) in opened.into_iter().zip(before) {
+            if !before {
+                session.reader.intake.take(
+                    record,
+                    &mut session.aggregate,
+                    &mut session.report,
+                    &mut session.hierarchy,
+                );
+            }
+        }
+        Ok(session)
     }
 
     /// Starts tracing what `tracing` selects (as [`Session::start`]); returns the session and
@@ -421,7 +434,7 @@ impl Session {
                 .collect();
         }
         let (filter, selected) = selection.into_filter(&mut self.hierarchy);
-        self.reader.traced.filter = Some(filter);
+        self.reader.intake.traced.filter = Some(filter);
         selected
     }
 
@@ -560,7 +573,7 @@ impl Session {
         let reports = report::collect(summaries, &mut self.hierarchy, &self.baseline, &end);
         let totals = End {
             lost: self.probes.lost()?,
-            malformed: self.reader.malformed,
+            malformed: self.reader.intake.malformed,
             elapsed_ns: now_ns.saturating_sub(self.started_ns),
         };
         drop(self.reader);
@@ -575,9 +588,15 @@ impl Session {
     }
 }
 
-/// The ring buffer and what was wrong with its records.
+/// The ring buffer and where its records go.
 struct Reader {
     fd: AsyncFd<RingBuf<MapData>>,
+    intake: Intake,
+}
+
+/// What decides where each record goes, and what was wrong with them.
+#[derive(Default)]
+struct Intake {
     malformed: u64,
     /// Which cgroups' records are kept, and for whom.
     traced: Traced,
@@ -605,57 +624,65 @@ impl Reader {
             .map_err(|e| poll_failure(e.into_parts().1))?;
         Ok(Self {
             fd,
-            malformed: 0,
-            traced: Traced::default(),
+            intake: Intake::default(),
         })
     }
 
     fn drain(&mut self, aggregate: &mut Aggregate, report: &mut Report, hierarchy: &mut Hierarchy) {
         let ring = self.fd.get_mut();
         while let Some(item) = ring.next() {
-            match Record::parse(&item) {
-                Ok(Record::Period(period)) => {
-                    if self.traced.for_itself(period.cgroup_id, hierarchy) {
-                        report.period(&period, hierarchy.path_of(period.cgroup_id));
-                        aggregate.ingest_period(&period);
-                    }
+            self.intake
+                .take(Record::parse(&item), aggregate, report, hierarchy);
+        }
+    }
+}
+
+impl Intake {
+    fn take(
+        &mut self,
+        record: Result<Record, records::RecordError>,
+        aggregate: &mut Aggregate,
+        report: &mut Report,
+        hierarchy: &mut Hierarchy,
+    ) {
+        match record {
+            Ok(Record::Period(period)) => {
+                if self.traced.for_itself(period.cgroup_id, hierarchy) {
+                    report.period(&period, hierarchy.path_of(period.cgroup_id));
+                    aggregate.ingest_period(&period);
                 }
-                Ok(Record::Stop(event)) => {
-                    let cgroup_id = match &event {
-                        Event::Start(stop) => stop.cgroup_id,
-                        Event::End(end) => end.stop.cgroup_id,
-                        Event::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
-                    };
-                    let resolve = |ids: Vec<u64>, hierarchy: &mut Hierarchy| -> Vec<CgroupRef> {
-                        ids.into_iter()
-                            .map(|d| CgroupRef::new(d, hierarchy.path_of(d)))
-                            .collect()
-                    };
-                    if !self.traced.for_itself(cgroup_id, hierarchy) {
-                        // No row and no `stop` line: a stop of an ancestor that is not traced
-                        // itself counts only for the traced descendants it stopped. Its
-                        // `ancestor_stop` line lets a recording rebuild the same report.
-                        if let Event::End(end) = &event {
-                            let credited = self.traced.credited_descendants(end, hierarchy);
-                            if !credited.is_empty() {
-                                aggregate.credit_only(end, |d| credited.contains(&d));
-                                let credited = resolve(credited, hierarchy);
-                                report.ancestor_stop(end, hierarchy.path_of(cgroup_id), &credited);
-                            }
+            }
+            Ok(Record::Stop(event)) => {
+                let cgroup_id = event.cgroup_id();
+                let resolve = |ids: Vec<u64>, hierarchy: &mut Hierarchy| -> Vec<CgroupRef> {
+                    ids.into_iter()
+                        .map(|d| CgroupRef::new(d, hierarchy.path_of(d)))
+                        .collect()
+                };
+                if !self.traced.for_itself(cgroup_id, hierarchy) {
+                    // No row and no `stop` line: a stop of an ancestor that is not traced
+                    // itself counts only for the traced descendants it stopped. Its
+                    // `ancestor_stop` line lets a recording rebuild the same report.
+                    if let Event::End(end) = &event {
+                        let credited = self.traced.credited_descendants(end, hierarchy);
+                        if !credited.is_empty() {
+                            aggregate.credit_only(end, |d| credited.contains(&d));
+                            let credited = resolve(credited, hierarchy);
+                            report.ancestor_stop(end, hierarchy.path_of(cgroup_id), &credited);
                         }
-                        continue;
                     }
-                    let closed = aggregate.ingest(&event);
-                    let credited = match &event {
-                        Event::End(end) => resolve(end.stop.credited(), hierarchy),
-                        _ => Vec::new(),
-                    };
-                    report.event(&event, hierarchy.path_of(cgroup_id), closed, &credited);
+                    return;
                 }
-                Err(e) => {
-                    self.malformed += 1;
-                    warn!("malformed record: {e}");
-                }
+                let closed = aggregate.ingest(&event);
+                let credited = match &event {
+                    Event::End(end) => resolve(end.stop.credited(), hierarchy),
+                    _ => Vec::new(),
+                };
+                report.event(&event, hierarchy.path_of(cgroup_id), closed, &credited);
+            }
+            Err(e) => {
+                self.malformed += 1;
+                warn!("malformed record: {e}");
             }
         }
     }
