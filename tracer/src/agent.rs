@@ -10,7 +10,6 @@ use std::{
     collections::HashMap,
     fs,
     future::Future,
-    path::Path,
     time::{Duration, Instant},
 };
 
@@ -25,11 +24,11 @@ use crate::{
     aggregate::Aggregate,
     btf,
     cgroups::Hierarchy,
-    cli::{AdviseArgs, RunArgs, TracingArgs},
+    cli::{AdviseArgs, ProbeArgs, RunArgs, TracingArgs},
     error::Failure,
     filter::{Ancestors, Selection, Traced},
     opening, privileges,
-    probes::{BackendChoice, Probes},
+    probes::Probes,
     records::{self, Event, Record},
     report::{self, AdviceOnly, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
     sampler::{Baseline, Sampler, Snapshot, Target},
@@ -173,8 +172,7 @@ async fn next_key(keys: &mut Option<Keys>) -> std::io::Result<crossterm::event::
 
 /// What to trace: the part of the command line a [`Session`] needs (`demo` makes its own).
 pub struct Request<'a> {
-    pub backend: BackendChoice,
-    pub btf: &'a Path,
+    pub probes: &'a ProbeArgs,
     /// Cgroup paths under the cpu hierarchy; empty = all.
     pub cgroups: Vec<String>,
     /// Where the report goes; each gets the `start` line as soon as the probes are attached.
@@ -272,7 +270,7 @@ impl Session {
     /// report (NDJSON prints its `start` line here).
     pub fn start(request: Request<'_>) -> Result<Self, Failure> {
         privileges::check()?;
-        let resolved = btf::resolve(request.btf).map_err(|e| {
+        let resolved = btf::resolve(&request.probes.btf).map_err(|e| {
             Failure::environment(
                 e.to_string(),
                 "the tracer needs kernel BTF (CONFIG_DEBUG_INFO_BTF=y) at /sys/kernel/btf/vmlinux, \
@@ -324,7 +322,12 @@ impl Session {
 
         let ancestors = Ancestors::of(&hierarchy, &request.cgroups, &filter);
         let kernel_filter: Vec<u64> = filter.iter().copied().chain(ancestors.ids()).collect();
-        let mut probes = Probes::attach(request.backend, &resolved.offsets, &kernel_filter)?;
+        let mut probes = Probes::attach(
+            request.probes.backend,
+            &resolved.offsets,
+            &kernel_filter,
+            request.probes.ring_buffer_size,
+        )?;
         if !probes.refused.is_empty() {
             eprintln!(
                 "throttle-tracer: using the {} backend; {}",
@@ -346,7 +349,7 @@ impl Session {
         let start = Start {
             tracer_version: env!("CARGO_PKG_VERSION").to_owned(),
             backend: probes.backend.name().to_owned(),
-            backend_requested: request.backend.name().to_owned(),
+            backend_requested: request.probes.backend.name().to_owned(),
             backend_refused: probes
                 .refused
                 .iter()
@@ -412,8 +415,7 @@ impl Session {
             Err(_) => Selection::default(),
         };
         let mut session = Self::start(Request {
-            backend: tracing.probes.backend,
-            btf: &tracing.probes.btf,
+            probes: &tracing.probes,
             cgroups: selection.exact_paths().unwrap_or_default(),
             sinks,
         })?;

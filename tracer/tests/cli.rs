@@ -168,10 +168,19 @@ fn missing_cpu_hierarchy_and_read_only_bpffs() {
     };
     let root = host.cpu.root.display().to_string();
     let unmounted = Command::new("unshare")
-        .args(["-m", "sh", "-c", &format!("umount -l {root} && exec {BIN} --duration 1s")])
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!("umount -l {root} && exec {BIN} --duration 1s"),
+        ])
         .output()
         .expect("run unshare");
-    assert_failure(&unmounted, 1, "no mounted cgroup hierarchy has the cpu controller");
+    assert_failure(
+        &unmounted,
+        1,
+        "no mounted cgroup hierarchy has the cpu controller",
+    );
     assert_hint(&unmounted, "mount cgroup v2");
     let read_only = Command::new("unshare")
         .args([

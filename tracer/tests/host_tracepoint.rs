@@ -512,3 +512,41 @@ fn a_quota_written_while_stopped_ends_the_stop_as_a_quota_change() {
         "the group stopped after its quota was removed"
     );
 }
+
+/// The ring buffer at its smallest (`--ring-buffer-size 4096`, one page) and a flood of short
+/// periods (two busy threads at 1 ms / 2 ms, the kernel's smallest quota: up to a thousand
+/// stops a second, far more than a page holds between two 100 ms drains). Records are lost, and the `end` line counts them
+/// (the kernel's reservation failures, each one record); the tracer runs on to the end and
+/// exits 0; and the losses account for what is missing: every throttled period of cpu.stat
+/// (read here) holds at least one stop, so stops seen (whole or by their end only) plus
+/// records lost cover `nr_throttled`.
+#[test]
+fn a_ring_buffer_overflow_is_counted_and_tracing_goes_on() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let mut scene = Scene::new(&host.cpu, "flood", 1_000, 2_000);
+    let mut tracer = Command::new(TRACER);
+    tracer.args(["--ring-buffer-size", "4096"]);
+    let rx = scene.start_tracer_as(tracer);
+    let before = scene.cgroup.stat();
+    scene.run_workload(2, 2, None);
+    scene.cgroup.wait_refilled();
+    let after = scene.cgroup.stat();
+    let lines = scene.stop_tracer(rx);
+    let end = of_type(&lines, "end");
+    assert_eq!(end.len(), 1, "the run ends with its end line");
+    let lost = end[0]["lost"].as_u64().unwrap();
+    let summary = of_type(&lines, "summary");
+    assert_eq!(summary.len(), 1);
+    let seen = summary[0]["stops"].as_u64().unwrap()
+        + summary[0]["unmatched_ends"].as_u64().unwrap()
+        + summary[0]["unseen_start_stops"].as_u64().unwrap();
+    let periods = after.nr_throttled - before.nr_throttled;
+    println!("lost {lost} records; stops seen {seen}; cpu.stat nr_throttled {periods}");
+    assert!(lost > 0, "a page of ring buffer held {seen} stops' records");
+    assert!(
+        seen + lost >= periods,
+        "{periods} throttled periods, {seen} stops seen, {lost} records lost"
+    );
+}
