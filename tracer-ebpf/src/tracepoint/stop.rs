@@ -2,8 +2,6 @@
 //! closes it (END or an unseen-start END) exactly once however many CPUs see the unthrottle, and
 //! `cgroup_gone` closes a removed cgroup's. The state lives here because every observation
 //! point (a task's walk, a refill callback, a cgroup's removal) reads and marks the same entry.
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
-
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
@@ -76,7 +74,7 @@ static TP_OPEN_COUNT: Array<u64> = Array::with_max_entries(1, 0);
 fn count_open(delta: u64) {
     if let Some(p) = TP_OPEN_COUNT.get_ptr_mut(0) {
         // SAFETY: a valid, aligned map value; every update is this atomic add.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, delta) };
+        unsafe { stops::atomic_add(p, delta) };
     }
 }
 
