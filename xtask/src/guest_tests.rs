@@ -89,15 +89,7 @@ const PLANS: &[(&str, Plan)] = &[
     ),
     (
         "host_tracepoint",
-        Plan::Run(&[
-            ("bpf_and_perfmon_alone_trace_every_stop", SETPRIV),
-            (
-                "a_ring_buffer_overflow_is_counted_and_tracing_goes_on",
-                "the overflow is the ring buffer's and the agent's, the same code on every \
-                 kernel and backend, and the host run covers it; 1 ms periods under TCG would \
-                 spend CI's budget on the emulator",
-            ),
-        ]),
+        Plan::Run(&[("bpf_and_perfmon_alone_trace_every_stop", SETPRIV)]),
     ),
     (
         "live",
