@@ -8,6 +8,11 @@
 //! Kernel struct offsets come from the agent (`OFFSETS`), resolved from BTF before load.
 #![no_std]
 #![no_main]
+// `atomic_xadd` (stops::atomic_add): the BPF target has atomic adds (`lock xadd`) but not the
+// compare-and-swap that core's `AtomicU64::fetch_add` requires there. Only for BPF: clippy
+// checks this crate for the host too, on the stable channel.
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 
 mod calls;
 mod demand;

@@ -92,6 +92,29 @@ pub fn is_throttled(o: &Offsets, cfs_rq: u64) -> Result<bool, &'static str> {
         .ok_or("cfs_rq->throttled unreadable")
 }
 
+/// `*p += v` in one atomic instruction: BPF's `lock xadd` (every kernel; the fetching and
+/// OR/AND forms need 5.12+).
+///
+/// # Safety
+/// `p` is valid and aligned, and every other update of `*p` is atomic too.
+#[inline(always)]
+pub unsafe fn atomic_add(p: *mut u64, v: u64) {
+    #[cfg(target_arch = "bpf")]
+    // SAFETY: as the caller promises.
+    unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+            p, v,
+        );
+    }
+    // Clippy's host build of this crate, which has no BPF intrinsics.
+    #[cfg(not(target_arch = "bpf"))]
+    // SAFETY: as the caller promises.
+    unsafe {
+        core::sync::atomic::AtomicU64::from_ptr(p)
+            .fetch_add(v, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[inline(always)]
 pub fn bump(counter: &PerCpuArray<u64>) {
     if let Some(p) = counter.get_ptr_mut(0) {

@@ -10,7 +10,6 @@ use std::{
     collections::HashMap,
     fs,
     future::Future,
-    path::Path,
     time::{Duration, Instant},
 };
 
@@ -25,11 +24,11 @@ use crate::{
     aggregate::Aggregate,
     btf,
     cgroups::Hierarchy,
-    cli::{AdviseArgs, RunArgs, TracingArgs},
+    cli::{AdviseArgs, ProbeArgs, RunArgs, TracingArgs},
     error::Failure,
     filter::{Ancestors, Selection, Traced},
-    privileges,
-    probes::{BackendChoice, Probes},
+    opening, privileges,
+    probes::Probes,
     records::{self, Event, Record},
     report::{self, AdviceOnly, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
     sampler::{Baseline, Sampler, Snapshot, Target},
@@ -175,8 +174,7 @@ async fn next_key(keys: &mut Option<Keys>) -> std::io::Result<crossterm::event::
 
 /// What to trace: the part of the command line a [`Session`] needs (`demo` makes its own).
 pub struct Request<'a> {
-    pub backend: BackendChoice,
-    pub btf: &'a Path,
+    pub probes: &'a ProbeArgs,
     /// Cgroup paths under the cpu hierarchy; empty = all.
     pub cgroups: Vec<String>,
     /// Processes asked for with `--pid`: the report says what the stops held of each.
@@ -277,7 +275,7 @@ impl Session {
     pub fn start(request: Request<'_>) -> Result<Self, Failure> {
         privileges::check()?;
         let phase = Instant::now();
-        let resolved = btf::resolve(request.btf).map_err(|e| {
+        let resolved = btf::resolve(&request.probes.btf).map_err(|e| {
             Failure::environment(
                 e.to_string(),
                 "the tracer needs kernel BTF (CONFIG_DEBUG_INFO_BTF=y) at /sys/kernel/btf/vmlinux, \
@@ -331,7 +329,12 @@ impl Session {
         let ancestors = Ancestors::of(&hierarchy, &request.cgroups, &filter);
         let kernel_filter: Vec<u64> = filter.iter().copied().chain(ancestors.ids()).collect();
         let phase = Instant::now();
-        let mut probes = Probes::attach(request.backend, &resolved.offsets, &kernel_filter)?;
+        let mut probes = Probes::attach(
+            request.probes.backend,
+            &resolved.offsets,
+            &kernel_filter,
+            request.probes.ring_buffer_size,
+        )?;
         debug!("startup: probes attached in {:.1} ms", ms(phase));
         if !probes.refused.is_empty() {
             eprintln!(
@@ -345,15 +348,16 @@ impl Session {
                     .join("; ")
             );
         }
-        let ring = probes.take_events()?;
+        let mut ring = probes.take_events()?;
         let sampler = Sampler::of(&hierarchy);
-        let baseline = Baseline::take(&sampler, &mut hierarchy);
+        let mut baseline = Baseline::take(&sampler, &mut hierarchy);
+        let opened = opening::settle(&mut ring, &mut baseline, &sampler, &mut hierarchy);
         let clock = Tracker::start();
         let started_ns = records::monotonic_now_ns();
         let start = Start {
             tracer_version: env!("CARGO_PKG_VERSION").to_owned(),
             backend: probes.backend.name().to_owned(),
-            backend_requested: request.backend.name().to_owned(),
+            backend_requested: request.probes.backend.name().to_owned(),
             backend_refused: probes
                 .refused
                 .iter()
@@ -382,8 +386,8 @@ impl Session {
         };
         let report = Report::new(start, request.sinks);
         let mut reader = Reader::new(ring)?;
-        reader.traced.ancestors = ancestors;
-        Ok(Self {
+        reader.intake.traced.ancestors = ancestors;
+        let mut session = Self {
             probes,
             reader,
             aggregate: Aggregate::watching(&filter),
@@ -393,7 +397,19 @@ impl Session {
             baseline,
             started_ns,
             clock,
-        })
+        };
+        let before = opening::before_window(&opened, &session.baseline);
+        for (record, before) in opened.into_iter().zip(before) {
+            if !before {
+                session.reader.intake.take(
+                    record,
+                    &mut session.aggregate,
+                    &mut session.report,
+                    &mut session.hierarchy,
+                );
+            }
+        }
+        Ok(session)
     }
 
     /// Starts tracing what `tracing` selects (as [`Session::start`]); returns the session and
@@ -408,8 +424,7 @@ impl Session {
             Err(_) => Selection::default(),
         };
         let mut session = Self::start(Request {
-            backend: tracing.probes.backend,
-            btf: &tracing.probes.btf,
+            probes: &tracing.probes,
             cgroups: selection.exact_paths().unwrap_or_default(),
             pids: tracing.pids.clone(),
             sinks,
@@ -431,7 +446,7 @@ impl Session {
                 .collect();
         }
         let (filter, selected) = selection.into_filter(&mut self.hierarchy);
-        self.reader.traced.filter = Some(filter);
+        self.reader.intake.traced.filter = Some(filter);
         selected
     }
 
@@ -546,10 +561,8 @@ impl Session {
     /// Takes `bytes` as if the ring buffer had returned them, through the same decode and
     /// aggregate path: `bench-feed`'s generated records.
     pub fn feed(&mut self, bytes: &[u8]) {
-        Reader::take(
-            &mut self.reader.malformed,
-            &mut self.reader.traced,
-            bytes,
+        self.reader.intake.take(
+            Record::parse(bytes),
             &mut self.aggregate,
             &mut self.report,
             &mut self.hierarchy,
@@ -583,7 +596,7 @@ impl Session {
         let reports = report::collect(summaries, &mut self.hierarchy, &self.baseline, &end);
         let totals = End {
             lost: self.probes.lost()?,
-            malformed: self.reader.malformed,
+            malformed: self.reader.intake.malformed,
             elapsed_ns: now_ns.saturating_sub(self.started_ns),
         };
         drop(self.reader);
@@ -598,9 +611,15 @@ impl Session {
     }
 }
 
-/// The ring buffer and what was wrong with its records.
+/// The ring buffer and where its records go.
 struct Reader {
     fd: AsyncFd<RingBuf<MapData>>,
+    intake: Intake,
+}
+
+/// What decides where each record goes, and what was wrong with them.
+#[derive(Default)]
+struct Intake {
     malformed: u64,
     /// Which cgroups' records are kept, and for whom.
     traced: Traced,
@@ -628,58 +647,47 @@ impl Reader {
             .map_err(|e| poll_failure(e.into_parts().1))?;
         Ok(Self {
             fd,
-            malformed: 0,
-            traced: Traced::default(),
+            intake: Intake::default(),
         })
     }
 
     fn drain(&mut self, aggregate: &mut Aggregate, report: &mut Report, hierarchy: &mut Hierarchy) {
-        while let Some(item) = self.fd.get_mut().next() {
-            let bytes: &[u8] = &item;
-            Self::take(
-                &mut self.malformed,
-                &mut self.traced,
-                bytes,
-                aggregate,
-                report,
-                hierarchy,
-            );
+        let ring = self.fd.get_mut();
+        while let Some(item) = ring.next() {
+            self.intake
+                .take(Record::parse(&item), aggregate, report, hierarchy);
         }
     }
+}
 
-    /// One ring-buffer record into the aggregate and the report.
+impl Intake {
     fn take(
-        malformed: &mut u64,
-        traced: &mut Traced,
-        bytes: &[u8],
+        &mut self,
+        record: Result<Record, records::RecordError>,
         aggregate: &mut Aggregate,
         report: &mut Report,
         hierarchy: &mut Hierarchy,
     ) {
-        match Record::parse(bytes) {
+        match record {
             Ok(Record::Period(period)) => {
-                if traced.for_itself(period.cgroup_id, hierarchy) {
+                if self.traced.for_itself(period.cgroup_id, hierarchy) {
                     report.period(&period, hierarchy.path_of(period.cgroup_id));
                     aggregate.ingest_period(&period);
                 }
             }
             Ok(Record::Stop(event)) => {
-                let cgroup_id = match &event {
-                    Event::Start(stop) => stop.cgroup_id,
-                    Event::End(end) => end.stop.cgroup_id,
-                    Event::UnseenStartEnd { cgroup_id, .. } => *cgroup_id,
-                };
+                let cgroup_id = event.cgroup_id();
                 let resolve = |ids: Vec<u64>, hierarchy: &mut Hierarchy| -> Vec<CgroupRef> {
                     ids.into_iter()
                         .map(|d| CgroupRef::new(d, hierarchy.path_of(d)))
                         .collect()
                 };
-                if !traced.for_itself(cgroup_id, hierarchy) {
+                if !self.traced.for_itself(cgroup_id, hierarchy) {
                     // No row and no `stop` line: a stop of an ancestor that is not traced
                     // itself counts only for the traced descendants it stopped. Its
                     // `ancestor_stop` line lets a recording rebuild the same report.
                     if let Event::End(end) = &event {
-                        let credited = traced.credited_descendants(end, hierarchy);
+                        let credited = self.traced.credited_descendants(end, hierarchy);
                         if !credited.is_empty() {
                             aggregate.credit_only(end, |d| credited.contains(&d));
                             let credited = resolve(credited, hierarchy);
@@ -696,7 +704,7 @@ impl Reader {
                 report.event(&event, hierarchy.path_of(cgroup_id), closed, &credited);
             }
             Err(e) => {
-                *malformed += 1;
+                self.malformed += 1;
                 warn!("malformed record: {e}");
             }
         }

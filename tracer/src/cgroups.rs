@@ -450,4 +450,12 @@ mod tests {
         let id = h.id_of("/").unwrap();
         assert_eq!(h.path_of(id), Some("/"));
     }
+
+    proptest::proptest! {
+        /// Any /proc/self/mountinfo: mounts or none, never a panic.
+        #[test]
+        fn any_mountinfo_parses(text in "(\\PC{0,120}\n){0,8}") {
+            let _ = parse_mountinfo(&text);
+        }
+    }
 }

@@ -91,6 +91,22 @@ pub struct ProbeArgs {
     /// Read kernel type information from this BTF file instead of /sys/kernel/btf/vmlinux.
     #[arg(long, value_name = "FILE", default_value = "/sys/kernel/btf/vmlinux")]
     pub btf: PathBuf,
+
+    /// Bytes of the ring buffer the kernel writes records to: a power of two from 4096 (one
+    /// page). Records that find it full are lost, counted and reported, never silently.
+    #[arg(long, value_name = "BYTES", default_value_t = RING_BUFFER_DEFAULT, value_parser = ring_buffer_size)]
+    pub ring_buffer_size: u32,
+}
+
+/// `--ring-buffer-size` unless given: 1 MiB, hundreds of thousands of stops per second.
+pub const RING_BUFFER_DEFAULT: u32 = 1 << 20;
+
+/// The kernel's rule for a BPF ring buffer's size: a power of two, a multiple of the page.
+fn ring_buffer_size(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if n >= 4096 && n.is_power_of_two() => Ok(n),
+        _ => Err("must be a power of two from 4096 to 2147483648 (e.g. 65536)".into()),
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -527,4 +527,38 @@ throttled_usec 80001
             Err(CpuStatError::Parse { .. })
         ));
     }
+
+    proptest::proptest! {
+        /// Whatever a cpu.stat holds: an error or a reading, never a panic; and a well-formed
+        /// one reads back its own numbers (the kernel's counters are 32-bit).
+        #[test]
+        fn any_cpu_stat_text_parses_or_errs(text in "\\PC*", unit: TimeUnit) {
+            let _ = CpuStat::parse(&text, unit, Path::new("cpu.stat"));
+        }
+
+        #[test]
+        fn well_formed_cpu_stat_reads_its_numbers(
+            periods: u32, throttled: u32, time in 0u64..u64::MAX / 1000, junk in "[a-z_]{1,12} -?[0-9]{1,20}"
+        ) {
+            let text = format!(
+                "nr_periods {periods}\n{junk}\nnr_throttled {throttled}\nthrottled_usec {time}\n"
+            );
+            let s = CpuStat::parse(&text, TimeUnit::Micros, Path::new("cpu.stat")).unwrap();
+            proptest::prop_assert_eq!(s.nr_periods, u64::from(periods));
+            proptest::prop_assert_eq!(s.nr_throttled, u64::from(throttled));
+            proptest::prop_assert_eq!(s.throttled_ns, time * 1000);
+        }
+
+        /// Whatever cpu.max / cpu.cfs_quota_us hold: an error or settings, never a panic.
+        #[test]
+        fn any_bandwidth_file_reads_or_errs(quota in "\\PC{0,40}", period in "\\PC{0,24}") {
+            let dir = tempfile::tempdir().unwrap();
+            let d = dir.path();
+            fs::write(d.join("cpu.max"), format!("{quota} {period}")).unwrap();
+            fs::write(d.join("cpu.cfs_quota_us"), &quota).unwrap();
+            fs::write(d.join("cpu.cfs_period_us"), &period).unwrap();
+            let _ = read_bandwidth(d, Version::V2);
+            let _ = read_bandwidth(d, Version::V1);
+        }
+    }
 }

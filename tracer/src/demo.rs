@@ -98,8 +98,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
     }
     // Attached before anything is printed, so a machine that cannot trace gets only the error.
     let mut session = Session::start(Request {
-        backend: args.probes.backend,
-        btf: &args.probes.btf,
+        probes: &args.probes,
         cgroups: vec![demo.path.clone()],
         pids: Vec::new(),
         sinks: vec![Box::new(Text::stdout())],

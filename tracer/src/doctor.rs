@@ -156,7 +156,12 @@ fn diagnose() -> Diagnosis {
     let caps = Capabilities::of_self();
     let results: Vec<(Backend, Result<(), Failure>)> = Backend::AUTO_ORDER
         .iter()
-        .map(|&b| (b, probes::try_backend(b, &offsets, &[]).map(drop)))
+        .map(|&b| {
+            (
+                b,
+                probes::try_backend(b, &offsets, &[], crate::cli::RING_BUFFER_DEFAULT).map(drop),
+            )
+        })
         .collect();
     // auto's rule: the first of AUTO_ORDER that works.
     let auto = results

@@ -30,8 +30,7 @@ pub fn run(args: &BenchFeedArgs) -> Result<(), Failure> {
         Vec::new()
     };
     let mut session = Session::start(Request {
-        backend: args.probes.backend,
-        btf: &args.probes.btf,
+        probes: &args.probes,
         cgroups: Vec::new(),
         pids: Vec::new(),
         sinks,

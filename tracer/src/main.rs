@@ -2,6 +2,8 @@
 //!
 //! Data flows one way: kernel probes (`probes`) → ring-buffer records (`records`) → per-cgroup
 //! state (`aggregate`) → reports (`report`), with `btf`, `cgroups` and `cpustat` as inputs.
+use std::io::Write as _;
+
 mod advice;
 mod agent;
 mod aggregate;
@@ -15,6 +17,7 @@ mod error;
 mod feed;
 mod filter;
 mod names;
+mod opening;
 mod privileges;
 mod probes;
 mod records;
@@ -72,7 +75,9 @@ fn main() {
         Ok(0) => {}
         Ok(code) => std::process::exit(code),
         Err(failure) => {
-            eprintln!("{failure}");
+            // Not eprintln!, which panics (exit 101) when standard error is a closed pipe
+            // (`2>&1 | head -1`): the exit status is the one thing left to say then.
+            let _ = writeln!(std::io::stderr(), "{failure}");
             std::process::exit(failure.exit_code());
         }
     }

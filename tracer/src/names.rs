@@ -973,4 +973,20 @@ mod tests {
             })
         );
     }
+
+    proptest::proptest! {
+        /// Any path: a name or none, never a panic; container-shaped paths always name one.
+        #[test]
+        fn any_path_names_or_not(path in "(/[a-z0-9:_.@-]{0,80}){0,6}") {
+            let _ = Name::of(&path);
+        }
+
+        #[test]
+        fn docker_and_podman_paths_name_their_container(id in "[0-9a-f]{64}") {
+            for path in [format!("/docker/{id}"), format!("/system.slice/docker-{id}.scope"),
+                         format!("/machine.slice/libpod-{id}.scope")] {
+                proptest::prop_assert!(Name::of(&path).is_some(), "{}", path);
+            }
+        }
+    }
 }

@@ -725,4 +725,22 @@ pub(crate) mod tests {
         let b = monotonic_now_ns();
         assert!(a > 0 && b >= a);
     }
+
+    proptest::proptest! {
+        /// Arbitrary bytes from the ring buffer: a typed error or a record, never a panic.
+        #[test]
+        fn any_bytes_decode_or_err(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..1024)) {
+            let _ = Record::parse(&bytes);
+        }
+
+        /// A record of the right size with any content, kind forced to each known value.
+        #[test]
+        fn any_stop_sized_record_decodes_or_errs(
+            mut bytes in proptest::collection::vec(proptest::num::u8::ANY, size_of::<StopEvent>()),
+            kind in proptest::sample::select(vec![EVENT_START, EVENT_END, EVENT_UNSEEN_START_END, EVENT_PERIOD]),
+        ) {
+            bytes[..4].copy_from_slice(&kind.to_ne_bytes());
+            let _ = Record::parse(&bytes);
+        }
+    }
 }

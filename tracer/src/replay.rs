@@ -590,4 +590,23 @@ mod tests {
         // Line types from a newer tracer are skipped.
         assert!(read(&format!("{start}\n{{\"type\":\"future\",\"x\":1}}\n")).is_none());
     }
+
+    proptest::proptest! {
+        /// `report FILE` on arbitrary lines after a real `start` line: an error naming the line
+        /// or a report, never a panic.
+        #[test]
+        fn any_recording_reads_or_errs(lines in proptest::collection::vec("\\PC{0,200}", 0..8),
+                                       typed in proptest::collection::vec(
+                                           proptest::sample::select(vec!["stop", "stop_begin", "summary", "end", "unseen_start_stop", "ancestor_stop", "period", "clock_step"]), 0..6)) {
+            let mut text = String::from("{\"type\":\"start\",\"tracer_version\":\"0.1.0\",\"backend\":\"tracepoint\",\"kernel\":\"x\"}\n");
+            for l in &lines {
+                text.push_str(l);
+                text.push('\n');
+            }
+            for t in &typed {
+                text.push_str(&format!("{{\"type\":\"{t}\",\"cgroup_id\":1,\"cpu\":0}}\n"));
+            }
+            let _ = Recorded::read(text.as_bytes());
+        }
+    }
 }

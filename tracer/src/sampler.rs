@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use crate::cgroups::{self, Hierarchy, Version};
 use crate::cpustat::{self, CpuStat, CpuStatError};
-use crate::records::Bandwidth;
+use crate::records::{self, Bandwidth};
 
 /// A cgroup to read: its id and its path under the cpu hierarchy.
 #[derive(Clone, Debug)]
@@ -141,21 +141,60 @@ fn cpuacct_usage(dir: &Path) -> Option<u64> {
 }
 
 /// cpu.stat of every cgroup at the start of the trace, so the end can report deltas for
-/// whichever cgroups turn out to stop.
+/// whichever cgroups turn out to stop; with, for each cgroup, the CLOCK_MONOTONIC span its
+/// reading took, so that the trace can tell the stops the reading already holds from those it
+/// does not (`opening`).
 #[derive(Debug, Default)]
-pub struct Baseline(Snapshot);
+pub struct Baseline {
+    samples: Snapshot,
+    /// Cgroup id → (ns before its cpu.stat was read, ns after).
+    read_ns: HashMap<u64, (u64, u64)>,
+}
 
 impl Baseline {
     /// Every cgroup of the hierarchy (one walk; a few ms for thousands of cgroups).
     pub fn take(sampler: &Sampler, hierarchy: &mut Hierarchy) -> Self {
-        Self(sampler.read_now(&Sampler::all(hierarchy)))
+        let mut baseline = Self::default();
+        baseline.read(sampler, &Sampler::all(hierarchy));
+        baseline
+    }
+
+    /// Reads `targets` (again), each stamped with the span its reading took.
+    pub fn read(&mut self, sampler: &Sampler, targets: &[Target]) {
+        for t in targets {
+            let before = records::monotonic_now_ns();
+            let sample = sampler.sample(&t.path);
+            self.read_ns
+                .insert(t.id, (before, records::monotonic_now_ns()));
+            self.samples.insert(t.id, sample);
+        }
+    }
+
+    /// When cgroup `id`'s reading began and ended (CLOCK_MONOTONIC ns); `None` if it was not
+    /// read (created later: its counters start at zero, after any record of it).
+    pub fn read_ns(&self, id: u64) -> Option<(u64, u64)> {
+        self.read_ns.get(&id).copied()
+    }
+
+    #[cfg(test)]
+    pub fn set_read_ns(&mut self, id: u64, from: u64, to: u64) {
+        self.read_ns.insert(id, (from, to));
+    }
+
+    /// The end of the last reading, CLOCK_MONOTONIC ns (0 when nothing was read).
+    pub fn read_until_ns(&self) -> u64 {
+        self.read_ns
+            .values()
+            .map(|&(_, end)| end)
+            .max()
+            .unwrap_or(0)
     }
 
     /// What cgroup `id` did between the baseline and `now` (its end reading). A cgroup
     /// created after the baseline is diffed against zero, where the kernel started its
     /// counters.
     pub fn delta(&self, id: u64, now: &CpuStat) -> Result<CpuStat, CpuStatError> {
-        match self.0.get(&id).map(|s| &s.stat) {
+        match self.samples.get(&id).map(|s| &s.stat) {
             Some(Some(start)) => now.since(start),
             Some(None) => Err(CpuStatError::NoBaseline),
             None => now.since(&CpuStat::zero(now.unit)),

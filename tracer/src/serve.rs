@@ -12,6 +12,7 @@
 //! buffer, never in the middle of one. SIGINT or SIGTERM ends the run with
 //! the text summary, as for tracing.
 use std::{
+    collections::VecDeque,
     convert::Infallible,
     sync::{Arc, OnceLock},
     time::Duration,
@@ -22,9 +23,9 @@ use hyper::{
     Method, Request, Response, StatusCode, body::Bytes, header, server::conn::http1,
     service::service_fn,
 };
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use log::debug;
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, task::AbortHandle};
 
 use crate::{
     agent::{Ended, Interrupts, Session},
@@ -91,8 +92,24 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
 /// What the server answers from once the probes are attached: unset until then.
 type Attached = Arc<OnceLock<(Scraper, Sampler)>>;
 
-/// Serves each connection in a task of its own until the process ends.
+/// Connections served at once; a new one past it closes the oldest, so a flood of clients
+/// costs descriptors and memory for this many only, and the newest (a scrape, which is done in
+/// milliseconds) is served while idle or slow ones hold the others.
+const MAX_CONNECTIONS: usize = 64;
+/// A request's line and headers must arrive within this (a client sending a byte a second is
+/// closed), also between two requests of a kept-alive connection.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest a connection stays open: Prometheus reconnects at its next scrape.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// Request headers accepted; a scrape sends about five.
+const MAX_HEADERS: usize = 32;
+/// Bytes of a request's line and headers (hyper's smallest buffer); more is refused (431).
+const MAX_HEAD_BYTES: usize = 8192;
+
+/// Serves each connection in a task of its own until the process ends, within the bounds
+/// above.
 async fn accept(listener: TcpListener, attached: Attached) {
+    let mut open: VecDeque<AbortHandle> = VecDeque::new();
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -103,8 +120,15 @@ async fn accept(listener: TcpListener, attached: Attached) {
                 continue;
             }
         };
+        open.retain(|c| !c.is_finished());
+        if open.len() >= MAX_CONNECTIONS
+            && let Some(oldest) = open.pop_front()
+        {
+            debug!("{MAX_CONNECTIONS} connections open: the oldest closed");
+            oldest.abort();
+        }
         let attached = attached.clone();
-        tokio::spawn(async move {
+        let connection = tokio::spawn(async move {
             let service = service_fn(move |request: Request<_>| {
                 let attached = attached.get().cloned();
                 async move {
@@ -117,13 +141,19 @@ async fn accept(listener: TcpListener, attached: Attached) {
                     Ok::<_, Infallible>(respond(&request, scraper))
                 }
             });
-            if let Err(e) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                debug!("metrics connection: {e}");
+            let served = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .max_headers(MAX_HEADERS)
+                .max_buf_size(MAX_HEAD_BYTES)
+                .serve_connection(TokioIo::new(stream), service);
+            match tokio::time::timeout(CONNECTION_LIFETIME, served).await {
+                Ok(Err(e)) => debug!("metrics connection: {e}"),
+                Err(_) => debug!("metrics connection closed after {CONNECTION_LIFETIME:?}"),
+                Ok(Ok(())) => {}
             }
         });
+        open.push_back(connection.abort_handle());
     }
 }
 

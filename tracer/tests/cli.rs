@@ -124,3 +124,82 @@ fn advise_refuses_a_bad_or_empty_duration_and_an_unknown_cgroup() {
     let out = run(&["advise", "--interval", "1s"]);
     assert_failure(&out, 2, "--interval");
 }
+
+/// Kernel BTF that is not there or not BTF: a directory, a file of another kind, a vmlinux cut
+/// short (as a partial copy would be). Each is one error line naming the file, exit 1; with
+/// standard error a pipe closed at once (`2>&1 | head -0`) the exit status is still 1, not a
+/// panic's 101.
+#[test]
+fn unusable_btf_files_are_environment_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("hostname");
+    std::fs::write(&other, "not btf\n").unwrap();
+    let cut = dir.path().join("vmlinux-cut");
+    let vmlinux = std::fs::read("/sys/kernel/btf/vmlinux").unwrap_or_default();
+    std::fs::write(&cut, &vmlinux[..vmlinux.len().min(24)]).unwrap();
+    for (path, error) in [
+        (dir.path(), "cannot read kernel BTF"),
+        (other.as_path(), "cannot parse kernel BTF"),
+        (cut.as_path(), "cannot parse kernel BTF"),
+    ] {
+        let out = run(&["--btf", path.to_str().unwrap(), "--duration", "1s"]);
+        assert_failure(&out, 1, error);
+        assert_hint(&out, "--btf");
+        let closed = Command::new(BIN)
+            .args(["--btf", path.to_str().unwrap(), "--duration", "1s"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                drop(child.stderr.take());
+                child.wait()
+            })
+            .expect("run throttle-tracer");
+        assert_eq!(closed.code(), Some(1), "{path:?} with stderr closed");
+    }
+}
+
+/// A machine whose cpu controller is not mounted (here: a mount namespace with the host's cpu
+/// hierarchy unmounted): one error line, exit 1. A read-only /sys/fs/bpf changes nothing: the
+/// tracer pins nothing there, so it traces as usual.
+#[test]
+fn missing_cpu_hierarchy_and_read_only_bpffs() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let root = host.cpu.root.display().to_string();
+    let unmounted = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!("umount -l {root} && exec {BIN} --duration 1s"),
+        ])
+        .output()
+        .expect("run unshare");
+    assert_failure(
+        &unmounted,
+        1,
+        "no mounted cgroup hierarchy has the cpu controller",
+    );
+    assert_hint(&unmounted, "mount cgroup v2");
+    let read_only = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!(
+                "mount -t bpf -o ro bpf /sys/fs/bpf && touch /sys/fs/bpf/x 2>/dev/null; \
+                 test ! -e /sys/fs/bpf/x && exec {BIN} --json --duration 1s --cgroup /"
+            ),
+        ])
+        .output()
+        .expect("run unshare");
+    let stdout = String::from_utf8_lossy(&read_only.stdout);
+    assert!(
+        read_only.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read_only.stderr)
+    );
+    assert!(stdout.starts_with(r#"{"type":"start""#), "{stdout}");
+    assert!(stdout.contains(r#""type":"end""#), "{stdout}");
+}

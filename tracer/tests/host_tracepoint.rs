@@ -21,6 +21,8 @@ const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 struct Scene {
     cgroup: Cgroup,
     tracer: Option<Running>,
+    /// The tracer's `start` line.
+    start: Value,
 }
 
 impl Scene {
@@ -29,6 +31,7 @@ impl Scene {
         Self {
             cgroup: Cgroup::throttled(cpu, &format!("host-{tag}"), quota_us, period_us),
             tracer: None,
+            start: Value::Null,
         }
     }
 
@@ -51,6 +54,7 @@ impl Scene {
         self.tracer = Some(child);
         assert_eq!(v["backend"], common::backend(), "{first}");
         assert!(v["realtime_offset_ns"].is_i64(), "{first}");
+        self.start = v;
         rx
     }
 
@@ -338,5 +342,173 @@ fn the_stop_that_held_a_workload_has_its_wall_clock_time() {
         holds.len(),
         us(&mut lead),
         us(&mut lag)
+    );
+}
+
+/// Started in the middle of an incident: two busy threads at 50 ms / 100 ms have been stopped
+/// for a while when the tracer starts, so stops are in progress while it attaches (which takes
+/// hundreds of ms, program by program) and some end before it has read cpu.stat. The window's
+/// figures and its cpu.stat deltas hold the same stops: the trace's kernel time equals the
+/// cpu.stat delta to the nanosecond, live and in `report` of the recording, and the run is
+/// within what cpu.stat (read here) says of the whole span.
+#[test]
+fn started_in_the_middle_of_an_incident_the_cross_check_is_exact() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let mut scene = Scene::new(&host.cpu, "midway", 50_000, 100_000);
+    let before = scene.cgroup.stat();
+    let mut workload = common::spawn_in(&mut common::busy(2, 4), &scene.cgroup, None);
+    common::wait_until(
+        std::time::Duration::from_secs(5),
+        "the group being throttled before the tracer starts",
+        || scene.cgroup.stat().nr_throttled >= before.nr_throttled + 3,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let recording = dir.path().join("midway.ndjson");
+    let mut tracer = Command::new(TRACER);
+    tracer.arg("--record").arg(&recording);
+    let rx = scene.start_tracer_as(tracer);
+    let status = workload.wait().expect("wait workload");
+    assert!(status.success(), "workload: {status}");
+    scene.cgroup.wait_refilled();
+    let after = scene.cgroup.stat();
+    let lines = scene.stop_tracer(rx);
+
+    let summary = of_type(&lines, "summary");
+    assert_eq!(summary.len(), 1, "{lines:#?}");
+    let summary = summary[0];
+    let traced = summary["kernel_accounted_ns"].as_u64().unwrap();
+    let window = summary["cpu_stat"]["throttled_ns"].as_u64().unwrap();
+    let span = after.throttled_ns - before.throttled_ns;
+    println!(
+        "traced {traced} ns ({} stops, {} begun before tracing: {} ns) vs the window's cpu.stat \
+         {window} ns; cpu.stat of the whole span {span} ns",
+        summary["stops"], summary["unseen_start_stops"], summary["unseen_start_kernel_ns"]
+    );
+    assert!(window > 0 && window < span, "{summary}");
+    assert_eq!(summary["kernel_unknown_stops"], 0, "{summary}");
+    assert_eq!(summary["unseen_start_kernel_unknown"], 0, "{summary}");
+    assert_eq!(summary["open"], 0, "{summary}");
+    assert_eq!(traced, window, "{summary}");
+
+    let offline = Command::new(TRACER)
+        .arg("report")
+        .arg(&recording)
+        .output()
+        .expect("run throttle-tracer report");
+    let text = String::from_utf8_lossy(&offline.stdout);
+    assert!(offline.status.success(), "report: {text}");
+    let cross_check = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("cross-check "))
+        .unwrap_or_else(|| panic!("no cross-check line: {text}"));
+    assert!(cross_check.ends_with("(trace +0 ns)"), "{cross_check}");
+}
+
+/// CLOCK_MONOTONIC now, in ns: the clock of the tracer's `*_ns` times.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The quota written while the group is stopped: changed, rewritten unchanged, and removed
+/// (`max` / -1). Each write unthrottles the group's stopped CPU at once (tg_set_cfs_bandwidth),
+/// so the stop open when the write began ends within the write (the tracepoint backend sees it
+/// at that CPU's next context switch: within a few ms) as `quota_change`, never as a refill
+/// and never left open; a rewrite that leaves the settings unchanged may read `unknown` only
+/// where the `start` line lists `quota_change` among the end reasons this kernel hides. One
+/// busy thread pinned to a CPU at 1 ms / 100 ms is stopped 98 % of the time, so nearly every
+/// write finds a stop open (the test counts those that do).
+#[test]
+fn a_quota_written_while_stopped_ends_the_stop_as_a_quota_change() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let mut scene = Scene::new(&host.cpu, "quota", 1_000, 100_000);
+    let rx = scene.start_tracer();
+    let hidden = scene.start["blind_end_reasons"]
+        .as_array()
+        .is_some_and(|r| r.iter().any(|r| r == "quota_change"));
+    let mut workload = common::spawn_in(
+        &mut common::busy(1, 3),
+        &scene.cgroup,
+        Some(common::last_cpu()),
+    );
+    // (quota written, whether the settings change, when the write began and ended).
+    let mut writes = Vec::new();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for (quota, changes) in [
+        (Some(2_000), true),
+        (Some(2_000), false),
+        (Some(1_000), true),
+        (Some(1_000), false),
+        (Some(2_000), true),
+        (Some(2_000), false),
+        (None, true),
+    ] {
+        let from = monotonic_ns();
+        scene.cgroup.write_quota(quota);
+        writes.push((quota, changes, from, monotonic_ns()));
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    let status = workload.wait().expect("wait workload");
+    assert!(status.success(), "workload: {status}");
+    let lines = scene.stop_tracer(rx);
+    let stops = of_type(&lines, "stop");
+    let summary = of_type(&lines, "summary");
+    assert_eq!(summary.len(), 1, "{lines:#?}");
+    assert_eq!(summary[0]["open"], 0, "{}", summary[0]);
+
+    let slack = if common::emulated() { 50 } else { 10 } * 1_000_000;
+    let mut hit = 0;
+    for (quota, changes, from, to) in &writes {
+        let open: Vec<_> = stops
+            .iter()
+            .filter(|s| {
+                s["start_ns"].as_u64().unwrap() < *from && s["end_ns"].as_u64().unwrap() >= *from
+            })
+            .collect();
+        println!(
+            "write {quota:?} (changes: {changes}) at {from}..{to}: {:?}",
+            open.iter()
+                .map(|s| (s["end"].clone(), s["end_ns"].as_u64().unwrap() - from))
+                .collect::<Vec<_>>()
+        );
+        assert!(open.len() <= 1, "one CPU, one stop at a time: {open:?}");
+        let Some(stop) = open.first() else {
+            continue;
+        };
+        hit += 1;
+        assert!(
+            stop["end_ns"].as_u64().unwrap() <= to + slack,
+            "the stop open at the write ended after it: {stop}"
+        );
+        let allowed: &[&str] = if !changes && hidden {
+            &["quota_change", "unknown"]
+        } else {
+            &["quota_change"]
+        };
+        assert!(
+            allowed.iter().any(|a| stop["end"] == *a),
+            "write {quota:?} ended {stop}"
+        );
+    }
+    assert!(
+        hit >= 5,
+        "only {hit} of {} writes found the group stopped",
+        writes.len()
+    );
+    let after_max = writes.last().unwrap().3 + slack;
+    assert!(
+        stops
+            .iter()
+            .all(|s| s["start_ns"].as_u64().unwrap() < after_max),
+        "the group stopped after its quota was removed"
     );
 }

@@ -136,6 +136,13 @@ const PLANS: &[(&str, Plan)] = &[
         "scan",
         Plan::Run(&[("nobody_can_scan_a_readable_tree", SETPRIV)]),
     ),
+    (
+        "serve_limits",
+        Plan::HostOnly(
+            "the exporter's connection handling on loopback, the same code on every kernel; \
+             its tracing is serve_selection's, which runs there",
+        ),
+    ),
     ("serve_selection", Plan::Run(&[])),
     ("threads", Plan::Run(&[])),
 ];

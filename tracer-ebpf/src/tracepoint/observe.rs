@@ -4,10 +4,7 @@
 //! wakeup), so the chain is read with direct loads and the clock only where it is used.
 use tracer_common::{ABSENT, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN, Offsets, StopEvent};
 
-use super::stop::{
-    F_EXIT_PENDING, F_REFILL_PENDING, TASK_HELD, TASK_PARKED, TP_OPEN, TpStop, end,
-    episode_changed, start,
-};
+use super::stop::{TASK_HELD, TASK_PARKED, TP_OPEN, TpStop, any_open, end, episode_changed, start};
 use crate::stops::{self, load, load_bits, now, read, read_bits};
 
 /// How long an unthrottle seen outside a refill callback waits for the callback's exit before
@@ -47,15 +44,20 @@ pub(super) fn walk(o: &Offsets, task: u64, parked: bool, seen: Seen) {
         let Some(cfs_rq) = load::<u64>(se, o.se_cfs_rq) else {
             return;
         };
-        if load::<i32>(cfs_rq, o.cfs_rq_runtime_enabled).unwrap_or(0) != 0
-            && let Some(throttled) = load_bits(cfs_rq, &o.cfs_rq_throttled)
-        {
-            observe(o, cfs_rq, throttled != 0, task, parked, seen);
+        let parent = load::<u64>(se, o.se_parent).unwrap_or(0);
+        if load::<i32>(cfs_rq, o.cfs_rq_runtime_enabled).unwrap_or(0) != 0 {
+            if let Some(throttled) = load_bits(cfs_rq, &o.cfs_rq_throttled) {
+                observe(o, cfs_rq, throttled != 0, task, parked, seen);
+            }
+        } else if parent != 0 && any_open() {
+            // Not the root's cfs_rq (never limited): a stop still open here had its quota
+            // removed (`max`), which unthrottled it and turned its bandwidth off.
+            quota_removed(o, cfs_rq);
         }
-        match load::<u64>(se, o.se_parent) {
-            Some(parent) if parent != 0 => se = parent,
-            _ => return,
+        if parent == 0 {
+            return;
         }
+        se = parent;
     }
 }
 
@@ -133,7 +135,7 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, s
                 }
                 return;
             }
-            if st.flags & F_EXIT_PENDING != 0 {
+            if st.exit_pending != 0 {
                 // A refill callback's exit will end it with the kernel's own clock.
                 let t = now();
                 if st.unthrottled_ns == 0 {
@@ -154,10 +156,20 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, s
     }
 }
 
+/// `cfs_rq` has no bandwidth limit now: a stop of it still open ended when its quota was
+/// removed.
+#[inline(never)]
+fn quota_removed(o: &Offsets, cfs_rq: u64) {
+    // SAFETY: the value is copied out; `end` claims the stop before it touches it.
+    if let Some(start_ns) = unsafe { TP_OPEN.get(cfs_rq) }.map(|st| st.ev.start_ns) {
+        end(o, cfs_rq, start_ns, END_QUOTA_CHANGE, false);
+    }
+}
+
 /// Why the stop `st` of `cfs_rq` ended, seen outside a refill callback's exit.
 #[inline(always)]
 fn ended_reason(o: &Offsets, cfs_rq: u64, st: &TpStop) -> u32 {
-    if st.flags & F_REFILL_PENDING != 0 {
+    if st.refill_pending != 0 {
         END_REFILL
     } else {
         non_refill_reason(o, cfs_rq, &st.ev)

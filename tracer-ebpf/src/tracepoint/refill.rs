@@ -8,7 +8,7 @@ use tracer_common::{ABSENT, END_REFILL, Offsets};
 
 use super::{
     config::{csd_fn, csd_traced, timer_fns},
-    stop::{F_EXIT_PENDING, F_REFILL_PENDING, TP_OPEN, cpu_of, end, episode_changed, start},
+    stop::{TP_OPEN, cpu_of, end, episode_changed, start},
 };
 use crate::stops::{load, now, read, read_bits};
 
@@ -143,7 +143,8 @@ fn refill_entry(o: &Offsets, slot: u32) {
         if let Some(st) = TP_OPEN.get_ptr_mut(cfs_rq) {
             // SAFETY: valid map value pointer.
             let st = unsafe { &mut *st };
-            st.flags |= F_REFILL_PENDING | F_EXIT_PENDING;
+            st.refill_pending = 1;
+            st.exit_pending = 1;
             if st.ev.kernel_start_clock == 0 {
                 st.ev.kernel_start_clock =
                     read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
@@ -192,9 +193,10 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
             if throttled && !queued_for_async(o, cfs_rq) {
                 // No runtime for it this time (or its CSD is taking it off the list now; that
                 // CSD's exit ends it all the same).
-                st.flags &= !(F_REFILL_PENDING | F_EXIT_PENDING);
+                st.refill_pending = 0;
+                st.exit_pending = 0;
             } else if !csd_traced {
-                st.flags &= !F_EXIT_PENDING;
+                st.exit_pending = 0;
             }
         } else if !throttled {
             end(o, cfs_rq, st.ev.start_ns, END_REFILL, true);
@@ -204,10 +206,11 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
             end(o, cfs_rq, st.ev.start_ns, END_REFILL, false);
             start(o, cfs_rq, t, 0, 0);
         } else if !queued_for_async(o, cfs_rq) {
-            st.flags &= !(F_REFILL_PENDING | F_EXIT_PENDING);
+            st.refill_pending = 0;
+            st.exit_pending = 0;
         } else if !csd_traced {
             // Its CSD is not traced: the next observation after it ends the stop.
-            st.flags &= !F_EXIT_PENDING;
+            st.exit_pending = 0;
         }
     }
     p.key = 0;

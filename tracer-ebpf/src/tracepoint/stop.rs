@@ -5,7 +5,7 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use tracer_common::{
     ABSENT, END_CGROUP_GONE, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN,
@@ -18,18 +18,10 @@ use crate::{
     stops::{self, now, read},
 };
 
-/// The stop is a refill in progress: its cfs_rq is on a list a refill callback is working on.
-pub(super) const F_REFILL_PENDING: u32 = 1;
 /// The throttle began before the trace did: the end is an unseen-start end.
 const F_UNSEEN: u32 = 2;
 /// Filtered out (or not a cgroup's): remembered only so the hot path need not describe it again.
 const F_IGNORED: u32 = 4;
-/// `key` is in `TP_BY_GROUP`.
-const F_INDEXED: u32 = 8;
-/// A refill callback whose exit looks at this cfs_rq is running or queued (the CSD of an async
-/// unthrottle): an unthrottle seen elsewhere is left to that exit, which reads the kernel's
-/// clock right after the unthrottle (the only exact `kernel_ns` before 6.6).
-pub(super) const F_EXIT_PENDING: u32 = 16;
 
 /// `start`'s `how`: the task was just parked (6.18 task-based throttle).
 pub(super) const TASK_PARKED: u32 = 1;
@@ -43,16 +35,32 @@ pub(super) struct TpStop {
     pub(super) ev: StopEvent,
     /// `throttled_clock_self_time` at START; `u64::MAX` when the kernel has none (< 6.6).
     self_time0: u64,
-    pub(super) flags: u32,
+    /// `F_UNSEEN`, `F_IGNORED`: set in the scratch slot before the entry is inserted, never
+    /// written after. What changes later is in the byte-sized marks below: programs on several
+    /// CPUs update an open stop at once (the stopped CPU's observations, the refill timer's
+    /// CPU, a CSD's CPU) and BPF has no atomic OR/AND before 5.12, so no mark shares a word
+    /// that another program read-modify-writes: each is set or cleared by one byte store.
+    flags: u32,
+    /// Non-zero: the stop is a refill in progress: its cfs_rq is on a list a refill callback
+    /// is working on (set at that callback's entry, cleared at its exit).
+    pub(super) refill_pending: u8,
+    /// Non-zero: a refill callback whose exit looks at this cfs_rq is running or queued (the
+    /// CSD of an async unthrottle): an unthrottle seen elsewhere is left to that exit, which
+    /// reads the kernel's clock right after the unthrottle (the only exact `kernel_ns` before
+    /// 6.6). Set at the callback's entry, cleared at its exit.
+    pub(super) exit_pending: u8,
+    /// Non-zero: `key` is in `TP_BY_GROUP` (set by the program that opened the stop, cleared
+    /// by the one that claimed its end).
+    indexed: u8,
     /// Non-zero: the stop was opened by a refill callback's walk, which does not list the
-    /// stopped children (see `start`); the next observation from a task lists them. Not in
-    /// `flags`: only observations from a task of this cfs_rq's CPU, which hold its rq lock,
-    /// write it after the stop is open, so it needs no atomic update.
+    /// stopped children (see `start`); the next observation from a task lists them. Only
+    /// observations from a task of this cfs_rq's CPU, which hold its rq lock, write it after
+    /// the stop is open.
     pub(super) children_unlisted: u32,
     /// The first observation of `throttled == 0` that was left to a callback's exit; 0 = none.
     /// The earliest sign of the end, so it is the END's time.
     pub(super) unthrottled_ns: u64,
-    /// The group's `struct cgroup *` and this stop's `TP_BY_GROUP` key (with `F_INDEXED`).
+    /// The group's `struct cgroup *` and this stop's `TP_BY_GROUP` key (with `indexed`).
     cgroup: u64,
     key: GroupCpu,
 }
@@ -60,6 +68,26 @@ pub(super) struct TpStop {
 /// Stops in progress for this backend, by `struct cfs_rq *`.
 #[map]
 pub(super) static TP_OPEN: HashMap<u64, TpStop> = HashMap::with_max_entries(16384, 0);
+
+/// How many `TP_OPEN` entries there are (at most; a failed removal leaves it high): while it
+/// is 0 the hot path skips looking for the stop of a cfs_rq whose quota was removed. Updated
+/// with BPF atomic adds (`lock xadd`, every kernel), from any CPU.
+#[map]
+static TP_OPEN_COUNT: Array<u64> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+fn count_open(delta: u64) {
+    if let Some(p) = TP_OPEN_COUNT.get_ptr_mut(0) {
+        // SAFETY: a valid, aligned map value; every update is this atomic add.
+        unsafe { stops::atomic_add(p, delta) };
+    }
+}
+
+/// Whether any stop may be open.
+#[inline(always)]
+pub(super) fn any_open() -> bool {
+    TP_OPEN_COUNT.get(0).is_some_and(|&n| n != 0)
+}
 
 /// One stop: its cfs_rq and its `start_ns` (two stops of one cfs_rq never share a start).
 #[repr(C)]
@@ -135,6 +163,14 @@ pub(super) fn episode_changed(st: &TpStop, self_time: impl FnOnce() -> Option<u6
 /// Two CPUs may see the same throttle at once: the first to insert it opens it.
 #[inline(never)]
 pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
+    // Nothing opens before every program is attached: a stop opened by the refill programs
+    // alone could miss its end (the context switches that see it are not traced yet) and run
+    // on through later stops of its cfs_rq, its kernel time theirs too, some of them ended
+    // before the agent's cpu.stat baseline. Opened once armed, it is judged by the kernel's
+    // own start (`started_before_trace`) and its kernel time is its own.
+    if cfg(CFG_ARMED_NS) == 0 {
+        return;
+    }
     let parked = how & TASK_PARKED != 0;
     // Built in a per-CPU scratch slot: a StopEvent is too big for the BPF stack here.
     let Some(st) = TP_SCRATCH.get_ptr_mut(0) else {
@@ -149,6 +185,9 @@ pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
     st.ev.cfs_rq = cfs_rq;
     st.self_time0 = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time).unwrap_or(u64::MAX);
     st.flags = 0;
+    st.refill_pending = 0;
+    st.exit_pending = 0;
+    st.indexed = 0;
     st.children_unlisted = 0;
     st.unthrottled_ns = 0;
     st.cgroup = 0;
@@ -201,7 +240,7 @@ pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
     // BPF stack first, and the frame would no longer fit old kernels' 512-byte call chains.
     let stop: &TpStop = st;
     match TP_OPEN.insert(cfs_rq, stop, BPF_NOEXIST.into()) {
-        Ok(()) => {}
+        Ok(()) => count_open(1),
         // Another CPU opened it first.
         Err(EEXIST) => return,
         Err(_) => {
@@ -216,7 +255,7 @@ pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
         // SAFETY: valid map value pointer; only this stop's own entry is marked.
         let open = unsafe { &mut *open };
         if open.ev.start_ns == now {
-            open.flags |= F_INDEXED;
+            open.indexed = 1;
         }
     }
     if st.flags & (F_UNSEEN | F_IGNORED) == 0 {
@@ -224,16 +263,13 @@ pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
     }
 }
 
-/// Whether the throttle began before the tracer was armed. Exact when observed before arming;
-/// otherwise judged from the kernel's own start (`throttled_clock_self`, or `throttled_clock`
-/// before 6.6) carried into CLOCK_MONOTONIC through this rq's current clock offset. A throttle
-/// whose accounting has not begun yet (6.18: no task parked) counts as seen now.
+/// Whether the throttle began before the tracer was armed (which `start` waits for), judged
+/// from the kernel's own start (`throttled_clock_self`, or `throttled_clock` before 6.6)
+/// carried into CLOCK_MONOTONIC through this rq's current clock offset. A throttle whose
+/// accounting has not begun yet (6.18: no task parked) counts as seen now.
 #[inline(always)]
 fn started_before_trace(o: &Offsets, cfs_rq: u64, now: u64) -> bool {
     let armed = cfg(CFG_ARMED_NS);
-    if armed == 0 {
-        return true;
-    }
     let since = if o.cfs_rq_throttled_clock_self != ABSENT {
         read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self)
     } else {
@@ -278,7 +314,7 @@ pub(super) fn end(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit:
     }
     unindex(st);
     if st.flags & F_IGNORED != 0 {
-        let _ = TP_OPEN.remove(cfs_rq);
+        remove_open(cfs_rq);
         return;
     }
     let kernel_ns = if reason == END_CGROUP_GONE {
@@ -312,15 +348,22 @@ pub(super) fn end(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit:
     st.ev.kernel_ns = kernel_ns;
     st.ev.end_reason = reason;
     stops::emit(&st.ev);
-    let _ = TP_OPEN.remove(cfs_rq);
+    remove_open(cfs_rq);
+}
+
+#[inline(always)]
+fn remove_open(cfs_rq: u64) {
+    if TP_OPEN.remove(cfs_rq).is_ok() {
+        count_open(u64::MAX);
+    }
 }
 
 /// Drops `st`'s `TP_BY_GROUP` entry, if it has one.
 #[inline(always)]
 fn unindex(st: &mut TpStop) {
-    if st.flags & F_INDEXED != 0 {
+    if st.indexed != 0 {
         let _ = TP_BY_GROUP.remove(st.key);
-        st.flags &= !F_INDEXED;
+        st.indexed = 0;
     }
 }
 

@@ -221,7 +221,7 @@ impl Aggregate {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::records::{Bandwidth, EndReason, EndedStop, Stop};
 
@@ -260,11 +260,11 @@ mod tests {
         }
     }
 
-    pub(super) fn start(cg: u64, cpu: u32, s: u64) -> Event {
+    pub(crate) fn start(cg: u64, cpu: u32, s: u64) -> Event {
         Event::Start(stop(cg, cpu, s))
     }
 
-    pub(super) fn end(cg: u64, cpu: u32, s: u64, e: u64) -> Event {
+    pub(crate) fn end(cg: u64, cpu: u32, s: u64, e: u64) -> Event {
         Event::End(EndedStop {
             stop: stop(cg, cpu, s),
             end_ns: e,

@@ -201,9 +201,10 @@ impl Probes {
         choice: BackendChoice,
         offsets: &Offsets,
         cgroup_filter: &[u64],
+        ring_bytes: u32,
     ) -> Result<Self, Failure> {
         let selected = select(choice.candidates(), |backend| {
-            try_backend(backend, offsets, cgroup_filter)
+            try_backend(backend, offsets, cgroup_filter, ring_bytes)
         })?;
         let (mut ebpf, attached) = selected.value;
         // The logger only for the copy that stays: a failed attempt leaves nothing behind.
@@ -257,12 +258,13 @@ impl Probes {
     }
 }
 
-/// Loads a fresh copy of the object and attaches `backend` to it. On failure the copy is
-/// dropped here, which detaches and unloads all it had.
+/// Loads a fresh copy of the object, its ring buffer `ring_bytes` long, and attaches `backend`
+/// to it. On failure the copy is dropped here, which detaches and unloads all it had.
 pub fn try_backend(
     backend: Backend,
     offsets: &Offsets,
     cgroup_filter: &[u64],
+    ring_bytes: u32,
 ) -> Result<(Ebpf, Attached), Failure> {
     let filter_on = u32::from(!cgroup_filter.is_empty());
     let log_level = match log::max_level() {
@@ -277,8 +279,13 @@ pub fn try_backend(
     // of the group; the verifier walks the loop for this count.
     let nr_cpus = aya::util::nr_cpus().map_or(1024, |n| n as u64);
     let phase = std::time::Instant::now();
+    // A record wakes the reader once a sixteenth of the ring is pending (64 KiB of the default
+    // 1 MiB); below that the reader's 100 ms tick drains it.
+    let wakeup_bytes = u64::from(ring_bytes / 16);
     let mut loader = EbpfLoader::new();
     loader
+        .map_max_entries("EVENTS", ring_bytes)
+        .override_global("WAKEUP_BYTES", &wakeup_bytes, true)
         .override_global("OFFSETS", offsets, true)
         .override_global("FILTER_CGROUPS", &filter_on, true)
         .override_global("NR_CPUS", &nr_cpus, true)

@@ -6,8 +6,9 @@
 //! The hrtimer and CSD tracepoints fire for every timer and every cross-CPU call; the function
 //! pointer tells ours apart, and the programs learn those pointers from the kernel's own
 //! structures (tracer-ebpf/src/tracepoint/config.rs), so no kernel symbol address is needed.
-//! After attaching, the agent records when tracing was armed, so a stop whose throttle began
-//! before that is reported as an unseen-start end.
+//! After attaching, the agent records when tracing was armed: no stop is opened before that
+//! (with only some programs attached one could miss its end), and a stop whose throttle began
+//! before it is reported as an unseen-start end.
 use aya::{
     Btf, Ebpf,
     maps::Array,
@@ -113,15 +114,13 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
         .set(CFG_ARMED_NS, records::monotonic_now_ns(), 0)
         .map_err(|e| super::internal(&format!("TP_CONFIG: {e}")))?;
 
-    let mut blind_end_reasons = vec!["cpu_offline"];
+    // Quota writes are told apart only when they change quota, period or burst (or remove
+    // the quota); a rewrite of the same values is hidden, so the list names it.
+    let mut blind_end_reasons = vec!["cpu_offline", "quota_change"];
     if !cgroup_removal_seen {
         blind_end_reasons.push("cgroup_gone");
     }
-    Ok(Attached {
-        // Quota writes are told apart only when they change quota, period or burst; see
-        // `why_blind` for the rest.
-        blind_end_reasons,
-    })
+    Ok(Attached { blind_end_reasons })
 }
 
 /// Why this backend cannot tell `reason` ends apart, for the warning at attach.
@@ -132,6 +131,11 @@ pub fn why_blind(reason: &str) -> &'static str {
              observation of its cfs_rq"
         }
         "cgroup_gone" => "neither cgroup_rmdir nor cgroup_release could be attached",
+        "quota_change" => {
+            "no tracepoint marks a write to the bandwidth files: a write that changes quota, \
+             period or burst, or removes the quota, is told from the settings, one that leaves \
+             them as they were is not"
+        }
         _ => "no tracepoint marks it",
     }
 }

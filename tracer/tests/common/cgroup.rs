@@ -90,6 +90,10 @@ impl Cgroup {
         self.cpu.set_quota(&self.dir, quota_us, period_us);
     }
 
+    pub fn write_quota(&self, quota_us: Option<u64>) {
+        self.cpu.write_quota(&self.dir, quota_us);
+    }
+
     pub fn favour(&self) {
         self.cpu.favour(&self.dir);
     }

@@ -108,6 +108,22 @@ impl CpuHierarchy {
         }
     }
 
+    /// Writes only the quota of `dir` (`None`: no limit), the period as it is: one write of
+    /// the kernel's bandwidth settings (v1 writes period and quota through two files).
+    pub fn write_quota(&self, dir: &Path, quota_us: Option<u64>) {
+        match self.version {
+            Version::V1 => {
+                let quota = quota_us.map_or("-1".into(), |q| q.to_string());
+                write(dir, "cpu.cfs_quota_us", &quota);
+            }
+            Version::V2 => {
+                let quota = quota_us.map_or("max".into(), |q| q.to_string());
+                let period = self.period_us(dir);
+                write(dir, "cpu.max", &format!("{quota} {period}"));
+            }
+        }
+    }
+
     /// The period of `dir`'s quota, in µs.
     pub fn period_us(&self, dir: &Path) -> u64 {
         let (file, text) = match self.version {
