@@ -543,7 +543,7 @@ fn parse_ms(cell: &str) -> Option<f64> {
 }
 
 /// `top` on a terminal (tmux) over a spiky burn of 80 ms every 500 ms at 50 ms / 100 ms
-/// (tracepoint backend, which measures periods): its MAX RUN column shows, redraw after redraw,
+/// (tracepoint backend): its MAX RUN column shows, redraw after redraw,
 /// the CPU one round burned by the workload's own clock (CLOCK_THREAD_CPUTIME_ID), within 5 %.
 #[test]
 fn terminal_live_view_shows_the_largest_run_demand_of_the_interval() {

@@ -4,7 +4,7 @@
 //! group stop into a per-interval window that [`Aggregate::take_interval`] hands out and empties:
 //! the same stop logic feeds both, and an interval holds what *ended* in it (a stop spanning a
 //! tick counts whole in the interval it ends in; a group stop in the one where it became final).
-//! It also keeps each cgroup's largest busy run that ended in the interval (tracepoint backend),
+//! It also keeps each cgroup's largest busy run that ended in the interval,
 //! shown on the rows of the cgroups stopped in it.
 //!
 //! [`Aggregate::with_intervals`]: super::Aggregate::with_intervals
