@@ -25,9 +25,8 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         .iter()
         .map(|h| Floor::attach(h))
         .collect::<Result<Vec<_>>>()?;
-    let before = bpf::loaded_ids();
     let peer = Traced::bpftrace(BPFTRACE_CHECK)?;
-    let theirs = bpf::tracepoint_programs_since(&before, "sched_switch");
+    let theirs = peer.programs.clone();
     if theirs.len() != 1 {
         bail!("expected one new tracepoint program from bpftrace, found {theirs:?}");
     }

@@ -1,5 +1,6 @@
 //! The processes the bench runs and reads: the tracer, bpftrace, busy loops in quota'd
 //! cgroups; and what /proc says about a process (memory, CPU time, BPF maps).
+use super::bpf;
 use crate::process::{die_with_parent, signal, wait_timeout};
 use anyhow::{Context as _, Result, bail};
 use std::io::{BufRead as _, BufReader, Read as _};
@@ -20,8 +21,11 @@ const UNSEEN: u64 = u64::MAX;
 /// A tracer (throttle-tracer with `--json`, or bpftrace) running in the background, ready.
 pub struct Traced {
     child: Option<Child>,
-    /// exec → the line that says it is ready (`start`; bpftrace's "Attaching").
+    started: Instant,
+    /// exec → ready (the `start` line; bpftrace's program loaded).
     pub ready_after: Duration,
+    /// bpftrace's programs (none for the tracer, whose are found by its links).
+    pub programs: Vec<bpf::Program>,
     /// `stop` lines read so far.
     pub stops: Arc<AtomicU64>,
     /// The `end` line's `lost`, once printed.
@@ -39,11 +43,25 @@ impl Traced {
         Self::spawn(command, |line| line.contains(r#""type":"start""#))
     }
 
-    /// `bpftrace -e SCRIPT`, ready when it says it attaches.
+    /// `bpftrace -e SCRIPT`, ready when its tracepoint program is loaded: it prints
+    /// "Attaching" before it loads anything.
     pub fn bpftrace(script: &str) -> Result<Self> {
+        let before = bpf::loaded_ids();
         let mut command = Command::new("bpftrace");
         command.args(["-e", script]);
-        Self::spawn(command, |line| line.starts_with("Attaching"))
+        let mut traced = Self::spawn(command, |line| line.starts_with("Attaching"))?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            traced.programs = bpf::tracepoint_programs_since(&before, "sched_switch");
+            if !traced.programs.is_empty() {
+                traced.ready_after = traced.started.elapsed();
+                return Ok(traced);
+            }
+            if Instant::now() > deadline {
+                bail!("bpftrace loaded no tracepoint program within {START_TIMEOUT:?}");
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
     }
 
     fn spawn(mut command: Command, ready: fn(&str) -> bool) -> Result<Self> {
@@ -85,7 +103,9 @@ impl Traced {
         let stdin = child.stdin.take();
         let mut traced = Self {
             child: Some(child),
+            started,
             ready_after: Duration::ZERO,
+            programs: Vec::new(),
             stops,
             lost,
             stdin,

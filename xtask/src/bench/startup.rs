@@ -1,5 +1,5 @@
 //! exec → the NDJSON `start` line (every probe attached), per backend the kernel allows and
-//! for `auto`, against exec → bpftrace's "Attaching" line for its one-line check; then where
+//! for `auto`, against exec → bpftrace's program loaded (it says "Attaching" before it loads); then where
 //! the tracer's time goes, from its `startup:` debug lines (BTF, the object's maps, each
 //! program's verification).
 use super::procs::Traced;
@@ -55,11 +55,11 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
                 "ms",
                 &times,
             )
-            .against("bpftrace exec → Attaching", reference),
+            .against("bpftrace exec → program loaded", reference),
         );
     }
     rows.push(
-        Row::new(SECTION, "bpftrace exec → Attaching", "ms", &bpftrace)
+        Row::new(SECTION, "bpftrace exec → program loaded", "ms", &bpftrace)
             .note(format!("`{BPFTRACE_CHECK}`")),
     );
 
