@@ -205,23 +205,23 @@ pub fn hold(o: &Offsets, task: u64, since_ns: u64, ev: &mut StopEvent) {
         return;
     };
     let n = ev.threads as usize;
+    // Every index a constant: with `held[n]` taken after the loop, 5.10's verifier lost the
+    // pointer on one of the paths the compiler merged ("R3 invalid mem access 'inv'").
     for i in 0..MAX_THREADS {
-        if i >= n {
-            break;
+        if i == n {
+            let entry = &mut ev.held[i];
+            entry.tid = tid;
+            entry.pid = read::<u32>(task, o.task_tgid).unwrap_or(0);
+            entry.since_ns = since_ns;
+            entry.comm = read::<[u8; 16]>(task, o.task_comm).unwrap_or([0; 16]);
+            ev.threads += 1;
+            return;
         }
         if ev.held[i].tid == tid {
             return;
         }
     }
-    let Some(entry) = ev.held.get_mut(n) else {
-        ev.threads_unlisted = ev.threads_unlisted.saturating_add(1);
-        return;
-    };
-    entry.tid = tid;
-    entry.pid = read::<u32>(task, o.task_tgid).unwrap_or(0);
-    entry.since_ns = since_ns;
-    entry.comm = read::<[u8; 16]>(task, o.task_comm).unwrap_or([0; 16]);
-    ev.threads += 1;
+    ev.threads_unlisted = ev.threads_unlisted.saturating_add(1);
 }
 
 /// pid, tid, comm and own (leaf) cgroup of `task`, which the caller knows is inside the
