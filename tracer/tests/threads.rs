@@ -121,9 +121,12 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
         held_stops >= 30,
         "{held_stops} stops held the spinner in 4 s"
     );
-    // A few µs per stop lie between the tracer's timestamps and the scheduler's.
+    // A few µs per stop lie between the tracer's timestamps and the scheduler's (and, from
+    // the kprobe and fentry backends on 6.18+, between the throttle and the park): 20 µs a
+    // stop, 200 µs under emulation, where 7.2's kprobe runs showed 84 µs a stop.
+    let slack = if common::emulated() { 200_000 } else { 20_000 };
     assert!(
-        grown + held_stops * 20_000 >= held_ns,
+        grown + held_stops * slack >= held_ns,
         "run_delay grew {grown} ns, less than the {held_ns} ns the stops held it"
     );
     assert!(
