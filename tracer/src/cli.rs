@@ -40,8 +40,8 @@ pub struct RunArgs {
     /// Live view: refresh a table of the cgroups stopped in each interval (e.g. 1s) until
     /// Ctrl-C or --duration, then print the full summary. Redraws in place on a terminal (keys:
     /// arrows, PgUp/PgDn, Home/End select a row; s sorts by wall time, stops, p99 or name; /
-    /// filters by path or name; Enter shows the selected row's histograms; q quits), prints
-    /// timestamped blocks when piped. `top` is the same with 1s.
+    /// filters by path or name; Enter shows the selected row's histograms; p switches to the
+    /// processes held; q quits), prints timestamped blocks when piped. `top` is the same with 1s.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, conflicts_with = "json")]
     pub interval: Option<Duration>,
 

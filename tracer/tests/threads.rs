@@ -46,6 +46,15 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Whether `release` (`uname -r`) is 6.18 or later: the task-based throttle.
+fn task_based(release: &str) -> bool {
+    let mut parts = release
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 18)
+}
+
 #[test]
 fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_one() {
     let Some(host) = common::require(common::host()) else {
@@ -77,7 +86,7 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit()),
     );
-    let (_, lines) = common::ndjson_lines(&mut tracer);
+    let (start, lines) = common::ndjson_lines(&mut tracer);
     // Past the stop in progress when the probes attached (its start was not seen).
     thread::sleep(Duration::from_millis(300));
     let (t0, delay0) = (monotonic_ns(), run_delay_ns(pid, spinner));
@@ -121,14 +130,26 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
         held_stops >= 30,
         "{held_stops} stops held the spinner in 4 s"
     );
-    // A few µs per stop lie between the tracer's timestamps and the scheduler's.
+    // A few µs per stop lie between the tracer's timestamps and the scheduler's: 20 µs a
+    // stop, 200 µs under emulation. The kprobe and fentry backends on the task-based throttle
+    // (6.18+) date a wait from the throttle, not from the park that starts it
+    // (docs/design.md): there the held time may exceed run_delay by that gap (7.2 in TCG:
+    // 84 to 449 µs a stop), and only the 2 % bound below holds.
+    let slack = if common::emulated() { 200_000 } else { 20_000 };
+    if start["backend"] == "tracepoint" || !task_based(start["kernel"].as_str().unwrap_or("")) {
+        assert!(
+            grown + held_stops * slack >= held_ns,
+            "run_delay grew {grown} ns, less than the {held_ns} ns the stops held it"
+        );
+    } else {
+        eprintln!(
+            "threads: the {} backend sees no park: no lower bound",
+            start["backend"]
+        );
+    }
     assert!(
-        grown + held_stops * 20_000 >= held_ns,
-        "run_delay grew {grown} ns, less than the {held_ns} ns the stops held it"
-    );
-    assert!(
-        (grown as f64) <= held_ns as f64 * 1.02,
-        "run_delay grew {grown} ns, more than 2 % over the {held_ns} ns the stops held it"
+        (grown as f64 - held_ns as f64).abs() <= held_ns as f64 * 0.02,
+        "run_delay grew {grown} ns, not within 2 % of the {held_ns} ns the stops held it"
     );
 
     let summary = lines

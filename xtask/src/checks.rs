@@ -433,8 +433,8 @@ impl Judge {
         let held = held_the_thread(&steady);
         self.check(held as f64 >= 0.95 * steady.len() as f64, || {
             format!(
-                "{held} of {} stops after the first held the busy thread (alone, ≥ 80 % of the \
-                 stop), expected ≥ 95%",
+                "{held} of {} stops after the first held one thread of the workload (alone, ≥ 80 % \
+                 of the stop), expected ≥ 95%",
                 steady.len()
             )
         });
@@ -674,20 +674,20 @@ impl Judge {
 
 /// Whether `stop` credits as many of `children` (sorted) as it had tasks queued, and nothing
 /// else: what a stop counts for is the children listed and the group of the task seen stopped.
-/// How many of `stops` (of the one-thread workload) name the workload's one thread and no
-/// other, held for 80 % to 100 % of the stop: the whole stop before 6.18, from its park (a
-/// few ms at most after the throttle) on the task-based throttle. The thread is the one most
-/// stops name.
+/// How many of `stops` (of the one-thread workload) name one thread of the workload's process
+/// and no other, held for 80 % to 100 % of the stop: the whole stop before 6.18, from its park
+/// (a few ms at most after the throttle) on the task-based throttle. The thread is the spinner,
+/// or in the first periods the main thread starting it; the process is the one most stops name.
 fn held_the_thread(stops: &[&Value]) -> usize {
-    let tid_of = |s: &Value| match s["threads"].as_array().map(Vec::as_slice) {
-        Some([t]) => t["tid"].as_u64(),
+    let pid_of = |s: &Value| match s["threads"].as_array().map(Vec::as_slice) {
+        Some([t]) => t["pid"].as_u64(),
         _ => None,
     };
     let mut counts: HashMap<u64, usize> = HashMap::new();
-    for tid in stops.iter().filter_map(|s| tid_of(s)) {
-        *counts.entry(tid).or_default() += 1;
+    for pid in stops.iter().filter_map(|s| pid_of(s)) {
+        *counts.entry(pid).or_default() += 1;
     }
-    let Some((&busy, _)) = counts.iter().max_by_key(|(_, n)| **n) else {
+    let Some((&workload, _)) = counts.iter().max_by_key(|(_, n)| **n) else {
         return 0;
     };
     stops
@@ -695,7 +695,7 @@ fn held_the_thread(stops: &[&Value]) -> usize {
         .filter(|s| {
             let held = ns(&s["threads"][0]["held_ns"]);
             let length = ns(&s["duration_ns"]);
-            tid_of(s) == Some(busy) && held <= length && held >= 0.8 * length
+            pid_of(s) == Some(workload) && held <= length && held >= 0.8 * length
         })
         .count()
 }
@@ -822,13 +822,13 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_holds_the_thread_most_stops_name_for_most_of_it() {
+    fn a_stop_holds_one_thread_of_the_process_most_stops_name_for_most_of_it() {
         let stops: Vec<Value> = [
-            r#"{"duration_ns":80,"threads":[{"tid":7,"held_ns":80}]}"#,
-            r#"{"duration_ns":80,"threads":[{"tid":7,"held_ns":70}]}"#,
-            r#"{"duration_ns":80,"threads":[{"tid":7,"held_ns":60}]}"#,
-            r#"{"duration_ns":80,"threads":[{"tid":8,"held_ns":80}]}"#,
-            r#"{"duration_ns":80,"threads":[{"tid":7,"held_ns":80},{"tid":9,"held_ns":80}]}"#,
+            r#"{"duration_ns":80,"threads":[{"pid":7,"tid":7,"held_ns":80}]}"#,
+            r#"{"duration_ns":80,"threads":[{"pid":7,"tid":8,"held_ns":70}]}"#,
+            r#"{"duration_ns":80,"threads":[{"pid":7,"tid":8,"held_ns":60}]}"#,
+            r#"{"duration_ns":80,"threads":[{"pid":9,"tid":9,"held_ns":80}]}"#,
+            r#"{"duration_ns":80,"threads":[{"pid":7,"tid":8,"held_ns":80},{"pid":7,"tid":7,"held_ns":80}]}"#,
             r#"{"duration_ns":80}"#,
         ]
         .iter()
