@@ -428,11 +428,26 @@ fn prometheus_stores_the_containerised_serve_s_series_of_a_throttled_container()
     host.cpu.wait_refilled(&cg.dir);
     let frozen = SystemTime::now();
     let after = host.cpu.stat(&cg.dir);
-    common::wait_until(
-        Duration::from_secs(10),
-        "a scrape after the counters froze",
-        || http::scraped_since(prom, &cgroup, frozen),
-    );
+    // The exporter's lines of the container's pod, said if Prometheus never stores its series.
+    let pod_lines = || {
+        let (_, scrape) = get(port, "/metrics").unwrap_or_default();
+        let lines: Vec<String> = scrape
+            .lines()
+            .filter(|l| l.contains(uid) || l.contains("id:"))
+            .map(str::to_owned)
+            .collect();
+        lines.join("\n")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !http::series_scraped_since(prom, &cgroup, frozen) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no scrape of {cgroup} after its counters froze ({after:?}); the exporter's \
+             lines of its pod:\n{}",
+            pod_lines()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     let l = format!(
         "{{cgroup=\"{cgroup}\",container=\"{}\",pod=\"{uid}\"}}",
