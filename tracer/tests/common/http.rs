@@ -119,6 +119,23 @@ pub fn scraped_since(port: u16, cgroup: &str, time: SystemTime) -> bool {
     ) > at
 }
 
+/// [`scraped_since`], false also while Prometheus has no such series yet.
+pub fn series_scraped_since(port: u16, cgroup: &str, time: SystemTime) -> bool {
+    let at = time.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    let promql = format!("timestamp(throttle_tracer_stops_total{{cgroup=\"{cgroup}\"}})");
+    let Ok((200, body)) = get(
+        port,
+        &format!("/api/v1/query?query={}", percent_encode(&promql)),
+    ) else {
+        return false;
+    };
+    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    v["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|s| s.parse::<f64>().ok())
+        .is_some_and(|t| t > at)
+}
+
 /// The value of an instant query that must return exactly one series.
 pub fn query(port: u16, promql: &str) -> f64 {
     let (status, body) = get(
