@@ -195,7 +195,12 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
             kind.as_str(),
             c.short_id()
         );
-        let labels = format!("{{cgroup=\"{}\",container=\"{}\"}}", c.cgroup, c.short_id());
+        let labels = format!(
+            "{{cgroup=\"{}\",container_id=\"{}\",container_id_full=\"{}\"}}",
+            c.cgroup,
+            c.short_id(),
+            c.id
+        );
         for (family, want) in [
             (
                 "throttle_tracer_cpustat_nr_throttled_total",

@@ -457,7 +457,7 @@ fn prometheus_stores_the_containerised_serve_s_series_of_a_throttled_container()
     }
 
     let l = format!(
-        "{{cgroup=\"{cgroup}\",container=\"{}\",pod=\"{uid}\"}}",
+        "{{cgroup=\"{cgroup}\",container_id=\"{}\",pod_uid=\"{uid}\"}}",
         cg.short_id()
     );
     let (_, scrape) = get(port, "/metrics").expect("scrape");
