@@ -70,9 +70,16 @@ fn run_spiky(cgroup: &Cgroup, burn_ms: u32, rounds: u32, threads: u32) -> Outcom
                 // first round it is over, and no round has begun.
                 if rounds > 0 {
                     let due = refill_ns + u64::from(EVERY_MS) * 1_000_000 - 50_000_000;
-                    thread::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns())));
+                    thread::sleep(Duration::from_nanos(
+                        due.saturating_sub(common::monotonic_ns()),
+                    ));
                 }
-                synced = Some((refill_ns, monotonic_ns(), cgroup.stat(), cgroup.usage_ns()));
+                synced = Some((
+                    refill_ns,
+                    common::monotonic_ns(),
+                    cgroup.stat(),
+                    cgroup.usage_ns(),
+                ));
             }
             ["round", _, "start_ns", a, "end_ns", b, "cpu_ns", c, ..] => {
                 done.push(Round {
@@ -195,7 +202,7 @@ fn traced(cpu: &CpuHierarchy, tag: &str, burn_ms: u32, threads: u32, burst_us: u
     let boundary_ns = run_spiky(&cgroup, burn_ms, 0, 1).refill_ns;
     let tracer = Tracer::start(&cgroup);
     let period_ns = PERIOD_US * 1000;
-    let now = monotonic_ns();
+    let now = common::monotonic_ns();
     let next = boundary_ns + (now - boundary_ns).div_ceil(period_ns) * period_ns;
     thread::sleep(Duration::from_nanos(next + 1_000_000 - now));
     let outcome = run_spiky(&cgroup, burn_ms, ROUNDS, threads);
@@ -245,16 +252,6 @@ struct Traced {
     cgroup: Cgroup,
     outcome: Outcome,
     lines: Vec<Value>,
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn has_burst(cgroup: &Cgroup) -> Result<(), String> {
@@ -385,7 +382,7 @@ fn advise_prints_only_the_advice_and_measures_the_rounds() {
             .stderr(Stdio::inherit()),
     );
     let period_ns = PERIOD_US * 1000;
-    let now = monotonic_ns();
+    let now = common::monotonic_ns();
     let next = boundary_ns + (now - boundary_ns).div_ceil(period_ns) * period_ns;
     thread::sleep(Duration::from_nanos(next + 1_000_000 - now));
     let outcome = run_spiky(&cgroup, 80, 16, 1);
@@ -519,7 +516,7 @@ fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_pe
     };
     let cgroup = Cgroup::throttled(&host.cpu, "advise-arrivals", QUOTA_US, PERIOD_US);
     let tracer = Tracer::start(&cgroup);
-    let from_ns = monotonic_ns();
+    let from_ns = common::monotonic_ns();
     let (requests, periods, throttled) = run_arrivals(&cgroup);
     let lines = tracer.stop();
     eprintln!(

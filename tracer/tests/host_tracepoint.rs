@@ -406,17 +406,6 @@ fn started_in_the_middle_of_an_incident_the_cross_check_is_exact() {
     assert!(cross_check.ends_with("(trace +0 ns)"), "{cross_check}");
 }
 
-/// CLOCK_MONOTONIC now, in ns: the clock of the tracer's `*_ns` times.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to write to.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The quota written while the group is stopped: changed, rewritten unchanged, and removed
 /// (`max` / -1). Each write unthrottles the group's stopped CPU at once (tg_set_cfs_bandwidth),
 /// so the stop open when the write began ends within the write (the tracepoint backend sees it
@@ -452,9 +441,9 @@ fn a_quota_written_while_stopped_ends_the_stop_as_a_quota_change() {
         (Some(2_000), false),
         (None, true),
     ] {
-        let from = monotonic_ns();
+        let from = common::monotonic_ns();
         scene.cgroup.write_quota(quota);
-        writes.push((quota, changes, from, monotonic_ns()));
+        writes.push((quota, changes, from, common::monotonic_ns()));
         std::thread::sleep(std::time::Duration::from_millis(150));
     }
     let status = workload.wait().expect("wait workload");

@@ -36,16 +36,6 @@ fn run_delay_ns(pid: u32, tid: u32) -> u64 {
         .unwrap_or_else(|| panic!("schedstat: {text}"))
 }
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Whether `release` (`uname -r`) is 6.18 or later: the task-based throttle.
 fn task_based(release: &str) -> bool {
     let mut parts = release
@@ -89,9 +79,9 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
     let (start, lines) = common::ndjson_lines(&mut tracer);
     // Past the stop in progress when the probes attached (its start was not seen).
     thread::sleep(Duration::from_millis(300));
-    let (t0, delay0) = (monotonic_ns(), run_delay_ns(pid, spinner));
+    let (t0, delay0) = (common::monotonic_ns(), run_delay_ns(pid, spinner));
     thread::sleep(Duration::from_secs(4));
-    let (t1, delay1) = (monotonic_ns(), run_delay_ns(pid, spinner));
+    let (t1, delay1) = (common::monotonic_ns(), run_delay_ns(pid, spinner));
     // The stop in progress at t1 ends within a period.
     thread::sleep(Duration::from_millis(300));
     assert!(tracer.interrupt().success());

@@ -110,6 +110,17 @@ pub fn demand_in_kernel() -> bool {
         .is_some_and(|major| major < 7)
 }
 
+/// CLOCK_MONOTONIC now, in ns: the clock of the tracer's `*_ns` times.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 pub fn backend() -> String {
     std::env::var("TT_TEST_BACKEND").unwrap_or_else(|_| "tracepoint".into())
 }
