@@ -8,6 +8,7 @@
 //! its native histogram buckets) and has its series; then one scrape, and the tracer's resident
 //! memory (VmRSS, and its peak VmHWM) from /proc. The difference over the extra cgroups is the
 //! cost of one exported cgroup. Figures only; needs root.
+use crate::bench::procs::Memory;
 use crate::{binaries, setup};
 use anyhow::{Context as _, Result, bail};
 use std::io::{Read as _, Write as _};
@@ -122,23 +123,11 @@ fn measure(tracer: &Path, tree: &Tree, count: usize, pid: u32) -> Result<Measure
         .lines()
         .filter(|l| l.starts_with("throttle_tracer_stops_total{"))
         .count();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", serve.0.id()))?;
-    let kib = |key: &str| -> Result<u64> {
-        status
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(key)?
-                    .trim()
-                    .strip_suffix(" kB")?
-                    .parse()
-                    .ok()
-            })
-            .with_context(|| format!("no {key} in /proc/<serve>/status"))
-    };
+    let memory = Memory::of(serve.0.id())?;
     let measured = Measured {
         series,
-        rss_kib: kib("VmRSS:")?,
-        hwm_kib: kib("VmHWM:")?,
+        rss_kib: memory.rss / 1024,
+        hwm_kib: memory.peak_rss / 1024,
         scrape_bytes: scrape.len(),
     };
     serve.stop();

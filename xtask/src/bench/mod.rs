@@ -17,7 +17,7 @@
 mod bpf;
 mod ingest;
 mod kernel;
-mod procs;
+pub(crate) mod procs;
 mod slowdown;
 mod startup;
 mod sustained;
