@@ -237,7 +237,9 @@ fn traced(cpu: &CpuHierarchy, tag: &str, burn_ms: u32, threads: u32, burst_us: u
             counted as f64 / 1e6
         );
         assert!(
-            spent.abs_diff(counted) <= counted / 100 + 50_000,
+            // Never more than the kernel counted; less by at most a runtime slice (5 ms by
+            // default) a CPU drew between the tracer's read of the pool and the refill.
+            spent <= counted + 1_000 && counted - spent.min(counted) <= counted / 100 + 5_000_000,
             "Σ burst spent {spent} ns vs cpu.stat's burst time delta {counted} ns"
         );
     }

@@ -652,10 +652,13 @@ impl Judge {
         };
         let counted = counted_us as f64 * 1e3;
         let spent: f64 = run.periods.iter().map(|p| ns(&p["burst_spent_ns"])).sum();
-        // The pool is read without the bandwidth lock: a CPU taking runtime between the read
-        // and the refill moves a period's figure by what it took (µs).
+        // The pool is read without the bandwidth lock: a CPU that draws a slice from it
+        // (sched_cfs_bandwidth_slice_us, 5 ms by default) between the read and the refill makes
+        // the kernel count that much more burst than the period's figure (seen once in 8
+        // periods under TCG). Never less.
+        let slice = 5_000_000.0;
         self.check(
-            (spent - counted).abs() <= 0.01 * counted + 100_000.0,
+            spent <= counted + 1_000.0 && counted - spent <= 0.01 * counted + slice,
             || {
                 format!(
                     "Σ burst spent {:.3} ms vs cpu.stat burst_usec delta {:.3} ms",
