@@ -251,6 +251,23 @@ fn bad_filter_values_are_usage_errors() {
 struct Tmux(String);
 
 impl Tmux {
+    /// A detached session `name`, `cols` × `rows`, running `command`.
+    fn start(name: &str, cols: u32, rows: u32, command: &str) -> Self {
+        let (cols, rows) = (cols.to_string(), rows.to_string());
+        Self::run(&[
+            "new-session",
+            "-d",
+            "-s",
+            name,
+            "-x",
+            &cols,
+            "-y",
+            &rows,
+            command,
+        ]);
+        Self(name.to_owned())
+    }
+
     fn run(args: &[&str]) -> String {
         let out = Command::new("tmux").args(args).output().expect("run tmux");
         assert!(out.status.success(), "tmux {args:?}: {out:?}");
@@ -366,7 +383,6 @@ fn terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back() {
         Throttled::start(&host, "tty2", 300),
     );
     let (cg1, cg2) = (format!("/{}", one.name), format!("/{}", two.name));
-    let tmux = Tmux(one.name.clone());
     let top = format!(
         "{TRACER} top --backend tracepoint --pid {} --pid {}",
         one.workload.id(),
@@ -385,17 +401,7 @@ fn terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back() {
         after(2),
         after(3)
     );
-    Tmux::run(&[
-        "new-session",
-        "-d",
-        "-s",
-        &tmux.0,
-        "-x",
-        "230",
-        "-y",
-        "50",
-        &command,
-    ]);
+    let tmux = Tmux::start(&one.name, 230, 50, &command);
     let pane = tmux.wait_for("2 stopped cgroup(s)");
     println!("{pane}");
     // Redrawn in place: one table on the screen, the keys on its last line.
@@ -577,22 +583,11 @@ fn terminal_live_view_shows_the_largest_run_demand_of_the_interval() {
         .expect("the workload's synced line");
     assert!(synced.starts_with("synced"), "{synced}");
 
-    let tmux = Tmux("live-run".into());
     let top = format!(
         "{TRACER} top --backend tracepoint --cgroup {}; sleep 300",
         cgroup.path()
     );
-    Tmux::run(&[
-        "new-session",
-        "-d",
-        "-s",
-        &tmux.0,
-        "-x",
-        "230",
-        "-y",
-        "20",
-        &top,
-    ]);
+    let tmux = Tmux::start("live-run", 230, 20, &top);
     tmux.wait_for(KEYS_LINE);
     // Five seconds of redraws, each interval holding two rounds.
     let mut shown = Vec::new();
