@@ -36,16 +36,8 @@ pub fn build() -> Result<Binaries> {
 /// are in [`bin_dir`].
 pub fn build_with_tests() -> Result<Binaries> {
     let mut cargo = static_cargo();
-    cargo.args([
-        "test",
-        "--no-run",
-        "--release",
-        "-p",
-        "tracer",
-        "--target",
-        TARGET,
-    ]);
-    cargo.args(["--test", "*", "--message-format=json"]);
+    cargo.args(["test", "--no-run", "--release", "--target", TARGET]);
+    cargo.args(["-p", "tracer", "--test", "*", "--message-format=json"]);
     // Cargo's progress and errors stay on the terminal; stdout is its JSON.
     let json = cmd::stdout(cargo.stderr(Stdio::inherit()))?;
     let mut tests = Vec::new();
@@ -69,7 +61,6 @@ pub fn build_with_tests() -> Result<Binaries> {
     Ok(Binaries { tests, ..build()? })
 }
 
-/// Where cargo puts the static programs, and where the tests it builds look for them.
 /// `cargo test` of the tracer's crates, built as the guests' binaries are (static, release):
 /// the host tests and the VM guests share one compile.
 pub fn tests() -> Command {
@@ -83,6 +74,7 @@ pub fn tests() -> Command {
     cargo
 }
 
+/// Where cargo puts the static programs, and where the tests it builds look for them.
 pub fn bin_dir() -> PathBuf {
     paths::target().join(TARGET).join("release")
 }
