@@ -15,10 +15,6 @@ pub struct Outcome {
     pub verdict: Verdict,
     /// The measured figures, for the summary table.
     pub figures: String,
-    /// Per-CPU stops per throttled period (cpu.stat `nr_throttled` delta): comparable between
-    /// two runs of one scenario, unlike raw counts, whose periods start at different phases;
-    /// and the number of stops, the ratio's resolution.
-    pub stops_per_period: Option<(f64, usize)>,
 }
 
 /// Judges the run `name` of `scenario`, which the guest traced with `backend`.
@@ -27,18 +23,11 @@ pub fn judge(console: &Console, scenario: &Scenario, name: &str, backend: &str) 
         return Outcome {
             verdict: Verdict::Skip(reason.to_owned()),
             figures: String::new(),
-            stops_per_period: None,
         };
     }
     let mut judge = Judge::default();
-    let mut stops_per_period = None;
     let figures = match Run::read(console, name, backend) {
-        Ok(run) => {
-            let periods = run.stat("nr_throttled");
-            stops_per_period =
-                (periods > 0).then(|| (run.stops.len() as f64 / periods as f64, run.stops.len()));
-            judge.scenario(&run, scenario)
-        }
+        Ok(run) => judge.scenario(&run, scenario),
         Err(problem) => {
             judge.problems.push(problem);
             let stderr = console.section(&format!("{name}/stderr"));
@@ -55,7 +44,6 @@ pub fn judge(console: &Console, scenario: &Scenario, name: &str, backend: &str) 
             Verdict::Fail(judge.problems)
         },
         figures,
-        stops_per_period,
     }
 }
 
@@ -257,7 +245,8 @@ impl Judge {
         }
     }
 
-    /// The quota's group owns the stops; each child was stopped by it: every stop credits
+    /// The quota's group owns the stops, their kernel time is its cpu.stat throttled time, and
+    /// each child was stopped by it: every stop credits
     /// each child with a task queued on its CPU (each has a busy thread on each CPU, so usually
     /// both), `stopped_by_ancestor` names the group,
     /// its own cpu.stat stayed at 0 throttling, and where the kernel has cpu.stat.local (6.6+)
@@ -273,8 +262,10 @@ impl Judge {
             )
         });
         let credited = self.credit_stopped_children(run);
+        let (count, kernel) = (self.stops_per_period(run, 2), self.kernel_time(run));
         let mut figures = vec![format!(
-            "{parent}: {stops} stops, {credited} of {} crediting each child with a task queued",
+            "{parent}: {count}, {kernel}, {credited} of {} crediting each child with a task \
+             queued",
             run.stops.len()
         )];
         for child in &run.children {
@@ -450,19 +441,40 @@ impl Judge {
         )
     }
 
-    /// A pinned busy thread on each vCPU: every throttled period stops both CPUs (2% or two
-    /// stops at the edges), and the stops' kernel time is cpu.stat's throttled time (1%).
+    /// A pinned busy thread on each vCPU: the stops' kernel time is cpu.stat's throttled time
+    /// (1 %), both CPUs are stopped, mostly together (overcount), and each throttled period
+    /// stops one CPU or both ([`Judge::stops_per_period`]).
     fn two_cpus(&mut self, run: &Run) -> String {
         let cpus: BTreeSet<u64> = run.stops.iter().filter_map(|s| s["cpu"].as_u64()).collect();
         self.check(cpus.contains(&0) && cpus.contains(&1), || {
             format!("stops on CPUs {cpus:?}, expected on 0 and 1")
         });
-        let per_period = 2 * run.stat("nr_throttled");
-        let stops = run.stops.len() as i64;
-        self.check(
-            ((stops - per_period) as f64).abs() <= (per_period as f64 * 0.02).max(2.0),
-            || format!("{stops} stops, expected 2 x nr_throttled = {per_period}"),
+        let count = self.stops_per_period(run, 2);
+        let kernel = self.kernel_time(run);
+        let (wall, cpu) = (
+            run.summary_u64("wall_stop_ns"),
+            run.summary_u64("cpu_stop_ns"),
         );
+        self.check(wall < cpu, || {
+            format!("wall_stop_ns {wall} not < cpu_stop_ns {cpu}")
+        });
+        let overcount = run.summary["overcount"].as_f64().unwrap_or(f64::NAN);
+        self.check(overcount >= 1.5, || {
+            format!("overcount {overcount}, expected ≥ 1.5")
+        });
+        let group = self.group_stops(run);
+        format!(
+            "{count} on CPUs {cpus:?}, {kernel}, wall {:.0} < cpu {:.0} ms, overcount \
+             {overcount:.2}; {group}",
+            wall as f64 / 1e6,
+            cpu as f64 / 1e6,
+        )
+    }
+
+    /// Σ `kernel_ns` of the group's stops (and of those begun before tracing) against the
+    /// group's cpu.stat throttled time: within 1 %. The kernel's own account of every stop,
+    /// and what pins their number: one stop more or fewer is tens of ms of a few seconds.
+    fn kernel_time(&mut self, run: &Run) -> String {
         let unknown = run
             .stops
             .iter()
@@ -488,27 +500,34 @@ impl Judge {
                 error * 100.0
             )
         });
-        let (wall, cpu) = (
-            run.summary_u64("wall_stop_ns"),
-            run.summary_u64("cpu_stop_ns"),
-        );
-        self.check(wall < cpu, || {
-            format!("wall_stop_ns {wall} not < cpu_stop_ns {cpu}")
-        });
-        let overcount = run.summary["overcount"].as_f64().unwrap_or(f64::NAN);
-        self.check(overcount >= 1.5, || {
-            format!("overcount {overcount}, expected ≥ 1.5")
-        });
-        let group = self.group_stops(run);
         format!(
-            "{stops} stops (2 x nr_throttled = {per_period}) on CPUs {cpus:?}, Σkernel {:.1} ms \
-             vs cpu.stat {:.1} ms ({:+.2}%), wall {:.0} < cpu {:.0} ms, overcount \
-             {overcount:.2}; {group}",
+            "Σkernel {:.1} ms vs cpu.stat {:.1} ms ({:+.2}%)",
             kernel_ns as f64 / 1e6,
             stat_ns as f64 / 1e6,
-            error * 100.0,
-            wall as f64 / 1e6,
-            cpu as f64 / 1e6,
+            error * 100.0
+        )
+    }
+
+    /// With a busy thread on each of `cpus` CPUs, every throttled period stops at least one
+    /// of them and at most all, give or take the two edge periods; no tighter count follows
+    /// from the kernel's figures. `nr_throttled` counts periods, not stops, and not even
+    /// refills: a period timer that fires a whole period late adds its overrun
+    /// (do_sched_cfs_period_timer: `nr_throttled += overrun`) for one refill. And which CPUs
+    /// a period stops is the scheduler's: the quota written mid-period stops one CPU in that
+    /// first partial period (6.1 kprobe s4: a 0.9 ms stop on CPU 1 alone, then 31 periods of
+    /// two), and under single-threaded TCG a vCPU that the emulator did not run until the
+    /// refill was never stopped in that period (5.10, 6.1: 1.84 to 1.93 stops per throttled
+    /// period in some runs).
+    fn stops_per_period(&mut self, run: &Run, cpus: i64) -> String {
+        let periods = run.stat("nr_throttled");
+        let stops = run.stops.len() as i64;
+        let (low, high) = (periods - 2, cpus * periods + 2);
+        self.check((low..=high).contains(&stops), || {
+            format!("{stops} stops in {periods} throttled periods, expected {low} to {high}")
+        });
+        format!(
+            "{stops} stops in {periods} throttled periods ({:.2} per period)",
+            stops as f64 / periods.max(1) as f64
         )
     }
 

@@ -83,23 +83,36 @@ fn main() -> std::process::ExitCode {
 /// The README's test command: everything CI checks, host first, then the kernels.
 fn test() -> anyhow::Result<()> {
     use setup::Part;
-    setup::run(&[Part::Build, Part::Vm, Part::HostTests])?;
-    cmd::run(paths::cargo().args(["fmt", "--all", "--check"]))?;
-    cmd::run(paths::cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    // Each step's wall time, for CI's 20-minute budget.
+    let timed = |step: &str, run: &mut dyn FnMut() -> anyhow::Result<()>| {
+        let started = std::time::Instant::now();
+        let result = run();
+        eprintln!("{step} took {:.0} s", started.elapsed().as_secs_f64());
+        result
+    };
+    timed("setup", &mut || {
+        setup::run(&[Part::Build, Part::Vm, Part::HostTests])
+    })?;
+    timed("fmt and clippy", &mut || {
+        cmd::run(paths::cargo().args(["fmt", "--all", "--check"]))?;
+        cmd::run(paths::cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
     // tracer/tests/image.rs runs the image this saves.
-    image::run()?;
+    timed("image", &mut image::run)?;
     // CI's rules whoever runs it: a host test that cannot run for want of something this
     // machine could have (root, BTF, a cpu controller, Prometheus) fails instead of passing.
-    cmd::run(binaries::tests().env("CI", "true"))?;
-    cmd::run(paths::cargo().args(["test", "-p", "xtask"]))?;
-    print_ignored()?;
+    timed("host tests", &mut || {
+        cmd::run(binaries::tests().env("CI", "true"))?;
+        cmd::run(paths::cargo().args(["test", "-p", "xtask"]))?;
+        print_ignored()
+    })?;
     vm_test::run(&vm_test::Args::default())
 }
 
