@@ -358,7 +358,9 @@ fn started_in_the_middle_of_an_incident_the_cross_check_is_exact() {
     };
     let mut scene = Scene::new(&host.cpu, "midway", 50_000, 100_000);
     let before = scene.cgroup.stat();
-    let mut workload = common::spawn_in(&mut common::busy(2, 4), &scene.cgroup, None);
+    // Runs until killed: however long the tracer takes to attach (seconds on a loaded
+    // machine; a 4 s workload had ended before it), the group throttles on both sides of it.
+    let workload = common::spawn_in(&mut common::busy(2, 600), &scene.cgroup, None);
     common::wait_until(
         std::time::Duration::from_secs(5),
         "the group being throttled before the tracer starts",
@@ -369,8 +371,13 @@ fn started_in_the_middle_of_an_incident_the_cross_check_is_exact() {
     let mut tracer = Command::new(TRACER);
     tracer.arg("--record").arg(&recording);
     let rx = scene.start_tracer_as(tracer);
-    let status = workload.wait().expect("wait workload");
-    assert!(status.success(), "workload: {status}");
+    let attached = scene.cgroup.stat().nr_throttled;
+    common::wait_until(
+        std::time::Duration::from_secs(30),
+        "twenty throttled periods while traced",
+        || scene.cgroup.stat().nr_throttled >= attached + 20,
+    );
+    drop(workload);
     scene.cgroup.wait_refilled();
     let after = scene.cgroup.stat();
     let lines = scene.stop_tracer(rx);
