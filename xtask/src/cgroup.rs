@@ -111,6 +111,15 @@ impl Cgroup {
             .with_context(|| format!("no {key} in {} ({})", file.display(), self.version()))
     }
 
+    /// cpu.stat's throttled time in ns (v1 `throttled_time`, v2 `throttled_usec` × 1000).
+    pub fn throttled_ns(&self) -> Result<u64> {
+        if self.v1 {
+            self.stat("throttled_time")
+        } else {
+            Ok(self.stat("throttled_usec")? * 1000)
+        }
+    }
+
     pub fn version(&self) -> &'static str {
         if self.v1 { "v1" } else { "v2" }
     }

@@ -28,6 +28,8 @@ pub struct Traced {
     pub programs: Vec<bpf::Program>,
     /// `stop` lines read so far.
     pub stops: Arc<AtomicU64>,
+    /// Σ `kernel_ns` of those stop lines: the kernel's account of their length.
+    pub kernel_ns: Arc<AtomicU64>,
     /// The `end` line's `lost`, once printed.
     lost: Arc<AtomicU64>,
     stdin: Option<ChildStdin>,
@@ -77,15 +79,24 @@ impl Traced {
             .with_context(|| format!("cannot run {:?}", command.get_program()))?;
         let (ready_tx, ready_rx) = mpsc::channel();
         let stops = Arc::new(AtomicU64::new(0));
+        let kernel_ns = Arc::new(AtomicU64::new(0));
         let lost = Arc::new(AtomicU64::new(UNSEEN));
         let out = child.stdout.take().expect("piped");
-        let (counter, lost_seen) = (Arc::clone(&stops), Arc::clone(&lost));
+        let (counter, kernel_sum, lost_seen) = (
+            Arc::clone(&stops),
+            Arc::clone(&kernel_ns),
+            Arc::clone(&lost),
+        );
         let stdout = thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 if ready(&line) {
                     let _ = ready_tx.send(Instant::now());
                 } else if line.starts_with(r#"{"type":"stop""#) {
                     counter.fetch_add(1, Ordering::Relaxed);
+                    let record: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+                    if let Some(ns) = record["kernel_ns"].as_u64() {
+                        kernel_sum.fetch_add(ns, Ordering::Relaxed);
+                    }
                 } else if line.starts_with(r#"{"type":"end""#) {
                     let record: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
                     if let Some(n) = record["lost"].as_u64() {
@@ -107,6 +118,7 @@ impl Traced {
             ready_after: Duration::ZERO,
             programs: Vec::new(),
             stops,
+            kernel_ns,
             lost,
             stdin,
             stdout: Some(stdout),
