@@ -531,16 +531,30 @@ impl Judge {
         )
     }
 
-    /// Summary group_stops against the cpu.stat nr_throttled delta: 2% or one stop.
+    /// Summary group_stops against the cpu.stat nr_throttled delta: 2 % or one stop, besides
+    /// the periods that a stop outlasted. A refill too small for a runqueue's debt, or a
+    /// period timer that fired a whole period late (its overrun is added to nr_throttled,
+    /// do_sched_cfs_period_timer), counts a period that ended no stop (6.1 under a loaded
+    /// host: group stops 29, nr_throttled 31, two stops of over 100 ms); as in the host's
+    /// ancestor test.
     fn group_stops(&mut self, run: &Run) -> String {
         let group = run.summary_u64("group_stops") as i64;
         let throttled = run.stat("nr_throttled");
-        let tolerance = (throttled as f64 * 0.02).max(1.0);
-        self.check(((group - throttled) as f64).abs() <= tolerance, || {
-            format!(
-                "group_stops {group} vs nr_throttled delta {throttled}, expected ± {tolerance:.0}"
-            )
-        });
+        let spans: i64 = run
+            .stops
+            .iter()
+            .filter_map(|s| Some(s["duration_ns"].as_u64()? / s["period_ns"].as_u64()?.max(1)))
+            .sum::<u64>() as i64;
+        let tolerance = (throttled as f64 * 0.02).max(1.0) as i64;
+        self.check(
+            group <= throttled + tolerance && throttled - group <= spans + tolerance,
+            || {
+                format!(
+                    "group_stops {group} vs nr_throttled delta {throttled}, expected ± \
+                     {tolerance} (+ {spans} period(s) outlasted by a stop)"
+                )
+            },
+        );
         format!("group stops {group} vs nr_throttled {throttled}")
     }
 
