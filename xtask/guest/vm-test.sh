@@ -12,6 +12,7 @@ section doctor /tmp/doctor
 # tracer for them all (a start is most of a short scenario's time under TCG), on CPU 0, away from
 # s1's pinned thread, whose stops would shrink by what the tracer ran. Each cgroup is created
 # before the tracer starts and its workload only after, as when the tracer is run by hand.
+# Its log filter $tracer_log (set by the host) makes it name the programs it attached.
 tracer_start() {
     backend=$1
     shift
@@ -21,7 +22,7 @@ tracer_start() {
         selection="$selection --cgroup /$name"
     done
     out=/tmp/tracer-$backend
-    taskset -c 0 throttle-tracer --json --backend "$backend" $selection \
+    RUST_LOG=$tracer_log taskset -c 0 throttle-tracer --json --backend "$backend" $selection \
         > "$out.ndjson" 2> "$out.stderr" &
     tracer=$!
     waited=0
@@ -67,6 +68,35 @@ tracer_stop() {
         section "$name/ndjson" "/tmp/$name.ndjson"
         section "$name/stderr" "$out.stderr"
     done
+}
+
+# cost_begin NAME BACKEND: measures the BPF programs of the backend's running tracer while the
+# scenario NAME runs (xtask guest-program-cost, bench/vm_cost.rs): returns once its empty
+# programs are attached and its first reading taken.
+cost_begin() {
+    [ -n "$tracer" ] || return
+    rm -f /tmp/cost-done
+    xtask guest-program-cost --log "/tmp/tracer-$2.stderr" --until /tmp/cost-done \
+        > "/tmp/cost-$1" 2>&1 &
+    cost=$!
+    waited=0
+    until grep -q '^ready' "/tmp/cost-$1"; do
+        if ! kill -0 "$cost" 2> /dev/null || [ "$waited" -ge 1200 ]; then
+            break
+        fi
+        sleep 0.05
+        waited=$((waited + 1))
+    done
+}
+
+# cost_end NAME: ends the measurement cost_begin started and prints it.
+cost_end() {
+    [ -n "$cost" ] || return
+    touch /tmp/cost-done
+    wait "$cost"
+    mark "COST $1 exit status $?"
+    section "cost-$1" "/tmp/cost-$1"
+    cost=
 }
 
 # scenario NAME BACKEND "QUOTA PERIOD" BURST WORKLOAD-COMMAND...: one workload in the cgroup NAME
