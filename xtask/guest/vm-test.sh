@@ -70,17 +70,22 @@ tracer_stop() {
     done
 }
 
-# cost_begin NAME BACKEND: measures the BPF programs of the backend's running tracer while the
-# scenario NAME runs (xtask guest-program-cost, bench/vm_cost.rs): returns once its empty
-# programs are attached and its first reading taken.
-cost_begin() {
+# cost_attach BACKEND: attaches an empty program beside each of the BPF programs of the backend's
+# running tracer, for a measurement of their cost over one scenario (xtask guest-program-cost,
+# bench/vm_cost.rs); returns once they are attached.
+cost_attach() {
     [ -n "$tracer" ] || return
-    rm -f /tmp/cost-done
-    xtask guest-program-cost --log "/tmp/tracer-$2.stderr" --until /tmp/cost-done \
-        > "/tmp/cost-$1" 2>&1 &
+    rm -f "/tmp/cost-$1.begin" "/tmp/cost-$1.end"
+    xtask guest-program-cost --log "/tmp/tracer-$1.stderr" \
+        --begin "/tmp/cost-$1.begin" --end "/tmp/cost-$1.end" > "/tmp/cost-$1" 2>&1 &
     cost=$!
+    cost_wait "$1" attached
+}
+
+# cost_wait BACKEND LINE: until the measurement printed LINE or ended (at most a minute).
+cost_wait() {
     waited=0
-    until grep -q '^ready' "/tmp/cost-$1"; do
+    until grep -q "^$2" "/tmp/cost-$1"; do
         if ! kill -0 "$cost" 2> /dev/null || [ "$waited" -ge 1200 ]; then
             break
         fi
@@ -89,13 +94,20 @@ cost_begin() {
     done
 }
 
-# cost_end NAME: ends the measurement cost_begin started and prints it.
+# cost_begin BACKEND: the measurement's window opens.
+cost_begin() {
+    [ -n "$cost" ] || return
+    touch "/tmp/cost-$1.begin"
+    cost_wait "$1" measuring
+}
+
+# cost_end BACKEND NAME: the window closes; prints the measurement as the scenario NAME's.
 cost_end() {
     [ -n "$cost" ] || return
-    touch /tmp/cost-done
+    touch "/tmp/cost-$1.end"
     wait "$cost"
-    mark "COST $1 exit status $?"
-    section "cost-$1" "/tmp/cost-$1"
+    mark "COST $2 exit status $?"
+    section "cost-$2" "/tmp/cost-$1"
     cost=
 }
 

@@ -78,6 +78,7 @@ pub fn run(args: &Args) -> Result<()> {
             let names: Vec<String> = SCENARIOS.iter().map(|s| s.run_name(b)).collect();
             let names = names.join(" ");
             std::iter::once(format!("tracer_start {b} {names}"))
+                .chain(vm_cost::after_tracer_start(b))
                 .chain(SCENARIOS.iter().flat_map(move |s| {
                     vm_cost::guest_calls(s.name, b, &s.run_name(b), s.guest_call(b))
                 }))

@@ -316,8 +316,8 @@ pub fn try_backend(
 
 /// The most verbose level the logger shows for the eBPF object's records (`AYA_LOG_LEVEL`):
 /// their targets are its modules, `tracer::kprobe` and `tracer::fentry` (its crate is named
-/// `tracer` too), and a record the filter drops still costs its program a ring buffer write.
-/// So `RUST_LOG=tracer::probes=debug` shows what was attached without the eBPF programs
+/// `tracer`), and a record the filter drops still costs its program a ring buffer write. So
+/// `RUST_LOG=throttle_tracer::probes=debug` shows what was attached without the eBPF programs
 /// paying for debug records, and `RUST_LOG=debug` shows both.
 fn ebpf_log_level() -> u8 {
     use log::Level;

@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result, bail};
 use aya_obj::generated::bpf_prog_type;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The scenario whose runs are measured: a busy thread on each vCPU, so every throttled
@@ -25,21 +25,24 @@ pub const SCENARIO: &str = "s2-two-cpus";
 /// are measured on the host (`cargo xtask bench`).
 pub const BACKENDS: &[&str] = &["kprobe", "fentry"];
 /// The tracer's log filter in the guest: its `attached` lines, nothing more from the eBPF side.
-pub const TRACER_LOG: &str = "warn,tracer::probes=debug";
+pub const TRACER_LOG: &str = "warn,throttle_tracer::probes=debug";
 /// The functions that every throttled period calls (on the throttled CPUs): their programs
 /// must have run if the scenario throttled.
 const EVERY_THROTTLE: &[&str] = &["throttle_cfs_rq", "unthrottle_cfs_rq"];
-/// How long the guest half waits for the end of the scenario at most.
-const WINDOW_LIMIT: Duration = Duration::from_secs(600);
+/// How long the guest half waits for the measured scenario's start, and then its end, at most.
+const WAIT_LIMIT: Duration = Duration::from_secs(900);
 
 #[derive(clap::Args)]
 pub struct GuestArgs {
     /// The tracer's stderr, its log filter [`TRACER_LOG`].
     #[arg(long)]
     log: PathBuf,
-    /// Measure until this file exists.
+    /// Measure from when this file exists...
     #[arg(long)]
-    until: PathBuf,
+    begin: PathBuf,
+    /// ...until this one does.
+    #[arg(long)]
+    end: PathBuf,
 }
 
 /// One program of the tracer, as its log names it.
@@ -86,8 +89,11 @@ fn parse_log(text: &str) -> Result<Vec<Attached>> {
     Ok(programs)
 }
 
-/// The guest half: floors on the hooks of every program in the tracer's log, the statistics
-/// from "ready" until `--until` exists, a JSON line per program.
+/// The guest half: floors on the hooks of every program in the tracer's log, then the
+/// statistics from `--begin` to `--end`, a JSON line per program. The floors are attached as
+/// soon as the tracer runs, scenarios before the measured one: under TCG a program's first
+/// runs on a hook are slow (the emulator translates its code, and an fentry attach rebuilds
+/// the trampoline), and the tracer's programs are past them by then.
 pub fn guest(args: &GuestArgs) -> Result<()> {
     let log = std::fs::read_to_string(&args.log)
         .with_context(|| format!("reading {}", args.log.display()))?;
@@ -144,20 +150,14 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
         .chain(floors.iter().map(|f| f.program.clone()))
         .collect();
 
+    println!("attached");
+    wait_for(&args.begin)?;
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("BPF_ENABLE_STATS (BPF run-time statistics)")?;
     let started = Instant::now();
     let before = bpf::snapshot(&all)?;
-    println!("ready");
-    while !args.until.exists() {
-        if started.elapsed() > WINDOW_LIMIT {
-            bail!(
-                "{} did not appear within {WINDOW_LIMIT:?}",
-                args.until.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    println!("measuring");
+    wait_for(&args.end)?;
     let window = bpf::delta(&before, &bpf::snapshot(&all)?);
     let seconds = started.elapsed().as_secs_f64();
     drop(stats);
@@ -176,6 +176,24 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
     Ok(())
 }
 
+fn wait_for(file: &Path) -> Result<()> {
+    let started = Instant::now();
+    while !file.exists() {
+        if started.elapsed() > WAIT_LIMIT {
+            bail!("{} did not appear within {WAIT_LIMIT:?}", file.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The guest's call after `backend`'s tracer started: the floors, if it is one of [`BACKENDS`].
+pub fn after_tracer_start(backend: &str) -> Option<String> {
+    BACKENDS
+        .contains(&backend)
+        .then(|| format!("cost_attach {backend}"))
+}
+
 /// The guest's calls around `call`, the scenario `run` of `backend`: measured if it is one of
 /// [`BACKENDS`]' [`SCENARIO`] runs.
 pub fn guest_calls(scenario: &str, backend: &str, run: &str, call: String) -> Vec<String> {
@@ -183,9 +201,9 @@ pub fn guest_calls(scenario: &str, backend: &str, run: &str, call: String) -> Ve
         return vec![call];
     }
     vec![
-        format!("cost_begin {run} {backend}"),
+        format!("cost_begin {backend}"),
         call,
-        format!("cost_end {run}"),
+        format!("cost_end {backend} {run}"),
     ]
 }
 
@@ -292,10 +310,10 @@ mod tests {
 
     #[test]
     fn attach_lines_group_by_program() {
-        let log = "[2026-12-02T15:00:00Z DEBUG tracer::probes] startup: kprobe object loaded\n\
-            [2026-12-02T15:00:00Z DEBUG tracer::probes] attached kprobe refill_enter (program id 7) to distribute_cfs_runtime\n\
-            [2026-12-02T15:00:00Z DEBUG tracer::probes] attached kprobe refill_enter (program id 7) to __cfsb_csd_unthrottle\n\
-            [2026-12-02T15:00:01Z DEBUG tracer::probes] attached kretprobe throttle_cfs_rq_ret (program id 9) to throttle_cfs_rq\n";
+        let log = "[2026-12-02T15:00:00Z DEBUG throttle_tracer::probes] startup: kprobe object loaded\n\
+            [2026-12-02T15:00:00Z DEBUG throttle_tracer::probes] attached kprobe refill_enter (program id 7) to distribute_cfs_runtime\n\
+            [2026-12-02T15:00:00Z DEBUG throttle_tracer::probes] attached kprobe refill_enter (program id 7) to __cfsb_csd_unthrottle\n\
+            [2026-12-02T15:00:01Z DEBUG throttle_tracer::probes] attached kretprobe throttle_cfs_rq_ret (program id 9) to throttle_cfs_rq\n";
         let programs = parse_log(log).unwrap();
         assert_eq!(programs.len(), 2);
         assert_eq!(
