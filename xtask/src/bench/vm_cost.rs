@@ -104,6 +104,7 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
             args.log.display()
         );
     }
+    raise_memlock();
     let types: HashMap<u32, bpf_prog_type> = aya::programs::loaded_programs()
         .flatten()
         .map(|p| (p.id(), p.program_type()))
@@ -174,6 +175,18 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Before 5.11 the kernel charges BPF memory to the user's locked memory, up to RLIMIT_MEMLOCK
+/// (8 MiB), and the tracer's maps hold most of root's: the empty programs' loads fail with
+/// EPERM on 5.10 without this. Where it cannot be raised, that EPERM is the error shown.
+fn raise_memlock() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: a whole rlimit that lives through the call.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 }
 
 fn wait_for(file: &Path) -> Result<()> {
