@@ -12,6 +12,7 @@ section doctor /tmp/doctor
 # tracer for them all (a start is most of a short scenario's time under TCG), on CPU 0, away from
 # s1's pinned thread, whose stops would shrink by what the tracer ran. Each cgroup is created
 # before the tracer starts and its workload only after, as when the tracer is run by hand.
+# Its log filter $tracer_log (set by the host) makes it name the programs it attached.
 tracer_start() {
     backend=$1
     shift
@@ -21,7 +22,7 @@ tracer_start() {
         selection="$selection --cgroup /$name"
     done
     out=/tmp/tracer-$backend
-    taskset -c 0 throttle-tracer --json --backend "$backend" $selection \
+    RUST_LOG=$tracer_log taskset -c 0 throttle-tracer --json --backend "$backend" $selection \
         > "$out.ndjson" 2> "$out.stderr" &
     tracer=$!
     waited=0
@@ -67,6 +68,47 @@ tracer_stop() {
         section "$name/ndjson" "/tmp/$name.ndjson"
         section "$name/stderr" "$out.stderr"
     done
+}
+
+# cost_attach BACKEND: attaches an empty program beside each of the BPF programs of the backend's
+# running tracer, for a measurement of their cost over one scenario (xtask guest-program-cost,
+# bench/vm_cost.rs); returns once they are attached.
+cost_attach() {
+    [ -n "$tracer" ] || return
+    rm -f "/tmp/cost-$1.begin" "/tmp/cost-$1.end"
+    xtask guest-program-cost --log "/tmp/tracer-$1.stderr" \
+        --begin "/tmp/cost-$1.begin" --end "/tmp/cost-$1.end" > "/tmp/cost-$1" 2>&1 &
+    cost=$!
+    cost_wait "$1" attached
+}
+
+# cost_wait BACKEND LINE: until the measurement printed LINE or ended (at most a minute).
+cost_wait() {
+    waited=0
+    until grep -q "^$2" "/tmp/cost-$1"; do
+        if ! kill -0 "$cost" 2> /dev/null || [ "$waited" -ge 1200 ]; then
+            break
+        fi
+        sleep 0.05
+        waited=$((waited + 1))
+    done
+}
+
+# cost_begin BACKEND: the measurement's window opens.
+cost_begin() {
+    [ -n "$cost" ] || return
+    touch "/tmp/cost-$1.begin"
+    cost_wait "$1" measuring
+}
+
+# cost_end BACKEND NAME: the window closes; prints the measurement as the scenario NAME's.
+cost_end() {
+    [ -n "$cost" ] || return
+    touch "/tmp/cost-$1.end"
+    wait "$cost"
+    mark "COST $2 exit status $?"
+    section "cost-$2" "/tmp/cost-$1"
+    cost=
 }
 
 # scenario NAME BACKEND "QUOTA PERIOD" BURST WORKLOAD-COMMAND...: one workload in the cgroup NAME

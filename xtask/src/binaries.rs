@@ -1,5 +1,5 @@
 //! Building the guest's programs, statically linked: throttle-tracer and throttle-workload, and
-//! (for vm-test) the tracer's integration-test binaries.
+//! (for vm-test) the tracer's integration-test binaries and this xtask.
 use crate::{cmd, paths};
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
@@ -29,6 +29,16 @@ pub fn build() -> Result<Binaries> {
         ensure_static(binary)?;
     }
     Ok(binaries)
+}
+
+/// This xtask, built as the guests' binaries are, for what vm-test measures inside the guest
+/// (`xtask guest-program-cost`). A build of its own: built together with the tracer, cargo
+/// would unify the two packages' dependency features and change the tracer.
+pub fn xtask() -> Result<PathBuf> {
+    cmd::run(static_cargo().args(["build", "--release", "-p", "xtask", "--target", TARGET]))?;
+    let xtask = bin_dir().join("xtask");
+    ensure_static(&xtask)?;
+    Ok(xtask)
 }
 
 /// [`build`], and `cargo test --no-run` of the tracer's integration tests the same way. The tests

@@ -1,8 +1,9 @@
 //! What the VM boots into: a busybox initramfs holding the two binaries (and the tracer's
-//! integration tests, if built) and an /init script.
+//! integration tests and a static xtask, if built) and an /init script.
 use crate::binaries::{self, Binaries};
 use crate::cpio::Cpio;
 use anyhow::{Context as _, Result};
+use std::path::Path;
 
 /// Mounts, helpers and the kernel release marker, shared by every task's /init.
 const PRELUDE: &str = include_str!("../guest/prelude.sh");
@@ -18,11 +19,12 @@ pub fn init_script(task_part: &str) -> String {
     format!("{PRELUDE}\n{task_part}\nmark DONE\npoweroff -f\n")
 }
 
-pub fn initramfs(init: &str, binaries: &Binaries) -> Result<Vec<u8>> {
+/// The initramfs of `init`, with `binaries` in /bin (and /tests), and `xtask` as /bin/xtask if
+/// given.
+pub fn initramfs(init: &str, binaries: &Binaries, xtask: Option<&Path>) -> Result<Vec<u8>> {
     binaries::ensure_static(BUSYBOX.as_ref())?;
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).with_context(|| format!("reading {}", path.display()))
-    };
+    let read =
+        |path: &Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
     let mut cpio = Cpio::new();
     for dir in ["bin", "dev", "proc", "sys", "tmp"] {
         cpio.dir(dir);
@@ -33,6 +35,9 @@ pub fn initramfs(init: &str, binaries: &Binaries) -> Result<Vec<u8>> {
     cpio.symlink("bin/sh", "busybox");
     cpio.file("bin/throttle-tracer", 0o755, &read(&binaries.tracer)?);
     cpio.file("bin/throttle-workload", 0o755, &read(&binaries.workload)?);
+    if let Some(xtask) = xtask {
+        cpio.file("bin/xtask", 0o755, &read(xtask)?);
+    }
     if !binaries.tests.is_empty() {
         cpio.dir(TESTS);
         for (name, file) in &binaries.tests {

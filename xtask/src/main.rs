@@ -54,6 +54,9 @@ enum Cli {
     /// Is the advice not wasteful? Traces workloads of known demand, then bisects the smallest
     /// quota, burst and period that stop them no more, against the advised ones (minutes).
     AdviseCheck(advise_check::Args),
+    /// In a vm-test guest: the running tracer's kprobe/fentry programs' cost (bench/vm_cost.rs).
+    #[command(hide = true)]
+    GuestProgramCost(bench::vm_cost::GuestArgs),
 }
 
 /// A failed task prints its cause chain on one line, without the backtrace anyhow would add
@@ -70,6 +73,7 @@ fn main() -> std::process::ExitCode {
         Cli::Image => image::run(),
         Cli::BenchExporter(args) => exporter_memory::run(&args),
         Cli::AdviseCheck(args) => advise_check::run(&args),
+        Cli::GuestProgramCost(args) => bench::vm_cost::guest(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,5 +1,7 @@
 //! `cargo xtask vm-test`: every scenario on every kernel, and the host tests on the kernels that
-//! run them, in one boot per kernel, one VM at a time (or `--jobs`), then a table.
+//! run them, in one boot per kernel, one VM at a time (or `--jobs`), then a table; with the
+//! kprobe and fentry programs' cost measured during one scenario each (bench/vm_cost.rs).
+use crate::bench::vm_cost;
 use crate::checks::{self, Verdict};
 use crate::console::Console;
 use crate::kernels::{self, Fetched, KERNELS, Kernel};
@@ -76,10 +78,15 @@ pub fn run(args: &Args) -> Result<()> {
             let names: Vec<String> = SCENARIOS.iter().map(|s| s.run_name(b)).collect();
             let names = names.join(" ");
             std::iter::once(format!("tracer_start {b} {names}"))
-                .chain(SCENARIOS.iter().map(move |s| s.guest_call(b)))
+                .chain(vm_cost::after_tracer_start(b))
+                .chain(SCENARIOS.iter().flat_map(move |s| {
+                    vm_cost::guest_calls(s.name, b, &s.run_name(b), s.guest_call(b))
+                }))
                 .chain(std::iter::once(format!("tracer_stop {b} {names}")))
         })
         .collect();
+    // The tracers' log filter: bench/vm_cost.rs reads their `attached` lines.
+    calls.insert(0, format!("tracer_log='{}'", vm_cost::TRACER_LOG));
     let selection = if host_tests {
         let selection = guest_tests::select(&binaries.tests)?;
         calls.push(guest_tests::guest_calls(&selection));
@@ -90,7 +97,8 @@ pub fn run(args: &Args) -> Result<()> {
     let init = guest::init_script(&format!("{GUEST_PART}\n{}", calls.join("\n")));
     let vm = paths::vm();
     let initrd = vm.join("vm-test.cpio");
-    std::fs::write(&initrd, guest::initramfs(&init, &binaries)?)?;
+    let xtask = binaries::xtask()?;
+    std::fs::write(&initrd, guest::initramfs(&init, &binaries, Some(&xtask))?)?;
     std::fs::create_dir_all(vm.join("logs"))?;
 
     let jobs = args.jobs.clamp(1, kernels.len().max(1));
@@ -251,10 +259,26 @@ fn test_kernel(
         };
         rows.push(Row {
             kernel: label.clone(),
-            scenario: run,
+            scenario: run.clone(),
             verdict,
             figures: outcome.figures,
         });
+        if scenario.name == vm_cost::SCENARIO && vm_cost::BACKENDS.contains(&backend) {
+            let (cost_rows, problems) = vm_cost::judge(&console, &run);
+            if !problems.is_empty() {
+                failures.push(format!(
+                    "{label} {run} cost:\n    {}\n    (console: {})",
+                    problems.join("\n    "),
+                    log.display()
+                ));
+            }
+            rows.extend(cost_rows.into_iter().map(|r| Row {
+                kernel: label.clone(),
+                scenario: r.name,
+                verdict: r.verdict,
+                figures: r.figures,
+            }));
+        }
     }
     for test in tests {
         let outcome = guest_tests::judge(&console, test);

@@ -55,12 +55,13 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
         for (side, suffix) in [(Side::Entry, "fentry"), (Side::Exit, "fexit")] {
             let program = format!("{function}_{suffix}");
             load(ebpf, &program, side, function, &btf).map_err(|f| f.to_string())?;
-            attach_program(ebpf, &program, side).map_err(|e| format!("attach {program}: {e}"))?;
+            attach_program(ebpf, &program, side, function)
+                .map_err(|e| format!("attach {program}: {e}"))?;
         }
         Ok(())
     });
     for (program, side, function) in THROTTLE_PROGRAMS {
-        attach_program(ebpf, program, side).map_err(|e| {
+        attach_program(ebpf, program, side, function).map_err(|e| {
             Failure::environment(
                 format!("cannot attach {program} to {function}: {e}"),
                 "this kernel loads fentry programs but does not attach them; \
@@ -71,7 +72,10 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
     let demand = "sched_cfs_period_timer_fentry";
     if let Err(e) = load(ebpf, demand, Side::Entry, "sched_cfs_period_timer", &btf)
         .map_err(|f| f.to_string())
-        .and_then(|()| attach_program(ebpf, demand, Side::Entry).map_err(|e| e.to_string()))
+        .and_then(|()| {
+            attach_program(ebpf, demand, Side::Entry, "sched_cfs_period_timer")
+                .map_err(|e| e.to_string())
+        })
     {
         super::warn_no_demand("sched_cfs_period_timer", &e);
     }
@@ -100,14 +104,29 @@ fn load(
     loaded.map_err(|e| load_failure(&e, function))
 }
 
-fn attach_program(ebpf: &mut Ebpf, program: &str, side: Side) -> Result<(), ProgramError> {
+fn attach_program(
+    ebpf: &mut Ebpf,
+    program: &str,
+    side: Side,
+    function: &str,
+) -> Result<(), ProgramError> {
     let Some(prog) = ebpf.program_mut(program) else {
         return Err(ProgramError::NotLoaded);
     };
-    match side {
-        Side::Entry => <&mut FEntry>::try_from(prog)?.attach().map(|_| ()),
-        Side::Exit => <&mut FExit>::try_from(prog)?.attach().map(|_| ()),
-    }
+    let (kind, info) = match side {
+        Side::Entry => {
+            let p = <&mut FEntry>::try_from(prog)?;
+            p.attach()?;
+            ("fentry", p.info())
+        }
+        Side::Exit => {
+            let p = <&mut FExit>::try_from(prog)?;
+            p.attach()?;
+            ("fexit", p.info())
+        }
+    };
+    super::log_attached(kind, program, info, function);
+    Ok(())
 }
 
 /// One line for why an fentry/fexit program on `function` did not load, and the way out.

@@ -3,7 +3,10 @@
 //! callback for the per-period demand.
 use std::path::Path;
 
-use aya::{Ebpf, programs::KProbe};
+use aya::{
+    Ebpf,
+    programs::{KProbe, ProbeKind},
+};
 
 use super::{Attached, end_contexts};
 use crate::error::Failure;
@@ -57,8 +60,11 @@ fn attach_kprobe(ebpf: &mut Ebpf, program: &str, function: &str) -> Result<(), S
     if probe.fd().is_err() {
         probe.load().map_err(|e| format!("load {program}: {e}"))?;
     }
-    probe
-        .attach(function, 0)
-        .map(|_| ())
-        .map_err(|e| format!("{e}"))
+    probe.attach(function, 0).map_err(|e| format!("{e}"))?;
+    let kind = match probe.kind() {
+        ProbeKind::Entry => "kprobe",
+        ProbeKind::Return => "kretprobe",
+    };
+    super::log_attached(kind, program, probe.info(), function);
+    Ok(())
 }

@@ -20,7 +20,7 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
 };
 use aya_log::EbpfLogger;
-use log::{LevelFilter, debug, warn};
+use log::{debug, warn};
 use tracer_common::Offsets;
 
 use crate::{
@@ -267,14 +267,7 @@ pub fn try_backend(
     ring_bytes: u32,
 ) -> Result<(Ebpf, Attached), Failure> {
     let filter_on = u32::from(!cgroup_filter.is_empty());
-    let log_level = match log::max_level() {
-        LevelFilter::Off => 0u8,
-        LevelFilter::Error => 1,
-        LevelFilter::Warn => 2,
-        LevelFilter::Info => 3,
-        LevelFilter::Debug => 4,
-        LevelFilter::Trace => 5,
-    };
+    let log_level = ebpf_log_level();
     // The tracepoint backend's sweep at a cgroup's removal looks at every possible CPU's stop
     // of the group; the verifier walks the loop for this count.
     let nr_cpus = aya::util::nr_cpus().map_or(1024, |n| n as u64);
@@ -319,6 +312,48 @@ pub fn try_backend(
         Backend::Tracepoint => tracepoint::attach(&mut ebpf, offsets)?,
     };
     Ok((ebpf, attached))
+}
+
+/// The most verbose level the logger shows for the eBPF object's records (`AYA_LOG_LEVEL`):
+/// their targets are its modules, `tracer::kprobe` and `tracer::fentry` (its crate is named
+/// `tracer`), and a record the filter drops still costs its program a ring buffer write. So
+/// `RUST_LOG=throttle_tracer::probes=debug` shows what was attached without the eBPF programs
+/// paying for debug records, and `RUST_LOG=debug` shows both.
+fn ebpf_log_level() -> u8 {
+    use log::Level;
+    [
+        Level::Trace,
+        Level::Debug,
+        Level::Info,
+        Level::Warn,
+        Level::Error,
+    ]
+    .into_iter()
+    .find(|&level| {
+        ["tracer::kprobe", "tracer::fentry"]
+            .into_iter()
+            .any(|target| log::log_enabled!(target: target, level))
+    })
+    .map_or(0, |level| level as u8)
+}
+
+/// Logs, at debug level, that `program` (of `kind`: kprobe, kretprobe, fentry, fexit) is
+/// attached to `function`, with its kernel program id: the kernel truncates program names to
+/// 15 bytes and keeps no function for a kprobe link before 6.6, so this line is how a
+/// measurement (`cargo xtask vm-test`) finds each program's hook.
+pub(crate) fn log_attached(
+    kind: &str,
+    program: &str,
+    info: Result<aya::programs::ProgramInfo, aya::programs::ProgramError>,
+    function: &str,
+) {
+    match info {
+        Ok(info) => debug!(
+            "attached {kind} {program} (program id {}) to {function}",
+            info.id()
+        ),
+        Err(e) => debug!("attached {kind} {program} (program id unknown: {e}) to {function}"),
+    }
 }
 
 /// Open stops each CPU can hold at once, in the maps keyed by cfs_rq (one per cgroup and CPU).

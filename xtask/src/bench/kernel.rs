@@ -56,7 +56,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     let floor_of = |hook: &str, runs: &[Snapshot]| -> f64 {
         let floor = all
             .iter()
-            .find(|p| p.name == "tt_bench_empty" && p.hook == hook);
+            .find(|p| p.name == bpf::FLOOR_NAME && p.hook == hook);
         floor.map_or(f64::NAN, |f| median(&per_run(runs, f.id)))
     };
     let bpftrace_ns = median(&per_run(&pipe, theirs[0].id));

@@ -12,6 +12,9 @@
 //! - [`ingest`]: records/s through the real decode and aggregate path, and memory;
 //! - [`sustained`]: real cgroups throttling every few ms, with the losses counted.
 //!
+//! The kprobe and fentry backends' kernel cost is measured in the vm-test guests instead
+//! ([`vm_cost`]): this host has no kprobes and refuses fentry.
+//!
 //! The measuring holds /tmp/tt-host.lock, the lock the host tests take, so that no other
 //! session's test runs meanwhile. Figures only: nothing here asserts a timing. Needs root.
 mod bpf;
@@ -22,6 +25,7 @@ mod slowdown;
 mod startup;
 mod sustained;
 mod table;
+pub mod vm_cost;
 
 use crate::{binaries, cmd, paths, setup};
 use anyhow::{Context as _, Result, bail};
