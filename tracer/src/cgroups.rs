@@ -14,9 +14,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// How often a miss in [`Hierarchy::path_of`] may re-walk the tree: new cgroups appear all the
-/// time on busy hosts, and ids that never resolve (autogroups, removed cgroups) must not turn
-/// every lookup into a walk.
+/// How often a miss in [`Hierarchy::path_of`] for an id that is not newer than the last walk
+/// may re-walk the tree: ids that never resolve (removed cgroups, ids of no cgroup of this
+/// hierarchy) must not turn every lookup into a walk. A newer id is walked for at once.
 const REWALK_INTERVAL: Duration = Duration::from_secs(1);
 
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -184,12 +184,21 @@ fn mode_of(mounts: &[Mount]) -> Mode {
 }
 
 /// The cpu controller's hierarchy and a cache of its cgroups' paths by id.
+///
+/// A cgroup's id is its kernfs node id, allocated from one counter per hierarchy that only
+/// grows (on 64-bit kernels since 5.5 the 32-bit allocator's wraps go into the high bits), so
+/// an id above every id the last walk saw or looked for is a cgroup made since: its lookup
+/// walks at once. Its first record is read after its directory appeared (a record needs a
+/// task or a quota in it), so that walk finds it, and the first line naming it carries its
+/// path. Any other miss waits for [`REWALK_INTERVAL`].
 #[derive(Debug)]
 pub struct Hierarchy {
     root: PathBuf,
     version: Version,
     paths: HashMap<u64, String>,
     last_walk: Option<Instant>,
+    /// The highest id the walks saw, or were made for: a miss above it is a new cgroup.
+    newest: u64,
 }
 
 impl Hierarchy {
@@ -212,6 +221,7 @@ impl Hierarchy {
             version,
             paths: HashMap::new(),
             last_walk: None,
+            newest: 0,
         }
     }
 
@@ -253,14 +263,20 @@ impl Hierarchy {
         }
     }
 
-    /// The path of cgroup `id`, re-walking the tree on a miss at most once per second.
-    /// `None` for ids that are not (or no longer) directories of this hierarchy.
+    /// The path of cgroup `id`, re-walking the tree on a miss: at once for an id newer than
+    /// the last walk, else at most once per [`REWALK_INTERVAL`]. `None` for ids that are not
+    /// (or no longer) directories of this hierarchy.
     pub fn path_of(&mut self, id: u64) -> Option<&str> {
-        let stale = self
-            .last_walk
-            .is_none_or(|t| t.elapsed() >= REWALK_INTERVAL);
-        if !self.paths.contains_key(&id) && stale {
-            self.walk();
+        if !self.paths.contains_key(&id) {
+            let stale = self
+                .last_walk
+                .is_none_or(|t| t.elapsed() >= REWALK_INTERVAL);
+            if id > self.newest || stale {
+                self.walk();
+                // It existed before this walk began; not found, it was removed (or is no
+                // cgroup here), and walking again for it at once would not find it either.
+                self.newest = self.newest.max(id);
+            }
         }
         self.paths.get(&id).map(String::as_str)
     }
@@ -277,6 +293,7 @@ impl Hierarchy {
     fn walk(&mut self) {
         self.last_walk = Some(Instant::now());
         if let Ok(m) = fs::metadata(&self.root) {
+            self.newest = self.newest.max(m.ino());
             self.paths.insert(m.ino(), "/".to_owned());
         }
         let mut stack = vec![(self.root.clone(), String::new())];
@@ -294,6 +311,7 @@ impl Hierarchy {
                     continue;
                 }
                 let child = format!("{path}/{}", entry.file_name().to_string_lossy());
+                self.newest = self.newest.max(meta.ino());
                 self.paths.insert(meta.ino(), child.clone());
                 stack.push((entry.path(), child));
             }
@@ -314,6 +332,48 @@ mod tests {
 37 31 0:34 / /sys/fs/cgroup/cpuset rw,nosuid,nodev,noexec,relatime shared:17 - cgroup cgroup rw,cpuset
 38 31 0:35 / /sys/fs/cgroup/cpuacct rw,nosuid,nodev,noexec,relatime shared:18 - cgroup cgroup rw,cpuacct
 ";
+
+    /// /proc/self/mountinfo of a container run by containerd 1.6 (`ctr run`) as
+    /// deploy/daemonset.yaml says, on this project's cgroup v1 host (trimmed): containerd adds
+    /// no cgroup mount of its own, so the host's /sys/fs/cgroup, bind-mounted recursively and
+    /// read-only, brings the host's whole hierarchies (root `/`).
+    const CONTAINER: &str = "\
+68 46 254:0 /run/containerd/rootfs / ro,relatime - ext4 /dev/vda rw
+69 68 0:41 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
+74 68 0:22 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs rw
+76 74 0:28 / /sys/fs/cgroup ro,relatime - tmpfs tmpfs rw,mode=755
+77 76 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+78 76 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+79 76 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+85 76 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+86 76 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    /// A runtime that mounts the container's own cgroups (runc's `cgroup` mount: a tmpfs and a
+    /// bind of the container's cgroup per hierarchy, root `/docker/<id>`) beneath the host's
+    /// tree bind-mounted over them.
+    const CONTAINER_OWN_CGROUPS_BENEATH: &str = "\
+76 74 0:50 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
+77 76 0:29 /docker/3f2a /sys/fs/cgroup/cpu ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpu
+78 76 0:30 /docker/3f2a /sys/fs/cgroup/cpuacct ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpuacct
+90 74 0:28 / /sys/fs/cgroup ro,relatime - tmpfs tmpfs rw,mode=755
+91 90 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+92 90 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+";
+
+    #[test]
+    fn a_daemonset_container_picks_the_host_s_whole_cpu_hierarchy() {
+        let cpu = Some((PathBuf::from("/sys/fs/cgroup/cpu"), Version::V1));
+        assert_eq!(choose(&parse_mountinfo(CONTAINER)), cpu);
+        assert_eq!(mode_of(&parse_mountinfo(CONTAINER)), Mode::Hybrid);
+        let beneath = parse_mountinfo(CONTAINER_OWN_CGROUPS_BENEATH);
+        assert_eq!(beneath[1].root, "/docker/3f2a");
+        assert_eq!(
+            choose(&beneath),
+            cpu,
+            "the whole hierarchy, not the container's subtree"
+        );
+    }
 
     #[test]
     fn mountinfo_fields_and_escapes() {
@@ -414,13 +474,54 @@ mod tests {
         assert_eq!(h.path_of(ino("system.slice")), Some("/system.slice"));
         assert_eq!(h.all().count(), 4);
 
-        // A cgroup created after the walk is found once the re-walk interval has passed.
+        assert_eq!(h.path_of(u64::MAX), None);
+    }
+
+    /// Plain directories stand in for cgroupfs, whose ids only grow: `newest` is set as if the
+    /// ids of the tree were older (or newer) than the directory made after the walk.
+    #[test]
+    fn a_cgroup_made_after_the_last_walk_resolves_at_its_first_lookup() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("old")).unwrap();
+        let ino = |p: &str| fs::metadata(dir.path().join(p)).unwrap().ino();
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        assert_eq!(h.path_of(ino("old")), Some("/old"));
+        let walked = h.last_walk;
+
+        // Made within the re-walk interval of the last walk, with an id above every id walked:
+        // the serve of issue 11 labelled such a container's stops `id:<n>` for good.
+        fs::create_dir(dir.path().join("new")).unwrap();
+        let new = ino("new");
+        h.newest = new - 1;
+        assert_eq!(h.path_of(new), Some("/new"), "a new id walks at once");
+        assert_ne!(h.last_walk, walked);
+
+        // An id the walks already covered (seen, or looked for and not found) waits for the
+        // interval: removed cgroups and ids of no cgroup here do not walk at every lookup.
+        let gone = h.newest + 1_000;
+        assert_eq!(h.path_of(gone), None, "walked for, not there");
+        assert_eq!(h.newest, gone);
+        let walked = h.last_walk;
+        assert_eq!(h.path_of(gone), None);
+        assert_eq!(
+            h.last_walk, walked,
+            "no second walk for the same missing id"
+        );
         fs::create_dir(dir.path().join("late")).unwrap();
         let late = ino("late");
-        assert_eq!(h.path_of(late), None, "walked less than a second ago");
+        // As if a walk had seen a newer id (another cgroup made after it, by a race).
+        h.newest = h.newest.max(late);
+        assert_eq!(
+            h.path_of(late),
+            None,
+            "not newer, walked less than a second ago"
+        );
         h.last_walk = Some(Instant::now() - REWALK_INTERVAL);
-        assert_eq!(h.path_of(late), Some("/late"));
-        assert_eq!(h.path_of(u64::MAX), None);
+        assert_eq!(
+            h.path_of(late),
+            Some("/late"),
+            "found once the interval has passed"
+        );
     }
 
     #[test]

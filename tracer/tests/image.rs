@@ -356,14 +356,11 @@ fn container_id() -> String {
     format!("{:032x}{:032x}", nanos, u128::from(std::process::id()))
 }
 
-/// Fails today, for a defect of the tracer that this test found: in the container, the stops of
-/// the throttled cgroup are all traced (51 stops = its 51 throttled periods, 4.003 s stopped =
-/// its 4.003 s throttled_time) but its id is never resolved to a path (`cgroup="id:20163"`),
-/// so no series carries its path, container or pod labels. runc's own cgroup mounts in the
-/// container's mount table (beneath the host's cgroup tree bind-mounted over /sys/fs/cgroup, as
-/// the kubelet's hostPath does) are the likely cause.
+/// The cgroup is made after `serve` started, and its first stop comes within a second of it:
+/// the stops must carry its path and what the path names (issue 11 found them all labelled
+/// `cgroup="id:<n>"`: the lookup of a cgroup made since the last walk of the hierarchy waited
+/// for the next one, and the exporter kept the label of the first lookup).
 #[test]
-#[ignore = "defect: the containerised serve labels a cgroup made after it started id:<n>"]
 fn prometheus_stores_the_containerised_serve_s_series_of_a_throttled_container() {
     let Some((host, mut containerd)) = common::require(machine()) else {
         return;
@@ -456,33 +453,36 @@ fn prometheus_stores_the_containerised_serve_s_series_of_a_throttled_container()
         std::thread::sleep(Duration::from_millis(200));
     }
 
+    // Every label the path names, in the order the exporter writes them.
     let l = format!(
-        "{{cgroup=\"{cgroup}\",container_id=\"{}\",pod_uid=\"{uid}\"}}",
+        "{{cgroup=\"{cgroup}\",container_id=\"{}\",container_id_full=\"{id}\",\
+         pod_uid=\"{uid}\",qos=\"burstable\"}}",
         cg.short_id()
     );
     let (_, scrape) = get(port, "/metrics").expect("scrape");
     let stored = |family: &str| query(prom, &format!("{family}{l}"));
+    // The exporter mirrors cpu.stat as the file says it, not as a delta: the counters
+    // themselves (the idle first process may have run a period before `before` was read).
     let pairs = [
         (
             "throttle_tracer_cpustat_nr_throttled_total",
-            (after.nr_throttled - before.nr_throttled) as f64,
+            after.nr_throttled as f64,
         ),
         (
             "throttle_tracer_cpustat_nr_periods_total",
-            (after.nr_periods - before.nr_periods) as f64,
+            after.nr_periods as f64,
         ),
         (
             "throttle_tracer_cpustat_throttled_seconds_total",
-            (after.throttled_ns - before.throttled_ns) as f64 / 1e9,
+            after.throttled_ns as f64 / 1e9,
         ),
     ];
-    for (family, delta) in pairs {
+    for (family, counter) in pairs {
         let got = stored(family);
-        println!("{family}{l}: prometheus {got}, cpu.stat delta {delta}");
-        // A new cgroup's counters start at 0: the stored value is the delta.
+        println!("{family}{l}: prometheus {got}, cpu.stat {counter}");
         assert!(
-            (got - delta).abs() <= delta * 1e-9,
-            "{family}: {got} vs {delta}"
+            (got - counter).abs() <= counter * 1e-9,
+            "{family}: {got} vs {counter}"
         );
         assert_eq!(
             got,

@@ -13,8 +13,8 @@
 //! [`scraper`] encodes it all for `serve`.
 //!
 //! Labels: `cgroup` = the path under the cpu hierarchy (`id:<n>` if it never resolved), and,
-//! when the path names them (`names`), `container` (short id), `pod` (uid) and `unit` (systemd).
-//! They are functions of the path: they add no series.
+//! when the path names them (`names`), `container_id`, `container_id_full`, `pod_uid`, `qos`
+//! and `unit` ([`labels`]). They are functions of the path: they add no series.
 //!
 //! Families:
 //! - `throttle_tracer_cpu_stop_seconds` (histogram): each per-CPU stop.
