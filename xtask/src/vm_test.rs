@@ -1,6 +1,6 @@
 //! `cargo xtask vm-test`: every scenario on every kernel, and the host tests on the kernels that
-//! run them, in one boot per kernel, one VM at a time (or `--jobs`), then a table; with the
-//! kprobe and fentry programs' cost measured during one scenario each (bench/vm_cost.rs).
+//! run them, in one boot per kernel, one VM at a time (or `--jobs`), then a table; with `--cost`,
+//! the kprobe and fentry programs' cost measured during one scenario each (bench/vm_cost.rs).
 use crate::bench::vm_cost;
 use crate::checks::{self, Verdict};
 use crate::console::Console;
@@ -34,6 +34,11 @@ pub struct Args {
     /// scenarios.
     #[arg(long)]
     no_host_tests: bool,
+    /// Also measure the kprobe and fentry programs' cost per invocation during s2, next to
+    /// empty programs on the same hooks, in the same boots. Not in `cargo xtask test`: it
+    /// builds a static xtask for the guest (minutes from cold, over CI's 20-minute budget).
+    #[arg(long)]
+    cost: bool,
 }
 
 struct Row {
@@ -71,6 +76,7 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         binaries::build()?
     };
+    let cost = args.cost;
     // One tracer per backend traces all its scenarios (a start takes seconds under TCG).
     let mut calls: Vec<String> = backends
         .iter()
@@ -78,9 +84,13 @@ pub fn run(args: &Args) -> Result<()> {
             let names: Vec<String> = SCENARIOS.iter().map(|s| s.run_name(b)).collect();
             let names = names.join(" ");
             std::iter::once(format!("tracer_start {b} {names}"))
-                .chain(vm_cost::after_tracer_start(b))
+                .chain(vm_cost::after_tracer_start(b).filter(|_| cost))
                 .chain(SCENARIOS.iter().flat_map(move |s| {
-                    vm_cost::guest_calls(s.name, b, &s.run_name(b), s.guest_call(b))
+                    if cost {
+                        vm_cost::guest_calls(s.name, b, &s.run_name(b), s.guest_call(b))
+                    } else {
+                        vec![s.guest_call(b)]
+                    }
                 }))
                 .chain(std::iter::once(format!("tracer_stop {b} {names}")))
         })
@@ -97,8 +107,11 @@ pub fn run(args: &Args) -> Result<()> {
     let init = guest::init_script(&format!("{GUEST_PART}\n{}", calls.join("\n")));
     let vm = paths::vm();
     let initrd = vm.join("vm-test.cpio");
-    let xtask = binaries::xtask()?;
-    std::fs::write(&initrd, guest::initramfs(&init, &binaries, Some(&xtask))?)?;
+    let xtask = cost.then(binaries::xtask).transpose()?;
+    std::fs::write(
+        &initrd,
+        guest::initramfs(&init, &binaries, xtask.as_deref())?,
+    )?;
     std::fs::create_dir_all(vm.join("logs"))?;
 
     let jobs = args.jobs.clamp(1, kernels.len().max(1));
@@ -120,7 +133,7 @@ pub fn run(args: &Args) -> Result<()> {
                         };
                         done.push((
                             i,
-                            test_kernel(kernel, &fetched[i], &initrd, &backends, tests),
+                            test_kernel(kernel, &fetched[i], &initrd, &backends, tests, cost),
                         ));
                     }
                 })
@@ -163,6 +176,7 @@ fn test_kernel(
     initrd: &Path,
     backends: &[&str],
     tests: &[String],
+    cost: bool,
 ) -> Result<(Vec<Row>, Vec<String>)> {
     let vm = paths::vm();
     let mut rows = Vec::new();
@@ -263,7 +277,7 @@ fn test_kernel(
             verdict,
             figures: outcome.figures,
         });
-        if scenario.name == vm_cost::SCENARIO && vm_cost::BACKENDS.contains(&backend) {
+        if cost && scenario.name == vm_cost::SCENARIO && vm_cost::BACKENDS.contains(&backend) {
             let (cost_rows, problems) = vm_cost::judge(&console, &run);
             if !problems.is_empty() {
                 failures.push(format!(
