@@ -1,5 +1,5 @@
 //! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench |
-//! bench-exporter | image | advise-check`.
+//! bench-exporter | image | advise-check | soak`.
 mod advise_check;
 mod apt;
 mod bench;
@@ -20,6 +20,7 @@ mod process;
 mod qemu;
 mod scenarios;
 mod setup;
+mod soak;
 mod vm_demo;
 mod vm_test;
 
@@ -54,6 +55,9 @@ enum Cli {
     /// Is the advice not wasteful? Traces workloads of known demand, then bisects the smallest
     /// quota, burst and period that stop them no more, against the advised ones (minutes).
     AdviseCheck(advise_check::Args),
+    /// The tracer left running over throttling groups for `--minutes`: its memory, CPU time
+    /// and descriptors sampled, its totals against cpu.stat (root; not part of `test`).
+    Soak(soak::Args),
 }
 
 /// A failed task prints its cause chain on one line, without the backtrace anyhow would add
@@ -70,6 +74,7 @@ fn main() -> std::process::ExitCode {
         Cli::Image => image::run(),
         Cli::BenchExporter(args) => exporter_memory::run(&args),
         Cli::AdviseCheck(args) => advise_check::run(&args),
+        Cli::Soak(args) => soak::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
