@@ -27,7 +27,7 @@ fn id_of(cgroup: &Cgroup) -> u64 {
     std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(cgroup.dir()).unwrap())
 }
 
-fn summary<'a>(lines: &'a [Value], id: u64) -> &'a Value {
+fn summary(lines: &[Value], id: u64) -> &Value {
     let found = tracer::of(lines, "summary", id);
     assert_eq!(found.len(), 1, "one summary of cgroup {id}");
     found[0]
