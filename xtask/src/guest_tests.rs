@@ -153,7 +153,7 @@ const PLANS: &[(&str, Plan)] = &[
         Plan::Run(&[(
             "a_cgroup_removed_while_stopped_keeps_its_summary_marked_gone_and_new_ones_are_their_own",
             "the kprobe and fentry backends end a stop only at an unthrottle, which the kernel \
-             does not make for a removed group's throttled cfs_rq: the stop open at the \
+             may never make for a removed group's throttled cfs_rq: the stop open at the \
              removal stays open there (the tracepoint backend ends it at cgroup_rmdir)",
         )]),
     ),
