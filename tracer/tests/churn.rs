@@ -6,7 +6,8 @@
 //! (Σ kernel_ns = their cpu.stat throttled time, one stop per throttled period), no stop of a
 //! churned group begins after its removal and each is marked gone, the programs' maps of open
 //! stops hold only what is open (no stop of a removed group left behind), and the tracer's
-//! memory stays flat after warm-up. Needs root, kernel BTF and a cpu hierarchy, otherwise it
+//! memory stays flat after warm-up but for the summaries of the cgroups that stopped, which a
+//! plain run keeps for its report. Needs root, kernel BTF and a cpu hierarchy, otherwise it
 //! says why it cannot run (a failure under `CI=true`).
 mod common;
 
@@ -32,6 +33,8 @@ use common::{
 const CHURN: Duration = Duration::from_secs(12);
 /// Cgroups made (and removed) per second, at least.
 const RATE: u64 = 200;
+/// Most memory one stopped cgroup's summary may take (its two histograms dominate).
+const SUMMARY_KIB: u64 = 64;
 /// One churned cgroup in this many gets a task that its quota stops.
 const WITH_TASK: u64 = 50;
 
@@ -254,8 +257,12 @@ fn churning_cgroups_leave_the_live_ones_traced_whole_and_nothing_behind() {
         made as f64 / churn_s,
         with_task.len()
     );
+    // A plain run keeps the summary of every cgroup that stopped (the report lists each):
+    // that much may grow with the churned cgroups seen stopped, nothing else may.
+    let allowed = warm * 105 / 100 + stopped * SUMMARY_KIB;
     assert!(
-        last * 100 <= warm * 105,
-        "the tracer's memory grew from {warm} to {last} KiB: {rss:?}"
+        last <= allowed,
+        "the tracer's memory grew from {warm} to {last} KiB (allowed {allowed} KiB with \
+         {stopped} stopped cgroups' summaries): {rss:?}"
     );
 }
