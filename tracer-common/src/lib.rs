@@ -19,6 +19,16 @@ pub const EVENT_UNSEEN_START_END: u32 = 3;
 /// Shares the first field with `StopEvent::kind`, so a record's kind tells its type.
 pub const EVENT_PERIOD: u32 = 4;
 
+/// The key of a cgroup's count of lost records of one kind (`EVENT_*`) in the programs'
+/// `LOST_BY_CGROUP` map: the kind in the top 4 bits, the cgroup id below (kernfs ids are an
+/// inode number in the low 32 bits and a wrap generation above it, far below 2^60).
+pub const fn lost_key(cgroup_id: u64, kind: u32) -> u64 {
+    (cgroup_id & LOST_KEY_ID_MASK) | ((kind as u64) << 60)
+}
+
+/// The cgroup id part of a [`lost_key`]; the kind is `key >> 60`.
+pub const LOST_KEY_ID_MASK: u64 = (1 << 60) - 1;
+
 /// `StopEvent::end_reason` values, from the kernel function that called `unthrottle_cfs_rq`.
 pub const END_UNKNOWN: u32 = 0;
 /// Period or slack timer refill (`distribute_cfs_runtime`, `__cfsb_csd_unthrottle`).

@@ -72,6 +72,11 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+/// The same records by cgroup and kind (`tracer_common::lost_key`), so that the report can
+/// say whose figures they are missing from. A full map leaves the rest to `LOST` alone.
+#[map]
+static LOST_BY_CGROUP: HashMap<u64, u64> = HashMap::with_max_entries(4096, 0);
+
 /// Stops in progress, by `struct cfs_rq *`.
 #[map]
 static OPEN: HashMap<u64, StopEvent> = HashMap::with_max_entries(65536, 0);

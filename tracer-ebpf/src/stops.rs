@@ -1,18 +1,19 @@
 //! What every backend does once it knows a cfs_rq really throttled or unthrottled: describe the
 //! group, remember the open stop, and emit START / END records.
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::map,
     maps::PerCpuArray,
 };
 use tracer_common::{
     ABSENT, BitField, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN,
-    MAX_CHILDREN, MAX_THREADS, Offsets, StopEvent,
+    MAX_CHILDREN, MAX_THREADS, Offsets, PeriodEvent, StopEvent, lost_key,
 };
 
 use crate::{
-    CGROUP_FILTER, EVENTS, FILTER_CGROUPS, LOST, OPEN, OPEN_FULL, WAKEUP_BYTES, end_reason,
+    CGROUP_FILTER, EVENTS, FILTER_CGROUPS, LOST, LOST_BY_CGROUP, OPEN, OPEN_FULL, WAKEUP_BYTES,
+    end_reason,
 };
 
 /// Scratch space for the record `begin` and `finish` build: with the child list a `StopEvent`
@@ -123,8 +124,36 @@ pub fn bump(counter: &PerCpuArray<u64>) {
     }
 }
 
-/// Puts one record (a `StopEvent` or a `PeriodEvent`) on the ring buffer.
-pub fn emit<T>(event: &T) {
+/// A ring-buffer record, as a lost one is counted.
+pub trait Record {
+    /// `EVENT_*`.
+    fn kind(&self) -> u32;
+    fn cgroup_id(&self) -> u64;
+}
+
+impl Record for StopEvent {
+    fn kind(&self) -> u32 {
+        self.kind
+    }
+
+    fn cgroup_id(&self) -> u64 {
+        self.cgroup_id
+    }
+}
+
+impl Record for PeriodEvent {
+    fn kind(&self) -> u32 {
+        self.kind
+    }
+
+    fn cgroup_id(&self) -> u64 {
+        self.cgroup_id
+    }
+}
+
+/// Puts one record (a `StopEvent` or a `PeriodEvent`) on the ring buffer; one that finds it
+/// full is counted in `LOST` and, by its cgroup and kind, in `LOST_BY_CGROUP`.
+pub fn emit<T: Record>(event: &T) {
     let flags = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES.load() {
         BPF_RB_FORCE_WAKEUP
     } else {
@@ -132,6 +161,25 @@ pub fn emit<T>(event: &T) {
     };
     if EVENTS.output::<T>(event, flags.into()).is_err() {
         bump(&LOST);
+        count_lost(lost_key(event.cgroup_id(), event.kind()));
+    }
+}
+
+/// One more lost record under `key` in `LOST_BY_CGROUP`. Several CPUs may lose records of
+/// one cgroup at once: the count is only ever added to atomically, and the entry is made
+/// with BPF_NOEXIST, so that a CPU that finds it made already adds to it instead.
+#[inline(never)]
+fn count_lost(key: u64) {
+    if let Some(p) = LOST_BY_CGROUP.get_ptr_mut(key) {
+        // SAFETY: a valid, aligned map value; every update after its insert is this add.
+        unsafe { atomic_add(p, 1) };
+        return;
+    }
+    if LOST_BY_CGROUP.insert(key, 1, BPF_NOEXIST.into()).is_err()
+        && let Some(p) = LOST_BY_CGROUP.get_ptr_mut(key)
+    {
+        // SAFETY: as above.
+        unsafe { atomic_add(p, 1) };
     }
 }
 
@@ -250,6 +298,13 @@ pub fn leaf_cgroup(o: &Offsets, task: u64) -> u64 {
         .unwrap_or(0)
 }
 
+/// The cgroup id of the group that owns `cfs_rq` now (`cfs_rq->tg->css.cgroup->kn->id`).
+#[inline(always)]
+fn group_id(o: &Offsets, cfs_rq: u64) -> Option<u64> {
+    let tg = read::<u64>(cfs_rq, o.cfs_rq_tg)?;
+    cgroup_id(o, read::<u64>(tg, o.tg_cgroup)?)
+}
+
 /// `cgrp->kn->id`, the cgroup directory's inode (its low half on 5.4, see `kn_id_is_union`).
 #[inline(always)]
 pub fn cgroup_id(o: &Offsets, cgroup: u64) -> Option<u64> {
@@ -344,9 +399,13 @@ fn stopped_child(o: &Offsets, tg: u64, cpu: u32, percpu_offset: u64) -> u64 {
 /// `cfs_rq` has just been throttled: open its stop and emit START.
 pub fn begin(o: &Offsets, cfs_rq: u64) {
     // Newer kernels (7.x) call throttle_cfs_rq again for a cfs_rq that is already throttled;
-    // the stop that is open keeps its start.
-    // SAFETY: lookup only; the value is not used.
-    if unsafe { OPEN.get(cfs_rq) }.is_some() {
+    // the stop that is open keeps its start. An open stop of another group is a removed
+    // group's (the kernel does not unthrottle a removed group's cfs_rqs), whose memory this
+    // cfs_rq now is: it is replaced, not continued.
+    // SAFETY: lookup only; the id is copied out.
+    if let Some(open) = unsafe { OPEN.get(cfs_rq) }.map(|s| s.cgroup_id)
+        && group_id(o, cfs_rq) == Some(open)
+    {
         return;
     }
     let Some(ev) = STOP_SCRATCH.get_ptr_mut(0) else {
@@ -398,9 +457,10 @@ pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
     };
     // SAFETY: per-CPU slot; programs do not nest on a CPU while using it.
     let ev = unsafe { &mut *ev };
+    let group = group_id(o, cfs_rq);
     // SAFETY: the value is copied out before the entry is removed.
     match unsafe { OPEN.get(cfs_rq) } {
-        Some(started) => {
+        Some(started) if Some(started.cgroup_id) == group => {
             *ev = *started;
             let _ = OPEN.remove(cfs_rq);
             ev.kind = EVENT_END;
@@ -408,7 +468,12 @@ pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
             ev.kernel_ns = kernel_ns;
             ev.end_reason = reason;
         }
-        None => {
+        // None, or a removed group's stop left in the map (see `begin`): this group's
+        // stop began unseen.
+        open => {
+            if open.is_some() {
+                let _ = OPEN.remove(cfs_rq);
+            }
             *ev = StopEvent {
                 kind: EVENT_UNSEEN_START_END,
                 end_ns,

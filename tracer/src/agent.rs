@@ -593,7 +593,14 @@ impl Session {
         let end = self
             .sampler
             .read_now(&Sampler::targets(&mut self.hierarchy, ids));
-        let reports = report::collect(summaries, &mut self.hierarchy, &self.baseline, &end);
+        if self.hierarchy.forgotten() > 0 {
+            debug!(
+                "the paths of {} removed cgroups were forgotten (only the last ones are kept)",
+                self.hierarchy.forgotten()
+            );
+        }
+        let lost = self.probes.lost_by_cgroup()?;
+        let reports = report::collect(summaries, &mut self.hierarchy, &self.baseline, &end, &lost);
         let totals = End {
             lost: self.probes.lost()?,
             malformed: self.reader.intake.malformed,

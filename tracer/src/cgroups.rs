@@ -7,7 +7,7 @@
 //! bound to (e.g. `/sys/fs/cgroup/cpu,cpuacct`) has these ids; other v1 hierarchies and the v2
 //! tree of a hybrid host have their own inode numbers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 /// may re-walk the tree: ids that never resolve (removed cgroups, ids of no cgroup of this
 /// hierarchy) must not turn every lookup into a walk. A newer id is walked for at once.
 const REWALK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Removed cgroups whose paths are kept: their last records may still come, and a long run
+/// with cgroups made and removed all the time must not keep every path it ever saw.
+const REMOVED_KEPT: usize = 4096;
 
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -195,7 +199,13 @@ fn mode_of(mounts: &[Mount]) -> Mode {
 pub struct Hierarchy {
     root: PathBuf,
     version: Version,
+    /// The cgroups present at the last walk.
     paths: HashMap<u64, String>,
+    /// Those removed since, the last `REMOVED_KEPT` of them, oldest first in `removed_order`.
+    removed: HashMap<u64, String>,
+    removed_order: VecDeque<u64>,
+    /// Removed cgroups whose paths were dropped to keep the cache bounded.
+    forgotten: u64,
     last_walk: Option<Instant>,
     /// The highest id the walks saw, or were made for: a miss above it is a new cgroup.
     newest: u64,
@@ -220,6 +230,9 @@ impl Hierarchy {
             root,
             version,
             paths: HashMap::new(),
+            removed: HashMap::new(),
+            removed_order: VecDeque::new(),
+            forgotten: 0,
             last_walk: None,
             newest: 0,
         }
@@ -264,10 +277,11 @@ impl Hierarchy {
     }
 
     /// The path of cgroup `id`, re-walking the tree on a miss: at once for an id newer than
-    /// the last walk, else at most once per [`REWALK_INTERVAL`]. `None` for ids that are not
-    /// (or no longer) directories of this hierarchy.
+    /// the last walk, else at most once per [`REWALK_INTERVAL`]; a removed cgroup keeps the
+    /// path it had (while it is among the last `REMOVED_KEPT` removed). `None` for ids that are
+    /// not, and were not, directories of this hierarchy.
     pub fn path_of(&mut self, id: u64) -> Option<&str> {
-        if !self.paths.contains_key(&id) {
+        if !self.paths.contains_key(&id) && !self.removed.contains_key(&id) {
             let stale = self
                 .last_walk
                 .is_none_or(|t| t.elapsed() >= REWALK_INTERVAL);
@@ -278,7 +292,15 @@ impl Hierarchy {
                 self.newest = self.newest.max(id);
             }
         }
-        self.paths.get(&id).map(String::as_str)
+        self.paths
+            .get(&id)
+            .or_else(|| self.removed.get(&id))
+            .map(String::as_str)
+    }
+
+    /// Removed cgroups whose paths were forgotten to keep the cache bounded.
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
     }
 
     /// Every cgroup in the hierarchy now (freshly walked): `(id, path)`.
@@ -288,13 +310,15 @@ impl Hierarchy {
     }
 
     /// Rebuilds the id -> path map. Cgroups come and go while we walk, and some directories may
-    /// be unreadable: those are skipped, the rest of the tree is still mapped. Removed cgroups
-    /// keep their old path (the kernel may still send their last records).
+    /// be unreadable: those are skipped, the rest of the tree is still mapped. Cgroups gone
+    /// since the last walk move to the removed ones (the kernel may still send their last
+    /// records).
     fn walk(&mut self) {
         self.last_walk = Some(Instant::now());
+        let mut present = HashMap::new();
         if let Ok(m) = fs::metadata(&self.root) {
             self.newest = self.newest.max(m.ino());
-            self.paths.insert(m.ino(), "/".to_owned());
+            present.insert(m.ino(), "/".to_owned());
         }
         let mut stack = vec![(self.root.clone(), String::new())];
         while let Some((dir, path)) = stack.pop() {
@@ -312,8 +336,19 @@ impl Hierarchy {
                 }
                 let child = format!("{path}/{}", entry.file_name().to_string_lossy());
                 self.newest = self.newest.max(meta.ino());
-                self.paths.insert(meta.ino(), child.clone());
+                present.insert(meta.ino(), child.clone());
                 stack.push((entry.path(), child));
+            }
+        }
+        for (id, path) in std::mem::replace(&mut self.paths, present) {
+            if !self.paths.contains_key(&id) && self.removed.insert(id, path).is_none() {
+                self.removed_order.push_back(id);
+            }
+        }
+        while self.removed_order.len() > REMOVED_KEPT {
+            if let Some(old) = self.removed_order.pop_front() {
+                self.removed.remove(&old);
+                self.forgotten += 1;
             }
         }
     }
@@ -522,6 +557,36 @@ mod tests {
             Some("/late"),
             "found once the interval has passed"
         );
+        assert_eq!(h.path_of(u64::MAX), None);
+
+        // Removed, it keeps its path, and is no longer among the present ones.
+        fs::remove_dir(dir.path().join("late")).unwrap();
+        h.walk();
+        assert_eq!(h.path_of(late), Some("/late"));
+        assert_eq!(h.all().count(), 4);
+        assert_eq!(h.forgotten(), 0);
+    }
+
+    #[test]
+    fn the_paths_of_removed_cgroups_are_bounded_and_their_eviction_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        // "Removed" by a move out of the tree: the inode stays taken, so no later directory
+        // gets it (cgroupfs never reuses one; a disk filesystem would).
+        let out = tempfile::tempdir().unwrap();
+        let mut h = Hierarchy::at(dir.path().to_owned(), Version::V1);
+        let mut ids = Vec::new();
+        for i in 0..=REMOVED_KEPT {
+            let d = dir.path().join(format!("c{i}"));
+            fs::create_dir(&d).unwrap();
+            ids.push(h.id_of(&format!("/c{i}")).unwrap());
+            h.walk();
+            fs::rename(&d, out.path().join(format!("c{i}"))).unwrap();
+        }
+        h.walk();
+        assert_eq!(h.forgotten(), 1);
+        assert_eq!(h.removed.len(), REMOVED_KEPT);
+        assert_eq!(h.path_of(ids[0]), None, "the oldest removed is forgotten");
+        assert_eq!(h.path_of(ids[1]), Some("/c1"));
     }
 
     #[test]

@@ -366,6 +366,46 @@ impl Record {
     }
 }
 
+/// One cgroup's records that the kernel could not put in the ring buffer, by kind: what of its
+/// figures is incomplete (docs/definitions.md, "lost").
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lost {
+    /// Starts (`stop_begin`): only the lines and the live view of open stops miss them; an
+    /// end carries its whole stop.
+    #[serde(default, rename = "lost_stop_begins", skip_serializing_if = "is_zero")]
+    pub starts: u64,
+    /// Ends (`stop`, `unseen_start_stop`): those stops are missing from every figure.
+    #[serde(default, rename = "lost_stops", skip_serializing_if = "is_zero")]
+    pub ends: u64,
+    /// Periods: missing from the demand and the advice.
+    #[serde(default, rename = "lost_periods", skip_serializing_if = "is_zero")]
+    pub periods: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Lost {
+    /// Counts `n` lost records of kind `kind` (`EVENT_*`); an unknown kind counts nowhere.
+    pub fn add(&mut self, kind: u32, n: u64) {
+        let slot = match kind {
+            EVENT_START => &mut self.starts,
+            EVENT_END | EVENT_UNSEEN_START_END => &mut self.ends,
+            EVENT_PERIOD => &mut self.periods,
+            _ => return,
+        };
+        *slot = slot.saturating_add(n);
+    }
+
+    pub fn total(&self) -> u64 {
+        self.starts
+            .saturating_add(self.ends)
+            .saturating_add(self.periods)
+    }
+}
+
 /// The kernel's "no value" for quota/period/burst is `u64::MAX` (quota: `RUNTIME_INF`).
 fn limit(raw: u64) -> Option<u64> {
     (raw != u64::MAX).then_some(raw)

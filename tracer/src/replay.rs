@@ -23,7 +23,7 @@ use std::path::Path;
 
 use crate::aggregate::Aggregate;
 use crate::error::Failure;
-use crate::records::{Event, RecordError};
+use crate::records::{Event, Lost, RecordError};
 use crate::report::{CgroupReport, Report, Text};
 use crate::schema::{End, Line, Start, Summary};
 
@@ -201,12 +201,16 @@ impl Recorded {
                         // The control files always give a period (v1 cpu.cfs_period_us, v2
                         // cpu.max), so a null period means the settings were not read.
                         settings: end.settings.period_ns.is_some().then_some(end.settings),
+                        gone: end.gone,
+                        lost: end.lost,
                     },
                     None => CgroupReport {
                         path: paths.remove(&summary.cgroup_id),
                         summary,
                         cpu_stat: None,
                         settings: None,
+                        gone: false,
+                        lost: Lost::default(),
                     },
                 }
             })
@@ -336,6 +340,8 @@ mod tests {
                         period_ns: Some(100 * MS),
                         burst_ns: None,
                     }),
+                    gone: !known,
+                    lost: Lost::default(),
                     summary,
                 }
             })
@@ -451,6 +457,8 @@ mod tests {
                     path: Some("/pod/c1".into()),
                     cpu_stat: None,
                     settings: None,
+                    gone: false,
+                    lost: Lost::default(),
                 }
             })
             .collect();

@@ -8,6 +8,8 @@
 //! thread ([`Sampler::read_now`]): nothing is drained then.
 
 use std::collections::HashMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -23,7 +25,9 @@ pub struct Target {
 }
 
 /// One cgroup's files at one moment; each `None` where the file could not be read (the cgroup
-/// is gone, the v2 root has no cpu.max, ...).
+/// is gone, the v2 root has no cpu.max, ...). A directory at the cgroup's path that is not the
+/// cgroup (its id, the inode, differs: the path was made again after a removal) is not read:
+/// its files are another cgroup's, which a delta against this one's baseline would mix up.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
     pub at: Instant,
@@ -33,7 +37,8 @@ pub struct Sample {
     /// hierarchy (the cpu hierarchy's own directory when they are co-mounted).
     pub usage_ns: Option<u64>,
     pub settings: Option<Bandwidth>,
-    /// Its directory exists (a cgroup can exist and still not be readable).
+    /// Its directory exists and is still this cgroup (a cgroup can exist and still not be
+    /// readable).
     pub exists: bool,
 }
 
@@ -91,10 +96,7 @@ impl Sampler {
 
     /// Reads `targets` on this thread.
     pub fn read_now(&self, targets: &[Target]) -> Snapshot {
-        targets
-            .iter()
-            .map(|t| (t.id, self.sample(&t.path)))
-            .collect()
+        targets.iter().map(|t| (t.id, self.sample(t))).collect()
     }
 
     /// Reads `targets` on a blocking thread; the caller's task goes on meanwhile.
@@ -107,9 +109,16 @@ impl Sampler {
             .unwrap_or_default()
     }
 
-    fn sample(&self, path: &str) -> Sample {
-        let relative = path.trim_start_matches('/');
+    /// Reads `target`'s files, if its directory is still that cgroup before and after: ids
+    /// (kernfs inode numbers) are never reused within a hierarchy (docs/definitions.md,
+    /// "gone"), so the same inode at both ends means the files read were its own.
+    fn sample(&self, target: &Target) -> Sample {
+        let relative = target.path.trim_start_matches('/');
         let dir = self.root.join(relative);
+        let is_target = || fs::metadata(&dir).is_ok_and(|m| m.is_dir() && m.ino() == target.id);
+        if !is_target() {
+            return Sample::absent();
+        }
         let stat = CpuStat::read(&dir, self.version).ok();
         let usage_ns = match self.version {
             Version::V2 => stat
@@ -121,19 +130,36 @@ impl Sampler {
                 None => cpuacct_usage(&dir),
             },
         };
+        let settings = cpustat::read_bandwidth(&dir, self.version).ok();
+        if !is_target() {
+            return Sample::absent();
+        }
         Sample {
             at: Instant::now(),
             stat,
             usage_ns,
-            settings: cpustat::read_bandwidth(&dir, self.version).ok(),
-            exists: dir.is_dir(),
+            settings,
+            exists: true,
+        }
+    }
+}
+
+impl Sample {
+    /// A cgroup whose directory is gone (or is another cgroup's now).
+    fn absent() -> Self {
+        Self {
+            at: Instant::now(),
+            stat: None,
+            usage_ns: None,
+            settings: None,
+            exists: false,
         }
     }
 }
 
 /// v1 `cpuacct.usage` (ns) in the cgroup directory `dir` of the cpuacct hierarchy.
 fn cpuacct_usage(dir: &Path) -> Option<u64> {
-    std::fs::read_to_string(dir.join("cpuacct.usage"))
+    fs::read_to_string(dir.join("cpuacct.usage"))
         .ok()?
         .trim()
         .parse()
@@ -163,7 +189,7 @@ impl Baseline {
     pub fn read(&mut self, sampler: &Sampler, targets: &[Target]) {
         for t in targets {
             let before = records::monotonic_now_ns();
-            let sample = sampler.sample(&t.path);
+            let sample = sampler.sample(t);
             self.read_ns
                 .insert(t.id, (before, records::monotonic_now_ns()));
             self.samples.insert(t.id, sample);
@@ -269,6 +295,29 @@ mod tests {
         }]);
         assert_eq!((&gone[&7].stat, gone[&7].usage_ns), (&None, None));
         assert_eq!(gone[&7].settings, None);
+    }
+
+    #[test]
+    fn a_path_made_again_is_another_cgroup_and_not_read_for_the_old_one() {
+        let (dir, mut h, id) = tree();
+        let sampler = Sampler::at(&h, None);
+        let targets = Sampler::targets(&mut h, [id]);
+        // The old directory is kept (renamed) while the new one is made, so the new one
+        // cannot get its inode.
+        std::fs::rename(dir.path().join("demo"), dir.path().join("old")).unwrap();
+        std::fs::create_dir(dir.path().join("demo")).unwrap();
+        std::fs::write(dir.path().join("demo/cpu.stat"), "nr_periods 1\n").unwrap();
+        let end = sampler.read_now(&targets);
+        assert_eq!(
+            end[&id],
+            Sample {
+                at: end[&id].at,
+                ..Sample::absent()
+            }
+        );
+        let new = h.id_of("/demo").unwrap();
+        assert_ne!(new, id);
+        assert!(sampler.read_now(&Sampler::all(&mut h))[&new].exists);
     }
 
     #[test]

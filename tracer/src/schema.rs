@@ -32,7 +32,7 @@ use crate::cgroups::Version;
 use crate::cpustat::CpuStat;
 use crate::names::Name;
 use crate::records::{
-    Bandwidth, EndReason, EndedStop, Event, HeldThread, Period, RecordError, Task,
+    Bandwidth, EndReason, EndedStop, Event, HeldThread, Lost, Period, RecordError, Task,
 };
 use crate::wallclock::{Reading, Step, Utc};
 
@@ -622,6 +622,13 @@ pub struct Summary {
     /// Σ over its stops of the threads held but not listed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub threads_unlisted: u64,
+    /// The cgroup was removed during the trace (its figures run to its removal, `cpu_stat`
+    /// is null); absent when it was not.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gone: bool,
+    /// Its records lost (`lost_stop_begins`, `lost_stops`, `lost_periods`), each absent when 0.
+    #[serde(flatten)]
+    pub lost: Lost,
 }
 
 /// One process a cgroup's stops held, in a `summary`: the stops that held any of its threads

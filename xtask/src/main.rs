@@ -1,5 +1,5 @@
 //! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench |
-//! bench-exporter | image | advise-check`.
+//! bench-exporter | image | advise-check | soak`.
 mod advise_check;
 mod apt;
 mod bench;
@@ -20,6 +20,7 @@ mod process;
 mod qemu;
 mod scenarios;
 mod setup;
+mod soak;
 mod vm_demo;
 mod vm_test;
 
@@ -57,6 +58,9 @@ enum Cli {
     /// In a vm-test guest: the running tracer's kprobe/fentry programs' cost (bench/vm_cost.rs).
     #[command(hide = true)]
     GuestProgramCost(bench::vm_cost::GuestArgs),
+    /// The tracer left running over throttling groups for `--minutes`: its memory, CPU time
+    /// and descriptors sampled, its totals against cpu.stat (root; not part of `test`).
+    Soak(soak::Args),
 }
 
 /// A failed task prints its cause chain on one line, without the backtrace anyhow would add
@@ -74,6 +78,7 @@ fn main() -> std::process::ExitCode {
         Cli::BenchExporter(args) => exporter_memory::run(&args),
         Cli::AdviseCheck(args) => advise_check::run(&args),
         Cli::GuestProgramCost(args) => bench::vm_cost::guest(&args),
+        Cli::Soak(args) => soak::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -21,11 +21,12 @@ use aya::{
 };
 use aya_log::EbpfLogger;
 use log::{debug, warn};
-use tracer_common::Offsets;
+use tracer_common::{LOST_KEY_ID_MASK, Offsets};
 
 use crate::{
     error::Failure,
     privileges::{self, Capabilities},
+    records::Lost,
 };
 use errno::Cause;
 
@@ -255,6 +256,24 @@ impl Probes {
             total += per_cpu.iter().sum::<u64>();
         }
         Ok(total)
+    }
+
+    /// Records lost so far by cgroup (those the kernel could attribute: see `LOST_BY_CGROUP`).
+    pub fn lost_by_cgroup(&self) -> Result<std::collections::HashMap<u64, Lost>, Failure> {
+        let name = "LOST_BY_CGROUP";
+        let m = self
+            .ebpf
+            .map(name)
+            .ok_or_else(|| internal(&format!("map {name} missing")))?;
+        let counts: HashMap<_, u64, u64> =
+            HashMap::try_from(m).map_err(|e| internal(&format!("{name}: {e}")))?;
+        let mut lost = std::collections::HashMap::<u64, Lost>::new();
+        for entry in counts.iter() {
+            let (key, n) = entry.map_err(|e| internal(&format!("{name}: {e}")))?;
+            let kind = u32::try_from(key >> 60).unwrap_or(u32::MAX);
+            lost.entry(key & LOST_KEY_ID_MASK).or_default().add(kind, n);
+        }
+        Ok(lost)
     }
 }
 

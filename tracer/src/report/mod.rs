@@ -29,6 +29,7 @@ pub mod prometheus;
 pub mod sink;
 mod text;
 
+use std::collections::HashMap;
 use std::io;
 
 use crossterm::event::Event as Key;
@@ -39,7 +40,7 @@ use crate::advice::{self, Advice};
 use crate::aggregate::{CgroupSummary, DurationSummary};
 use crate::cgroups::Hierarchy;
 use crate::cpustat::CpuStat;
-use crate::records::{Bandwidth, EndedStop, Event, Period};
+use crate::records::{Bandwidth, EndedStop, Event, Lost, Period};
 use crate::sampler::{Baseline, Sample, Snapshot};
 use crate::schema::{self, CgroupRef, End, Line, Start};
 use crate::wallclock::{self, Step};
@@ -54,6 +55,13 @@ pub struct CgroupReport {
     pub cpu_stat: Option<CpuStat>,
     /// Quota settings at the end (the control files).
     pub settings: Option<Bandwidth>,
+    /// The cgroup was removed during the trace: at the end no directory of the hierarchy is
+    /// this cgroup (none at its path, or one made again there, with another id). Its figures
+    /// are the trace's to its removal; it has no cpu.stat delta.
+    pub gone: bool,
+    /// Its records the kernel could not put in the ring buffer: which of its figures are
+    /// incomplete.
+    pub lost: Lost,
 }
 
 impl CgroupReport {
@@ -65,6 +73,7 @@ impl CgroupReport {
         hierarchy: &mut Hierarchy,
         baseline: &Baseline,
         end: Option<&Sample>,
+        lost: Lost,
     ) -> Self {
         for a in summary
             .descendants
@@ -78,11 +87,16 @@ impl CgroupReport {
             .and_then(|e| e.stat.as_ref())
             .and_then(|now| baseline.delta(summary.cgroup_id, now).ok());
         let settings = end.and_then(|e| e.settings);
+        // No path now (after a fresh walk, if the last is a second old) or a sample that found
+        // another directory, or none, at the path: no directory is this cgroup any more.
+        let gone = !end.is_some_and(|e| e.exists);
         Self {
             summary,
             path,
             cpu_stat,
             settings,
+            gone,
+            lost,
         }
     }
 
@@ -199,23 +213,27 @@ impl CgroupReport {
                 .map(schema::ProcessLine::of)
                 .collect(),
             threads_unlisted: s.held.unlisted,
+            gone: self.gone,
+            lost: self.lost,
         }
     }
 }
 
-/// One [`CgroupReport`] per cgroup the trace saw, most stopped first, from the summaries and
-/// each cgroup's end-of-trace reading in `end`.
+/// One [`CgroupReport`] per cgroup the trace saw, most stopped first, from the summaries,
+/// each cgroup's end-of-trace reading in `end` and its lost records in `lost`.
 pub fn collect(
     summaries: Vec<CgroupSummary>,
     hierarchy: &mut Hierarchy,
     baseline: &Baseline,
     end: &Snapshot,
+    lost: &HashMap<u64, Lost>,
 ) -> Vec<CgroupReport> {
     summaries
         .into_iter()
         .map(|summary| {
             let sample = end.get(&summary.cgroup_id);
-            CgroupReport::collect(summary, hierarchy, baseline, sample)
+            let lost = lost.get(&summary.cgroup_id).copied().unwrap_or_default();
+            CgroupReport::collect(summary, hierarchy, baseline, sample, lost)
         })
         .collect()
 }
@@ -419,6 +437,8 @@ pub(crate) mod tests {
                 period_ns: Some(100 * MS),
                 burst_ns: Some(0),
             }),
+            gone: false,
+            lost: Lost::default(),
         }
     }
 
@@ -513,15 +533,18 @@ pub(crate) mod tests {
             &mut h,
             &baseline,
             end.get(&summary.cgroup_id),
+            Lost::default(),
         );
         assert_eq!(r.path.as_deref(), Some("/demo"));
+        assert!(!r.gone);
         let d = r.cpu_stat.unwrap();
         assert_eq!((d.nr_periods, d.nr_throttled, d.throttled_ns), (2, 1, 4));
         assert_eq!(r.settings.unwrap().quota_ns, Some(20 * MS));
 
         summary.cgroup_id = u64::MAX;
-        let r = CgroupReport::collect(summary, &mut h, &baseline, None);
+        let r = CgroupReport::collect(summary, &mut h, &baseline, None, Lost::default());
         assert_eq!((r.path, r.cpu_stat, r.settings), (None, None, None));
+        assert!(r.gone, "no directory is that cgroup");
     }
 
     fn parse(line: &Line) -> Value {

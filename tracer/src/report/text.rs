@@ -10,7 +10,7 @@ use super::histogram::log2_rows;
 use crate::aggregate::{Attributed, DurationSummary, HeldSummary, ProcessHeld};
 use crate::cgroups::Version;
 use crate::names::Name;
-use crate::records::Bandwidth;
+use crate::records::{Bandwidth, Lost};
 use crate::schema::{End, Start};
 
 /// Widest cgroup path column in the overview; longer paths push their row right.
@@ -30,7 +30,7 @@ pub(super) fn render(info: &Start, reports: &[CgroupReport], totals: &End) -> St
             super::advice_text::render(&mut out, r, info.cgroup_version);
         }
     }
-    footer(&mut out, totals);
+    footer(&mut out, reports, totals);
     out
 }
 
@@ -174,6 +174,9 @@ fn detail(out: &mut String, r: &CgroupReport) {
     if let Some(friendly) = friendly_name(r) {
         let _ = write!(out, "  {friendly}");
     }
+    if r.gone {
+        out.push_str("  removed during the trace");
+    }
     out.push('\n');
     if let Some(b) = &r.settings {
         let _ = writeln!(out, "  quota now         {}", bandwidth(b));
@@ -242,7 +245,10 @@ fn detail(out: &mut String, r: &CgroupReport) {
             }
             out.push('\n');
         }
-        None => out.push_str("  cpu.stat delta    unavailable (cgroup gone or unreadable)\n"),
+        None if r.gone => out.push_str(
+            "  cpu.stat delta    unavailable: the cgroup was removed, its cpu.stat with it\n",
+        ),
+        None => out.push_str("  cpu.stat delta    unavailable (cgroup unreadable)\n"),
     }
     for a in &s.stopped_by_ancestor {
         let _ = writeln!(
@@ -304,6 +310,7 @@ fn detail(out: &mut String, r: &CgroupReport) {
     if !anomalies.is_empty() {
         let _ = writeln!(out, "  incomplete        {}", anomalies.join(", "));
     }
+    lost(out, &r.lost);
     held(out, &s.held);
     histogram(out, "per-CPU stop lengths", &s.stops);
     histogram(out, "group stop lengths", &s.group_stops);
@@ -422,16 +429,47 @@ fn histogram(out: &mut String, title: &str, d: &DurationSummary) {
     }
 }
 
-fn footer(out: &mut String, totals: &End) {
+/// Which of a cgroup's figures its lost records leave incomplete.
+fn lost(out: &mut String, lost: &Lost) {
+    if lost.ends > 0 {
+        let _ = writeln!(
+            out,
+            "  lost              {} stop ends: its stops, stopped times, percentiles, histograms \
+             and group stops are lower bounds, the cross-check falls short by their kernel time",
+            lost.ends
+        );
+    }
+    if lost.starts > 0 {
+        let _ = writeln!(
+            out,
+            "  lost              {} stop starts: the figures are whole (an end carries its \
+             stop), the stream lacks their stop_begin lines",
+            lost.starts
+        );
+    }
+    if lost.periods > 0 {
+        let _ = writeln!(
+            out,
+            "  lost              {} periods: its demand and advice leave them out",
+            lost.periods
+        );
+    }
+}
+
+fn footer(out: &mut String, reports: &[CgroupReport], totals: &End) {
     let _ = writeln!(
         out,
         "\nlost records: {}   malformed records: {}",
         totals.lost, totals.malformed
     );
     if totals.lost > 0 {
-        out.push_str(
-            "WARNING: the ring buffer overflowed; stop counts, sums and group stops above are \
-             incomplete.\n",
+        let listed: u64 = reports.iter().map(|r| r.lost.total()).sum();
+        let _ = writeln!(
+            out,
+            "WARNING: the ring buffer overflowed (--ring-buffer-size); each cgroup above says \
+             what it lost, {} lost record(s) belong to no cgroup listed (every record of it \
+             lost, or the kernel's count by cgroup full).",
+            totals.lost.saturating_sub(listed)
         );
     }
 }
@@ -579,6 +617,12 @@ mod tests {
         r.path = None;
         r.cpu_stat = None;
         r.settings = None;
+        r.gone = true;
+        r.lost = Lost {
+            starts: 1,
+            ends: 3,
+            periods: 0,
+        };
         r.summary.unmatched_ends = 2;
         let totals = End {
             lost: 7,
@@ -586,10 +630,23 @@ mod tests {
             elapsed_ns: 1,
         };
         let text = render(&info(), &[r], &totals);
-        assert!(text.contains("cgroup id 4242 (id 4242)"), "{text}");
-        assert!(text.contains("cpu.stat delta    unavailable"));
+        assert!(
+            text.contains("cgroup id 4242 (id 4242)  removed during the trace\n"),
+            "{text}"
+        );
+        assert!(text.contains("cpu.stat delta    unavailable: the cgroup was removed"));
         assert!(text.contains("incomplete        2 ends without a traced start"));
         assert!(text.contains("lost records: 7   malformed records: 1\nWARNING"));
+        assert!(
+            text.contains("  lost              3 stop ends: its stops"),
+            "{text}"
+        );
+        assert!(text.contains("  lost              1 stop starts: the figures are whole"));
+        assert!(!text.contains("periods: its demand"), "{text}");
+        assert!(
+            text.contains("3 lost record(s) belong to no cgroup listed"),
+            "{text}"
+        );
 
         let text = render(&info(), &[], &totals);
         assert!(text.contains("No cgroup was stopped"));

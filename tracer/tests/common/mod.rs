@@ -11,6 +11,7 @@ mod cpu;
 pub mod dashboard;
 pub mod http;
 mod process;
+pub mod tracer;
 
 use std::{
     fmt::Display,

@@ -1,0 +1,106 @@
+//! The tracer as the fault tests run it: its NDJSON on stdout, read line by line as it comes
+//! (a test can wait for a line before it acts), stopped with SIGINT, its lines returned parsed.
+use std::{
+    process::{Command, Stdio},
+    sync::mpsc::{Receiver, RecvTimeoutError},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use super::Running;
+
+const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
+
+pub struct Tracer {
+    child: Option<Running>,
+    lines: Receiver<String>,
+    /// Its `start` line.
+    pub start: Value,
+    /// The lines read so far after `start`.
+    seen: Vec<Value>,
+}
+
+impl Tracer {
+    /// `throttle-tracer --backend <common::backend()> --json` with `args`, once its `start`
+    /// line has come.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Running::spawn(
+            Command::new(TRACER)
+                .args(["--backend", &super::backend(), "--json"])
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        );
+        let (start, lines) = super::ndjson_lines(&mut child);
+        Self {
+            child: Some(child),
+            lines,
+            start,
+            seen: Vec::new(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("tracer running").id()
+    }
+
+    /// Reads lines until one satisfies `done` and returns it; panics if none has within
+    /// `limit` (a guard against hanging, not a timing assertion).
+    pub fn wait_for(
+        &mut self,
+        limit: Duration,
+        what: &str,
+        mut done: impl FnMut(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match self.lines.recv_timeout(left) {
+                Ok(line) => line,
+                Err(RecvTimeoutError::Timeout) => panic!("{what} did not happen within {limit:?}"),
+                Err(RecvTimeoutError::Disconnected) => panic!("the tracer ended before {what}"),
+            };
+            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            self.seen.push(v);
+            let v = self.seen.last().expect("just pushed");
+            if done(v) {
+                return v.clone();
+            }
+        }
+    }
+
+    /// SIGINTs the tracer and returns every line it printed after `start`.
+    pub fn stop(mut self) -> Vec<Value> {
+        let status = self.child.take().expect("tracer running").interrupt();
+        assert!(status.success(), "tracer: {status}");
+        let mut lines = std::mem::take(&mut self.seen);
+        lines.extend(
+            self.lines
+                .iter()
+                .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}"))),
+        );
+        lines
+    }
+}
+
+/// The lines of `lines` of type `kind` about cgroup `id`.
+pub fn of<'a>(lines: &'a [Value], kind: &str, id: u64) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|v| v["type"] == kind && v["cgroup_id"] == id)
+        .collect()
+}
+
+/// Σ `kernel_ns` of `stops` (a null one is a failure: the tracepoint backend reads every
+/// stop's kernel time on this kernel).
+pub fn kernel_ns(stops: &[&Value]) -> u64 {
+    stops
+        .iter()
+        .map(|s| {
+            s["kernel_ns"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no kernel_ns: {s}"))
+        })
+        .sum()
+}
