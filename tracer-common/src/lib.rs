@@ -129,7 +129,8 @@ pub const MAX_THREADS: usize = 8;
 
 /// One ring-buffer record per period of a group with a quota (tracepoint backend): what the
 /// group ran in the period that its period timer's expiry ends, from the kernel's own
-/// accounting (`tg->se[cpu]->sum_exec_runtime`, the group entity's exec time on each CPU).
+/// accounting (the group entity's `sum_exec_runtime` on each CPU: `tg->se[cpu]`, or on 7.x the
+/// `se` of that CPU's `cfs_tg_state`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PeriodEvent {
@@ -264,7 +265,8 @@ pub struct Offsets {
     // Appended for per-period demand (tracepoint backend).
     /// `task_group.cfs_bandwidth`: the bandwidth inside its group (`cfsb_*` are relative to it).
     pub tg_cfs_bandwidth: u32,
-    /// `task_group.se`: `struct sched_entity **`, one group entity per CPU.
+    /// `task_group.se`: `struct sched_entity **`, one group entity per CPU (before 7.x; see
+    /// `tg_state_se`).
     pub tg_se: u32,
     pub se_sum_exec_runtime: u32,
     /// `cfs_bandwidth.runtime`, relative to `cfs_bandwidth`.
@@ -279,6 +281,11 @@ pub struct Offsets {
     /// `sched_entity.sched_delayed` (6.12+, relative to `sched_entity`): a sleeping task whose
     /// dequeue the kernel delayed keeps `on_rq` set.
     pub se_sched_delayed: BitField,
+    // Appended for per-period demand on 7.x.
+    /// `cfs_tg_state.cfs_rq` and `.se` (7.x): a group's cfs_rq and entity on one CPU, side by
+    /// side in the per-CPU `struct cfs_tg_state` that `task_group.cfs_rq` points into.
+    pub tg_state_cfs_rq: u32,
+    pub tg_state_se: u32,
 }
 
 impl Offsets {
@@ -332,7 +339,20 @@ impl Offsets {
         cfsb_runtime_snap: ABSENT,
         task_on_rq: BitField::ABSENT,
         se_sched_delayed: BitField::ABSENT,
+        tg_state_cfs_rq: ABSENT,
+        tg_state_se: ABSENT,
     };
+
+    /// Whether the group entities are 7.x's, each in its CPU's `cfs_tg_state` beside the
+    /// group's cfs_rq, rather than in the `task_group.se` array.
+    pub const fn entities_per_cpu(&self) -> bool {
+        self.tg_se == ABSENT && self.tg_state_se != ABSENT && self.tg_cfs_rq_percpu != 0
+    }
+
+    /// Whether the per-period demand can read the group entities at all.
+    pub const fn has_entities(&self) -> bool {
+        self.tg_se != ABSENT || self.entities_per_cpu()
+    }
 }
 
 #[cfg(feature = "user")]

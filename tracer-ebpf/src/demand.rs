@@ -1,13 +1,21 @@
 //! Per-period CPU demand, on every backend: at each expiry of a group's period timer (a period
-//! boundary, as the kernel itself draws them) the group's entity on every CPU (`tg->se[cpu]`)
-//! is read, and what its `sum_exec_runtime` grew by since the previous expiry is sent as one
-//! `PeriodEvent`, with the bandwidth pool before the refill (and so the burst the period spent).
+//! boundary, as the kernel itself draws them) the group's entity on every CPU is read, and what
+//! its `sum_exec_runtime` grew by since the previous expiry is sent as one `PeriodEvent`, with
+//! the bandwidth pool before the refill (and so the burst the period spent).
 //! The tracepoint backend calls [`timer_expires`] from hrtimer_expire_entry for the hrtimers
 //! that are period timers; the kprobe and fentry backends from the entry of
 //! `sched_cfs_period_timer` itself. It runs for CFS period timers only, never on the
 //! sched_switch path.
+//!
+//! Where the entities are: up to 6.x the array `tg->se[cpu]`; on 7.x each CPU's entity sits
+//! beside the group's cfs_rq in that CPU's copy of a per-CPU `struct cfs_tg_state`, at
+//! `tg->cfs_rq` plus the CPU's per-CPU offset, an address the programs are not given
+//! (`__per_cpu_offset` is a kernel symbol). They compute it from two things they can see
+//! (docs/kernel.md §7): how far apart two CPUs' copies of any per-CPU object lie, from
+//! `bpf_map_lookup_percpu_elem` on a per-CPU map of their own, and one absolute offset, that
+//! of the CPU of the current task's cfs_rq, which is its group's `cfs_rq` pointer plus it.
 use aya_ebpf::{
-    helpers::bpf_probe_read_kernel,
+    helpers::{bpf_get_current_task, bpf_map_lookup_percpu_elem, bpf_probe_read_kernel},
     macros::map,
     maps::{LruHashMap, PerCpuArray},
 };
@@ -61,13 +69,15 @@ static DEMAND_GROUP: LruHashMap<u64, LastExpiry> = LruHashMap::with_max_entries(
 struct Scratch {
     ev: PeriodEvent,
     tg: u64,
-    /// `tg->se`.
+    /// Where the entities are: `tg->se` (the array), or on 7.x what a CPU's copy of
+    /// `DEMAND_COUNTS` is to be added to for the group's cfs_rq on that CPU ([`entities_shift`]).
     ses: u64,
     /// The previous expiry's time; 0 = none.
     prev: u64,
 }
 
-/// Per CPU: period timer expiries seen (`SEEN`) and periods emitted (`EMITTED`).
+/// Per CPU: period timer expiries seen (`SEEN`) and periods emitted (`EMITTED`). On 7.x its
+/// copies' addresses also measure the per-CPU offsets ([`percpu_copy`]).
 ///
 /// Also load-bearing: without these two helper calls (at `period_ends`' entry and before the
 /// ring-buffer output) the object built with bpf-linker emitted no period at all for some
@@ -95,7 +105,7 @@ const MAX_LIST: u64 = 64;
 /// The period timer at `timer` is about to run its callback: the group's period ends now.
 #[inline(always)]
 pub fn timer_expires(o: &Offsets, timer: u64) {
-    if o.tg_se == ABSENT || o.cfsb_throttled_cfs_rq == ABSENT {
+    if !o.has_entities() || o.cfsb_throttled_cfs_rq == ABSENT {
         return;
     }
     // The group's addresses are computed from the timer's, and end up in map keys: the
@@ -136,9 +146,77 @@ fn period_ends(o: &Offsets, timer: u64) {
     if FILTER_CGROUPS.load() != 0 && unsafe { CGROUP_FILTER.get(id) }.is_none() {
         return;
     }
-    if let Some(ses) = read::<u64>(tg, o.tg_se) {
+    let ses = if o.entities_per_cpu() {
+        entities_shift(o, tg)
+    } else {
+        read::<u64>(tg, o.tg_se)
+    };
+    if let Some(ses) = ses {
         emit_period(o, t, tg, id, ses);
     }
+}
+
+/// `cpu`'s copy of `DEMAND_COUNTS` (slot 0), as a plain number. Every per-CPU object's copies
+/// lie the same per-CPU offsets apart (`per_cpu_ptr(p, cpu)` is `p + __per_cpu_offset[cpu]`
+/// for static and allocated ones alike), so these addresses say how far apart any two CPUs'
+/// copies of the group's cfs_tg_state are.
+#[inline(always)]
+fn percpu_copy(cpu: u32) -> Option<u64> {
+    let slot: u32 = 0;
+    // SAFETY: the map and the key are this object's; the value is not dereferenced.
+    let copy = unsafe {
+        bpf_map_lookup_percpu_elem(
+            (&raw const DEMAND_COUNTS).cast_mut().cast(),
+            (&raw const slot).cast(),
+            cpu,
+        )
+    } as u64;
+    if copy == 0 {
+        return None;
+    }
+    // A map value pointer is no number to the verifier (no arithmetic with unknown values);
+    // a copy read back is.
+    // SAFETY: reads a local of this frame.
+    unsafe { bpf_probe_read_kernel(&copy as *const u64) }.ok()
+}
+
+/// 7.x: the value to which a CPU's [`percpu_copy`] adds up to the group `tg`'s cfs_rq on that
+/// CPU, i.e. `tg->cfs_rq` less the map's own per-CPU pointer. The one absolute offset it needs
+/// is the current task's: its cfs_rq (`se.cfs_rq`, that of its group on its CPU, the root's
+/// being `rq->cfs`) is its group's per-CPU `cfs_rq` pointer plus the offset of the CPU its rq
+/// is.
+#[inline(always)]
+fn entities_shift(o: &Offsets, tg: u64) -> Option<u64> {
+    if o.task_se == ABSENT || o.se_cfs_rq == ABSENT {
+        return None;
+    }
+    // SAFETY: helper without preconditions; the task is only read through probe reads.
+    let task = unsafe { bpf_get_current_task() };
+    let here = read::<u64>(task, o.task_se + o.se_cfs_rq)?;
+    let cpu = read::<u64>(here, o.cfs_rq_rq).and_then(|rq| read::<u32>(rq, o.rq_cpu))?;
+    let here_base = read::<u64>(here, o.cfs_rq_tg).and_then(|g| read::<u64>(g, o.tg_cfs_rq))?;
+    let copy = percpu_copy(cpu)?;
+    let base = read::<u64>(tg, o.tg_cfs_rq)?;
+    // here = here_base + offset(cpu) and copy = map + offset(cpu), so the group's cfs_rq on
+    // CPU c, base + offset(c), is this plus copy(c).
+    Some(
+        base.wrapping_add(here.wrapping_sub(here_base))
+            .wrapping_sub(copy),
+    )
+}
+
+/// The group entity of `tg` on `cpu`, found through `ses` (see `Scratch::ses`).
+#[inline(always)]
+fn entity(o: &Offsets, tg: u64, ses: u64, cpu: u64) -> Option<u64> {
+    if !o.entities_per_cpu() {
+        return read::<u64>(ses + 8 * cpu, 0);
+    }
+    let cfs_rq = ses.wrapping_add(percpu_copy(cpu as u32)?);
+    // A wrong offset would land elsewhere: what is found must be this group's cfs_rq.
+    if read::<u64>(cfs_rq, o.cfs_rq_tg)? != tg {
+        return None;
+    }
+    Some(cfs_rq - u64::from(o.tg_state_cfs_rq) + u64::from(o.tg_state_se))
 }
 
 /// Builds and emits the period of the group `tg` (cgroup `id`, entities `ses`) ending at `t`.
@@ -196,7 +274,8 @@ fn emit_period(o: &Offsets, t: u64, tg: u64, id: u64, ses: u64) {
 
 /// Adds `cpu`'s share to the period in `scratch.ev` (whose `end_ns` is now): what the group entity
 /// there ran since the expiry `prev`, and remembers its reading for the next one. A CPU without
-/// a reading from `prev` makes the period's usage unknown (`start_ns` 0).
+/// a reading from `prev`, or whose entity cannot be read now, makes the period's usage unknown
+/// (`start_ns` 0): never short.
 ///
 /// The loop body is this one call, whose state lives in the map value `ev`: every path through
 /// an iteration reaches the next with the same registers, so the verifier's cost stays linear
@@ -205,8 +284,9 @@ fn emit_period(o: &Offsets, t: u64, tg: u64, id: u64, ses: u64) {
 fn add_cpu(o: &Offsets, scratch: &mut Scratch, cpu: u64) {
     let (tg, prev, ev) = (scratch.tg, scratch.prev, &mut scratch.ev);
     let Some(sum) =
-        read::<u64>(scratch.ses + 8 * cpu, 0).and_then(|se| read::<u64>(se, o.se_sum_exec_runtime))
+        entity(o, tg, scratch.ses, cpu).and_then(|se| read::<u64>(se, o.se_sum_exec_runtime))
     else {
+        ev.start_ns = 0;
         return;
     };
     ev.cpus_read += 1;

@@ -92,8 +92,9 @@ pub enum Feature {
     /// `task_group.children` / `.siblings` / `.cfs_rq` and `cfs_rq.nr_running` (`nr_queued`):
     /// every child a parent's stop stops, not only the one whose task was seen.
     StoppedChildren,
-    /// `task_group.se` / `sched_entity.sum_exec_runtime` and the bandwidth's place in its
-    /// group: the per-period CPU demand.
+    /// `task_group.se` (7.x: `cfs_tg_state.se` and the per-CPU `task_group.cfs_rq`) /
+    /// `sched_entity.sum_exec_runtime` and the bandwidth's place in its group: the per-period
+    /// CPU demand.
     Demand,
     /// `cfs_bandwidth.runtime_snap` (5.16+): the burst each period spent.
     BurstSpent,
@@ -137,7 +138,7 @@ impl Feature {
             Feature::AsyncUnthrottle => o.rq_cfsb_csd,
             Feature::ParkedTasks => o.task_throttled.offset,
             Feature::StoppedChildren => o.tg_children,
-            Feature::Demand => o.tg_se,
+            Feature::Demand => return o.has_entities(),
             Feature::BurstSpent => o.cfsb_runtime_snap,
             Feature::HeldThreads => o.task_on_rq.offset,
         };
@@ -394,6 +395,25 @@ const CFSB_PERIOD_TIMER: Field = at!(
     Shape::Struct("hrtimer")
 );
 
+// A group's cfs_rqs: part of StoppedChildren and of Demand on 7.x. 7.x allocates them per
+// CPU: `struct cfs_rq __percpu *cfs_rq` replaced the array of pointers (BTF may not keep the
+// `__percpu` tag, and no other kernel has a single `struct cfs_rq *` there).
+const TG_CFS_RQ: Field = either!(
+    tg_cfs_rq,
+    "task_group",
+    "cfs_rq",
+    Shape::PtrPtr("cfs_rq"),
+    Shape::Ptr("cfs_rq") => tg_cfs_rq_percpu
+);
+// What Demand reads of each entity and of the pool, wherever the entities are.
+const SE_SUM_EXEC_RUNTIME: Field = at!(
+    se_sum_exec_runtime,
+    "sched_entity",
+    "sum_exec_runtime",
+    Shape::Int(8)
+);
+const CFSB_RUNTIME: Field = at!(cfsb_runtime, "cfs_bandwidth", "runtime", Shape::Int(8));
+
 /// Every kernel field the probes read. Groups are resolved in this order, which is the order
 /// of [`Resolved::disabled`]; the first missing required field is the error.
 const TABLE: &[Group] = &[
@@ -446,16 +466,7 @@ const TABLE: &[Group] = &[
                 "nr_queued" | "nr_running",
                 Shape::Int(4)
             ),
-            // 7.x allocates a group's cfs_rqs per CPU: `struct cfs_rq __percpu *cfs_rq`
-            // replaced the array of pointers (BTF may not keep the `__percpu` tag, and no other
-            // kernel has a single `struct cfs_rq *` there).
-            either!(
-                tg_cfs_rq,
-                "task_group",
-                "cfs_rq",
-                Shape::PtrPtr("cfs_rq"),
-                Shape::Ptr("cfs_rq") => tg_cfs_rq_percpu
-            ),
+            TG_CFS_RQ,
             at!(
                 tg_children,
                 "task_group",
@@ -605,18 +616,41 @@ const TABLE: &[Group] = &[
     },
     Group {
         need: Need::Newer(Feature::Demand),
-        // Read at each expiry of a group's period timer: its group entity on every CPU.
+        // Read at each expiry of a group's period timer: its group entity on every CPU, from
+        // the array `task_group.se` (up to 6.x)...
         fields: &[
             TG_CFS_BANDWIDTH,
             at!(tg_se, "task_group", "se", Shape::PtrPtr("sched_entity")),
-            at!(
-                se_sum_exec_runtime,
-                "sched_entity",
-                "sum_exec_runtime",
-                Shape::Int(8)
-            ),
-            at!(cfsb_runtime, "cfs_bandwidth", "runtime", Shape::Int(8)),
+            SE_SUM_EXEC_RUNTIME,
+            CFSB_RUNTIME,
             CFSB_PERIOD_TIMER,
+        ],
+    },
+    Group {
+        need: Need::Newer(Feature::Demand),
+        // ...or (7.x) beside the group's cfs_rq in each CPU's `cfs_tg_state`, at the group's
+        // per-CPU `cfs_rq` pointer plus the CPU's per-CPU offset, which the program learns from
+        // the current task's cfs_rq (tracer-ebpf/src/demand.rs).
+        fields: &[
+            TG_CFS_BANDWIDTH,
+            TG_CFS_RQ,
+            at!(
+                tg_state_cfs_rq,
+                "cfs_tg_state",
+                "cfs_rq",
+                Shape::Struct("cfs_rq")
+            ),
+            at!(
+                tg_state_se,
+                "cfs_tg_state",
+                "se",
+                Shape::Struct("sched_entity")
+            ),
+            SE_SUM_EXEC_RUNTIME,
+            CFSB_RUNTIME,
+            CFSB_PERIOD_TIMER,
+            TASK_SE,
+            SE_CFS_RQ,
         ],
     },
     Group {
@@ -855,6 +889,47 @@ mod tests {
         .unwrap();
         assert_eq!((r.offsets.tg_cfs_rq, r.offsets.tg_cfs_rq_percpu), (48, 1));
         assert!(is_on(&r, Feature::StoppedChildren));
+    }
+
+    /// The per-period demand finds the group entities in the array `task_group.se`, or on 7.x
+    /// in each CPU's `cfs_tg_state`, `se` past the `cfs_rq` that the per-CPU
+    /// `task_group.cfs_rq` points to; a kernel with neither (older BTF here) has no demand, and
+    /// says nothing of it.
+    #[test]
+    fn demand_entities_in_an_array_or_per_cpu() {
+        let array = synth(Variant {
+            with_demand: true,
+            ..V5_4
+        })
+        .unwrap();
+        let o = array.offsets;
+        assert_eq!(
+            (
+                o.tg_se,
+                o.tg_state_se,
+                o.tg_cfs_bandwidth,
+                o.se_sum_exec_runtime
+            ),
+            (152, ABSENT, 96, 16)
+        );
+        assert!(o.has_entities() && !o.entities_per_cpu());
+        let per_cpu = synth(Variant {
+            with_demand: true,
+            percpu_cfs_rq: true,
+            ..V5_4
+        })
+        .unwrap();
+        let o = per_cpu.offsets;
+        assert_eq!(
+            (o.tg_se, o.tg_cfs_rq, o.tg_state_cfs_rq, o.tg_state_se),
+            (ABSENT, 48, 0, 64)
+        );
+        assert_eq!((o.cfsb_runtime, o.cfsb_period_timer), (32, 40));
+        assert!(o.entities_per_cpu() && Feature::Demand.in_kernel(&o));
+        assert!(is_on(&per_cpu, Feature::Demand), "{:?}", per_cpu.disabled);
+        let none = synth(V5_4).unwrap();
+        assert!(!Feature::Demand.in_kernel(&none.offsets));
+        assert!(is_on(&none, Feature::Demand), "{:?}", none.disabled);
     }
 
     fn is_on(r: &Resolved, feature: Feature) -> bool {

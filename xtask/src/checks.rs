@@ -58,8 +58,6 @@ struct Run {
     rounds: Vec<Round>,
     /// The group's `period` records (per-period demand).
     periods: Vec<Value>,
-    /// Whether the kernel keeps `task_group.se`, which the demand program reads ([`demand_in_kernel`]).
-    demand_in_kernel: bool,
     /// Every cgroup's summary record (the children's too).
     summaries: Vec<Value>,
     /// The children's cpu.stat deltas (the `children` workload).
@@ -161,7 +159,6 @@ impl Run {
             .collect();
         let summaries = of_type("summary").cloned().collect();
         let task_based = start["kernel"].as_str().is_some_and(task_based_throttle);
-        let demand_in_kernel = start["kernel"].as_str().is_some_and(demand_in_kernel);
         Ok(Self {
             stops,
             summary,
@@ -169,7 +166,6 @@ impl Run {
             delta,
             rounds,
             periods,
-            demand_in_kernel,
             summaries,
             children,
             task_based,
@@ -624,16 +620,6 @@ impl Judge {
     /// overlap the round: a round starts just after a refill and idles for periods after it)
     /// against the CPU its thread burned by its own clock (CLOCK_THREAD_CPUTIME_ID).
     fn round_demand(&mut self, run: &Run, rounds: &[&Round]) -> String {
-        if !run.demand_in_kernel {
-            self.check(run.periods.is_empty(), || {
-                format!(
-                    "{} `period` records where none can be measured",
-                    run.periods.len()
-                )
-            });
-            return "demand: not measured on 7.x (a group's entities are per-CPU cfs_tg_state)"
-                .to_owned();
-        }
         self.check(!run.periods.is_empty(), || {
             "no `period` record: the demand program measured nothing".to_owned()
         });
@@ -677,9 +663,6 @@ impl Judge {
     /// Σ burst the periods spent against cpu.stat's burst_usec delta (5.16+): the same refill
     /// arithmetic, read by the tracer before each refill and counted by the kernel in it.
     fn burst_spent(&mut self, run: &Run) -> String {
-        if !run.demand_in_kernel {
-            return "burst spent: not measured on 7.x".to_owned();
-        }
         let Some(counted_us) = run.delta.get("burst_usec").copied() else {
             return "burst spent: no burst_usec before 5.16".to_owned();
         };
@@ -757,17 +740,6 @@ fn task_based_throttle(release: &str) -> bool {
         .map(|n| n.parse::<u32>().unwrap_or(0));
     let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
     (major, minor) >= (6, 18)
-}
-
-/// Whether the kernel has `task_group.se`, the per-CPU group entities the demand program reads:
-/// 7.x moved each CPU's entity into a per-CPU `struct cfs_tg_state` next to the group's cfs_rq,
-/// which the programs cannot index by CPU without the kernel's per-CPU offsets.
-fn demand_in_kernel(release: &str) -> bool {
-    release
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .and_then(|major| major.parse::<u32>().ok())
-        .is_some_and(|major| major < 7)
 }
 
 /// Stops and the workload's own wait may differ by wake-up latency and scheduling noise: a
@@ -882,11 +854,6 @@ mod tests {
             ("7.2.13+deb14-cloud-amd64", true),
         ] {
             assert_eq!(task_based_throttle(release), task_based, "{release}");
-            assert_eq!(
-                demand_in_kernel(release),
-                !release.starts_with('7'),
-                "{release}"
-            );
         }
     }
 }

@@ -15,40 +15,12 @@ enum Plan {
     HostOnly(&'static str),
 }
 
-const NO_DEMAND: &str = "measures per-period demand, which 7.x hides from the programs (its group \
-                         entities are per-CPU cfs_tg_state); the 5.10, 6.1 and 6.12 scenarios \
-                         judge every backend's demand, and the host runs these tests";
-
 const SETPRIV: &str = "drops its privileges with util-linux's setpriv, and busybox's setpriv has \
                        no --reuid";
 
 /// Every test binary cargo builds must be here: a new one is a decision, not a default.
 const PLANS: &[(&str, Plan)] = &[
-    (
-        "advise",
-        Plan::Run(&[
-            (
-                "a_spiky_burn_is_measured_and_the_advice_stops_it_no_more",
-                NO_DEMAND,
-            ),
-            (
-                "a_burst_of_threads_is_measured_and_the_advised_quota_fits_it",
-                NO_DEMAND,
-            ),
-            (
-                "a_burst_below_demand_minus_quota_is_flagged_as_buying_nothing",
-                NO_DEMAND,
-            ),
-            (
-                "advise_prints_only_the_advice_and_measures_the_rounds",
-                NO_DEMAND,
-            ),
-            (
-                "random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_percent_of_periods",
-                NO_DEMAND,
-            ),
-        ]),
-    ),
+    ("advise", Plan::Run(&[])),
     ("ancestor", Plan::Run(&[])),
     (
         "containers",

@@ -196,6 +196,10 @@ pub struct Variant {
     pub nr_queued: bool,
     /// 7.x: `task_group.cfs_rq` is one per-CPU `struct cfs_rq *`, not a pointer array.
     pub percpu_cfs_rq: bool,
+    /// What the per-period demand reads: `sched_entity.sum_exec_runtime`, the pool and period
+    /// timer of `cfs_bandwidth` (then at byte 96 of `task_group`), and the entities: the array
+    /// `task_group.se`, or with `percpu_cfs_rq` 7.x's `struct cfs_tg_state`.
+    pub with_demand: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -217,6 +221,7 @@ pub const V5_4: Variant = Variant {
     with_children: true,
     nr_queued: false,
     percpu_cfs_rq: false,
+    with_demand: false,
 };
 
 pub fn kernel(v: Variant) -> Vec<u8> {
@@ -252,6 +257,7 @@ pub fn kernel(v: Variant) -> Vec<u8> {
     let p_se = b.ptr(sched_entity);
     let p_cfs_rq = b.ptr(cfs_rq);
     let pp_cfs_rq = b.ptr(p_cfs_rq);
+    let pp_se = b.ptr(p_se);
     let list_head = b.reserve();
     let p_list_head = b.ptr(list_head);
     b.structure(
@@ -315,11 +321,23 @@ pub fn kernel(v: Variant) -> Vec<u8> {
     if v.with_burst {
         bw.push(("burst", u64_t, 24 * 8, 0));
     }
-    b.structure(cfs_bandwidth, "cfs_bandwidth", 32, &bw);
+    let hrtimer = b.reserve();
+    b.structure(hrtimer, "hrtimer", 16, &[]);
+    if v.with_demand {
+        bw.extend([
+            ("runtime", u64_t, 32 * 8, 0),
+            ("period_timer", hrtimer, 40 * 8, 0),
+        ]);
+    }
+    let (bandwidth_size, bandwidth_at) = if v.with_demand { (56, 96) } else { (32, 16) };
+    b.structure(cfs_bandwidth, "cfs_bandwidth", bandwidth_size, &bw);
     let mut tg = vec![
         ("css", css, 0, 0),
-        ("cfs_bandwidth", cfs_bandwidth, 16 * 8, 0),
+        ("cfs_bandwidth", cfs_bandwidth, bandwidth_at * 8, 0),
     ];
+    if v.with_demand && !v.percpu_cfs_rq {
+        tg.push(("se", pp_se, 152 * 8, 0));
+    }
     if v.with_children {
         tg.extend([
             (
@@ -332,7 +350,16 @@ pub fn kernel(v: Variant) -> Vec<u8> {
             ("siblings", list_head, 72 * 8, 0),
         ]);
     }
-    b.structure(task_group, "task_group", 96, &tg);
+    b.structure(task_group, "task_group", 160, &tg);
+    if v.with_demand && v.percpu_cfs_rq {
+        let state = b.reserve();
+        b.structure(
+            state,
+            "cfs_tg_state",
+            96,
+            &[("cfs_rq", cfs_rq, 0, 0), ("se", sched_entity, 64 * 8, 0)],
+        );
+    }
     let kn_members: &[Member] = if v.with_cgroup_kn {
         &[("kn", p_kn, 16 * 8, 0)]
     } else {
@@ -361,12 +388,11 @@ pub fn kernel(v: Variant) -> Vec<u8> {
         task.push(("se", sched_entity, 16 * 8, 0));
     }
     b.structure(task_struct, "task_struct", 64, &task);
-    b.structure(
-        sched_entity,
-        "sched_entity",
-        16,
-        &[("parent", p_se, 0, 0), ("cfs_rq", p_cfs_rq, 8 * 8, 0)],
-    );
+    let mut se = vec![("parent", p_se, 0, 0), ("cfs_rq", p_cfs_rq, 8 * 8, 0)];
+    if v.with_demand {
+        se.push(("sum_exec_runtime", u64_t, 16 * 8, 0));
+    }
+    b.structure(sched_entity, "sched_entity", 24, &se);
     match v.throttle {
         Throttle::Void => _ = b.func("throttle_cfs_rq", 0, p_cfs_rq),
         Throttle::Bool => _ = b.func("throttle_cfs_rq", bool_t, p_cfs_rq),

@@ -98,19 +98,6 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The backend the tests trace with: `TT_TEST_BACKEND` if set, else tracepoint, the one this
-/// host's kernel allows (6.18: no kprobes, fentry refused). vm-test's guests set kprobe: under
-/// emulation the tracepoint programs take 30-40 s to load (the verifier), kprobe's 3 s, and
-/// the VM scenarios run each backend themselves.
-/// Whether this kernel lets the tracer measure per-period demand: it reads `task_group.se`,
-/// which 7.x replaced by a per-CPU `struct cfs_tg_state` (docs/kernel.md §7).
-pub fn demand_in_kernel() -> bool {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .ok()
-        .and_then(|r| r.split('.').next()?.parse::<u32>().ok())
-        .is_some_and(|major| major < 7)
-}
-
 /// CLOCK_MONOTONIC now, in ns: the clock of the tracer's `*_ns` times.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -122,6 +109,10 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The backend the tests trace with: `TT_TEST_BACKEND` if set, else tracepoint, the one this
+/// host's kernel allows (6.18: no kprobes, fentry refused). vm-test's guests set kprobe: under
+/// emulation the tracepoint programs take 30-40 s to load (the verifier), kprobe's 3 s, and
+/// the VM scenarios run each backend themselves.
 pub fn backend() -> String {
     std::env::var("TT_TEST_BACKEND").unwrap_or_else(|_| "tracepoint".into())
 }
