@@ -59,6 +59,15 @@ pub fn load<T>(base: u64, offset: u32) -> Option<T> {
     Some(unsafe { core::ptr::read_volatile((base + u64::from(offset)) as *const T) })
 }
 
+/// A BTF-typed pointer (see [`load`]) as the plain number it is: the verifier allows no
+/// arithmetic on such a pointer, and a global function takes only numbers. A copy read back
+/// through the helper is one; 0 if the read fails.
+#[inline(always)]
+pub fn number(pointer: u64) -> u64 {
+    // SAFETY: reads a local of this frame.
+    unsafe { bpf_probe_read_kernel(&pointer as *const u64) }.unwrap_or(0)
+}
+
 /// [`read_bits`] through [`load`]. The verifier takes a bitfield load only if it covers the
 /// whole bitfield from its first byte, and a plain member only whole (6.18's `bool` in
 /// `task_struct.throttled` would be overrun by the 32-bit window): so the load starts at the
@@ -339,12 +348,11 @@ pub fn stopped_children(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) {
         let Some(base) = read::<u64>(tg, o.tg_cfs_rq) else {
             return;
         };
-        // The verifier allows no arithmetic between a BTF-typed pointer (the fentry and
-        // tp_btf backends' cfs_rq) and another value; a copy read back is a plain number.
-        // SAFETY: reads a local of this frame.
-        let Ok(stopped) = (unsafe { bpf_probe_read_kernel(&cfs_rq as *const u64) }) else {
+        // The fentry and tp_btf backends' cfs_rq is a BTF-typed pointer.
+        let stopped = number(cfs_rq);
+        if stopped == 0 {
             return;
-        };
+        }
         stopped.wrapping_sub(base)
     } else {
         0

@@ -17,9 +17,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use btf_rs::Btf;
 use tracer_common::{BitField, Offsets};
 
+mod raw;
 mod walk;
 
 pub use walk::Unresolved;
@@ -204,7 +204,7 @@ pub fn resolve(btf: &Path) -> Result<Resolved, BtfError> {
             }
         }
     })?;
-    let parsed = Btf::from_bytes(&bytes).map_err(|e| BtfError::Parse {
+    let parsed = raw::Btf::parse(&bytes).map_err(|e| BtfError::Parse {
         path: btf.to_path_buf(),
         source: e.into(),
     })?;
@@ -1113,8 +1113,8 @@ mod tests {
 
     /// Expected values come from `bpftool btf dump file /sys/kernel/btf/vmlinux` and
     /// `pahole -C <struct> /sys/kernel/btf/vmlinux` (Debian bpftool 7.1.0, dwarves 1.24) on the
-    /// 6.18.44 host, independently of btf-rs: cfs_rq `'throttled' type_id=70 bits_offset=3328
-    /// bitfield_size=1`, pahole `bool throttled:1; /* 416: 0 1 */`.
+    /// 6.18.44 host, independently of the tracer's BTF reader: cfs_rq `'throttled' type_id=70
+    /// bits_offset=3328 bitfield_size=1`, pahole `bool throttled:1; /* 416: 0 1 */`.
     #[test]
     fn host_6_18_layout() {
         let Some(r) = host() else { return };
@@ -1163,9 +1163,9 @@ mod tests {
     }
 
     /// Expected values from `pahole -C task_group /sys/kernel/btf/vmlinux` and `pahole -C
-    /// cfs_rq` on the 6.18.44 host (dwarves 1.24), independently of btf-rs: task_group
-    /// `struct cfs_rq * * cfs_rq; /* 224 8 */`, `siblings; /* 416 16 */`, `children;
-    /// /* 432 16 */`; cfs_rq `unsigned int nr_queued; /* 16 4 */`.
+    /// cfs_rq` on the 6.18.44 host (dwarves 1.24), independently of the tracer's BTF reader:
+    /// task_group `struct cfs_rq * * cfs_rq; /* 224 8 */`, `siblings; /* 416 16 */`,
+    /// `children; /* 432 16 */`; cfs_rq `unsigned int nr_queued; /* 16 4 */`.
     #[test]
     fn host_6_18_children_layout() {
         let Some(r) = host() else { return };
@@ -1189,7 +1189,8 @@ mod tests {
             (224, 416, 432, 16)
         );
         // `cfs_rq` is a pointer to pointers: neither a pointer to the struct nor an int.
-        let k = Kernel::new(Btf::from_file(VMLINUX).unwrap());
+        let bytes = std::fs::read(VMLINUX).unwrap();
+        let k = Kernel::new(raw::Btf::parse(&bytes).unwrap());
         assert!(matches!(
             k.offset("task_group", &["cfs_rq"], Shape::Ptr("cfs_rq")),
             Err(Unresolved::WrongShape { .. })
@@ -1235,10 +1236,11 @@ mod tests {
 
     /// Expected values from `pahole -C cfs_rq|cfs_bandwidth|rq|hrtimer|__call_single_data|
     /// task_struct /sys/kernel/btf/vmlinux` on the 6.18.44 host (dwarves 1.24), independently of
-    /// btf-rs: cfs_rq runtime_enabled 356, throttled_clock_self 400, throttled_clock_self_time
-    /// 408, throttle_count 420, throttled_list 424, throttled_csd_list 440; cfs_bandwidth
-    /// period_timer 64, slack_timer 128, throttled_cfs_rq 192; hrtimer function 40; rq cfsb_csd
-    /// 3488, cfsb_csd_list 3520; __call_single_data func 16; task_struct `bool throttled` 752.
+    /// the tracer's BTF reader: cfs_rq runtime_enabled 356, throttled_clock_self 400,
+    /// throttled_clock_self_time 408, throttle_count 420, throttled_list 424, throttled_csd_list
+    /// 440; cfs_bandwidth period_timer 64, slack_timer 128, throttled_cfs_rq 192; hrtimer
+    /// function 40; rq cfsb_csd 3488, cfsb_csd_list 3520; __call_single_data func 16;
+    /// task_struct `bool throttled` 752.
     #[test]
     fn host_6_18_tracepoint_layout() {
         let Some(r) = host() else { return };
@@ -1289,7 +1291,8 @@ mod tests {
             }
         );
         // The hrtimer callback is a function pointer; an int at the same place is refused.
-        let k = Kernel::new(Btf::from_file(VMLINUX).unwrap());
+        let bytes = std::fs::read(VMLINUX).unwrap();
+        let k = Kernel::new(raw::Btf::parse(&bytes).unwrap());
         assert!(matches!(
             k.offset("hrtimer", &["function"], Shape::Int(8)),
             Err(Unresolved::WrongShape { .. })

@@ -154,12 +154,20 @@ fn diagnose() -> Diagnosis {
     let offsets = resolved.map_or(Offsets::ABSENT, |r| r.offsets);
 
     let caps = Capabilities::of_self();
+    let kernel_btf = probes::KernelBtf::parse();
     let results: Vec<(Backend, Result<(), Failure>)> = Backend::AUTO_ORDER
         .iter()
         .map(|&b| {
             (
                 b,
-                probes::try_backend(b, &offsets, &[], crate::cli::RING_BUFFER_DEFAULT).map(drop),
+                probes::try_backend(
+                    b,
+                    &kernel_btf,
+                    &offsets,
+                    &[],
+                    crate::cli::RING_BUFFER_DEFAULT,
+                )
+                .map(drop),
             )
         })
         .collect();

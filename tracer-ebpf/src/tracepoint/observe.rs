@@ -5,7 +5,7 @@
 use tracer_common::{ABSENT, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN, Offsets, StopEvent};
 
 use super::stop::{TASK_HELD, TASK_PARKED, TP_OPEN, TpStop, any_open, end, episode_changed, start};
-use crate::stops::{self, load, load_bits, now, read, read_bits};
+use crate::stops::{self, load, load_bits, now, number, read, read_bits};
 
 /// How long an unthrottle seen outside a refill callback waits for the callback's exit before
 /// it ends the stop itself (the exit never comes, e.g. a teardown flush without tracepoints).
@@ -52,7 +52,7 @@ pub(super) fn walk(o: &Offsets, task: u64, parked: bool, seen: Seen) {
         } else if parent != 0 && any_open() {
             // Not the root's cfs_rq (never limited): a stop still open here had its quota
             // removed (`max`), which unthrottled it and turned its bandwidth off.
-            quota_removed(o, cfs_rq);
+            quota_removed(cfs_rq);
         }
         if parent == 0 {
             return;
@@ -116,8 +116,13 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, s
                     // The unthrottle (and a new throttle) happened unseen: close the old stop,
                     // open the new one.
                     let reason = ended_reason(o, cfs_rq, st);
-                    end(o, cfs_rq, st.ev.start_ns, reason, false);
-                    start(o, cfs_rq, now(), task, how(o, task, parked, seen));
+                    end(number(cfs_rq), st.ev.start_ns, reason, false);
+                    start(
+                        number(cfs_rq),
+                        now(),
+                        number(task),
+                        how(o, task, parked, seen),
+                    );
                 } else {
                     if parked {
                         note_park(o, cfs_rq, st, now());
@@ -146,11 +151,16 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, s
                 }
             }
             let reason = ended_reason(o, cfs_rq, st);
-            end(o, cfs_rq, st.ev.start_ns, reason, false);
+            end(number(cfs_rq), st.ev.start_ns, reason, false);
         }
         None => {
             if throttled {
-                start(o, cfs_rq, now(), task, how(o, task, parked, seen));
+                start(
+                    number(cfs_rq),
+                    now(),
+                    number(task),
+                    how(o, task, parked, seen),
+                );
             }
         }
     }
@@ -159,10 +169,10 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, s
 /// `cfs_rq` has no bandwidth limit now: a stop of it still open ended when its quota was
 /// removed.
 #[inline(never)]
-fn quota_removed(o: &Offsets, cfs_rq: u64) {
+fn quota_removed(cfs_rq: u64) {
     // SAFETY: the value is copied out; `end` claims the stop before it touches it.
     if let Some(start_ns) = unsafe { TP_OPEN.get(cfs_rq) }.map(|st| st.ev.start_ns) {
-        end(o, cfs_rq, start_ns, END_QUOTA_CHANGE, false);
+        end(number(cfs_rq), start_ns, END_QUOTA_CHANGE, false);
     }
 }
 

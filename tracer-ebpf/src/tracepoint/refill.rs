@@ -138,7 +138,7 @@ fn refill_entry(o: &Offsets, slot: u32) {
         }
         // SAFETY: lookup only.
         if unsafe { TP_OPEN.get(cfs_rq) }.is_none() {
-            start(o, cfs_rq, t, 0, 0);
+            start(cfs_rq, t, 0, 0);
         }
         if let Some(st) = TP_OPEN.get_ptr_mut(cfs_rq) {
             // SAFETY: valid map value pointer.
@@ -199,12 +199,12 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
                 st.exit_pending = 0;
             }
         } else if !throttled {
-            end(o, cfs_rq, st.ev.start_ns, END_REFILL, true);
+            end(cfs_rq, st.ev.start_ns, END_REFILL, true);
         } else if episode_changed(st, || {
             read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
         }) {
-            end(o, cfs_rq, st.ev.start_ns, END_REFILL, false);
-            start(o, cfs_rq, t, 0, 0);
+            end(cfs_rq, st.ev.start_ns, END_REFILL, false);
+            start(cfs_rq, t, 0, 0);
         } else if !queued_for_async(o, cfs_rq) {
             st.refill_pending = 0;
             st.exit_pending = 0;

@@ -14,7 +14,7 @@ use tracer_common::{
 
 use super::config::{CFG_ARMED_NS, cfg};
 use crate::{
-    OPEN_FULL, nr_cpus,
+    OPEN_FULL, nr_cpus, offsets,
     stops::{self, now, read},
 };
 
@@ -161,8 +161,21 @@ pub(super) fn episode_changed(st: &TpStop, self_time: impl FnOnce() -> Option<u6
 /// `how` says how it was seen: `TASK_PARKED`, `TASK_HELD` (the stop holds it from now, see
 /// `observe::holds`). One word, not two flags: BPF calls take at most five arguments.
 /// Two CPUs may see the same throttle at once: the first to insert it opens it.
+///
+/// A global function (exported, and BTF says so): the verifier checks it once per program,
+/// with arguments it knows nothing of, instead of at every call with the caller's state (the
+/// context switch calls it from each level of two task chains, the refill programs from each
+/// entry of their lists). Its arguments are numbers to it, so everything is read through the
+/// helper. Returns 0: a global function must return a number.
+#[unsafe(export_name = "tp_start")]
 #[inline(never)]
-pub(super) fn start(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
+pub(super) extern "C" fn start(cfs_rq: u64, now: u64, task: u64, how: u32) -> i32 {
+    open(offsets(), cfs_rq, now, task, how);
+    0
+}
+
+#[inline(always)]
+fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
     // Nothing opens before every program is attached: a stop opened by the refill programs
     // alone could miss its end (the context switches that see it are not traced yet) and run
     // on through later stops of its cfs_rq, its kernel time theirs too, some of them ended
@@ -293,9 +306,16 @@ fn started_before_trace(o: &Offsets, cfs_rq: u64, now: u64) -> bool {
 /// unseen-start END, unless another CPU is ending it or has ended it: the stop is claimed in
 /// `TP_ENDED` first, then looked up again (the caller's map value may have been freed and
 /// reused since its lookup). `at_exit`: called right after a refill callback, so `rq->clock`
-/// is the unthrottle's clock.
+/// is the unthrottle's clock. A global function, as [`start`] is.
+#[unsafe(export_name = "tp_end")]
 #[inline(never)]
-pub(super) fn end(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool) {
+pub(super) extern "C" fn end(cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool) -> i32 {
+    close(offsets(), cfs_rq, start_ns, reason, at_exit);
+    0
+}
+
+#[inline(always)]
+fn close(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool) {
     let now = now();
     // Another program claimed it first. Any other failure (the LRU map could not take the
     // claim) ends it anyway.
@@ -410,7 +430,7 @@ pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
         // a stop of this very cgroup ends.
         let (owner, start_ns) = unsafe { ((*ptr).cgroup, (*ptr).ev.start_ns) };
         if owner == cgroup {
-            end(o, cfs_rq, start_ns, END_CGROUP_GONE, false);
+            end(cfs_rq, start_ns, END_CGROUP_GONE, false);
         }
     }
 }

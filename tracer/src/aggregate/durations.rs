@@ -10,25 +10,76 @@ pub(super) const NS_PER_MS: u64 = 1_000_000;
 
 /// A distribution of durations: count, sum, exact max, percentiles and bcc-style log2 buckets.
 ///
-/// Memory: the HdrHistogram records µs in `u32` counters (4 billion equal stops per bucket before
-/// a counter saturates, which no trace reaches; `u64` would double the memory for nothing). It
-/// starts empty and auto-resizes to the largest value seen, so it costs 4 bytes × 128 counters per
-/// power of two between 256 µs and the longest stop: ~5.5 KiB when the longest stop is ~100 ms,
-/// ~13 KiB if one stop lasts an hour. The log2 buckets are exact (not derived from the HdrHistogram,
-/// whose buckets straddle the ms powers of two) and cost 4 bytes per power of two of ms.
+/// Memory: the first [`FEW`] values are kept as they are (8 bytes each); past that they go into
+/// an HdrHistogram of µs in `u32` counters (4 billion equal stops per bucket before a counter
+/// saturates, which no trace reaches; `u64` would double the memory for nothing), which
+/// auto-resizes to the largest value seen, so it costs 4 bytes × 128 counters per power of two
+/// between 256 µs and the longest stop: ~5.5 KiB when the longest stop is ~100 ms, ~13 KiB if one
+/// stop lasts an hour. A node's many rarely stopped cgroups thus cost a few hundred bytes each,
+/// and their percentiles are the same: the summary puts the kept values into a histogram of its
+/// own. The log2 buckets are exact (not derived from the HdrHistogram, whose buckets straddle the
+/// ms powers of two) and cost 4 bytes per power of two of ms.
 ///
-/// Measured (test `memory_per_stopped_cgroup`): one stopped cgroup whose stops last up to ~100 ms
-/// costs 456 B of state + 11.1 KiB of histograms ≈ 11.6 KiB, so 1 000 stopped cgroups ≈ 12 MiB.
-/// Cgroups that never stop cost nothing.
+/// Measured (test `memory_per_stopped_cgroup`): one cgroup stopped 10,000 times, its stops
+/// lasting up to ~100 ms, costs 544 B of state + 11.1 KiB of histograms ≈ 11.7 KiB; one stopped
+/// 20 times, 1.2 KiB. Cgroups that never stop cost nothing.
 #[derive(Debug, Default)]
 pub(super) struct Durations {
     count: u64,
     sum_ns: u64,
     max_ns: u64,
-    /// µs; allocated at the first value.
-    hdr: Option<Histogram<u32>>,
+    micros: Micros,
     /// `log2_ms[i]` counts durations in [2^i, 2^(i+1)) ms; slot 0 also holds [0, 1) ms.
     log2_ms: Vec<u32>,
+}
+
+/// Values kept one by one before a histogram takes them: 512 bytes, a tenth of the histogram.
+const FEW: usize = 64;
+
+/// The recorded durations in µs, for the percentiles.
+#[derive(Debug)]
+enum Micros {
+    /// At most [`FEW`] values, as recorded.
+    Few(Vec<u64>),
+    Histogram(Histogram<u32>),
+}
+
+impl Default for Micros {
+    fn default() -> Self {
+        Self::Few(Vec::new())
+    }
+}
+
+impl Micros {
+    fn record(&mut self, us: u64) {
+        match self {
+            Self::Few(values) if values.len() < FEW => values.push(us),
+            Self::Few(values) => {
+                let mut hdr = histogram_of(values);
+                add(&mut hdr, us);
+                *self = Self::Histogram(hdr);
+            }
+            Self::Histogram(hdr) => add(hdr, us),
+        }
+    }
+}
+
+/// A histogram of `values` (µs).
+fn histogram_of(values: &[u64]) -> Histogram<u32> {
+    // `new` only fails for sigfig > 5.
+    let mut hdr = Histogram::new(SIGFIG).expect("SIGFIG is at most 5");
+    for &us in values {
+        add(&mut hdr, us);
+    }
+    hdr
+}
+
+fn add(hdr: &mut Histogram<u32>, us: u64) {
+    // `record` fails only past i64::MAX / 2 µs or when a counter is full; clamping then keeps
+    // the count right without growing the histogram.
+    if hdr.record(us).is_err() {
+        hdr.saturating_record(us);
+    }
 }
 
 impl Durations {
@@ -36,18 +87,7 @@ impl Durations {
         self.count += 1;
         self.sum_ns = self.sum_ns.saturating_add(ns);
         self.max_ns = self.max_ns.max(ns);
-        if self.hdr.is_none() {
-            // `new` only fails for sigfig > 5.
-            self.hdr = Histogram::new(SIGFIG).ok();
-        }
-        if let Some(hdr) = &mut self.hdr {
-            let us = ns / NS_PER_US;
-            // `record` fails only past i64::MAX / 2 µs or when a counter is full; clamping then
-            // keeps the count right without growing the histogram.
-            if hdr.record(us).is_err() {
-                hdr.saturating_record(us);
-            }
-        }
+        self.micros.record(ns / NS_PER_US);
         let slot = log2_slot(ns / NS_PER_MS);
         if self.log2_ms.len() <= slot {
             self.log2_ms.resize(slot + 1, 0);
@@ -56,7 +96,16 @@ impl Durations {
     }
 
     pub(super) fn summary(&self) -> DurationSummary {
-        let percentiles = self.hdr.as_ref().filter(|h| !h.is_empty()).map(|hdr| {
+        let kept;
+        let hdr = match &self.micros {
+            Micros::Few(values) if values.is_empty() => None,
+            Micros::Few(values) => {
+                kept = histogram_of(values);
+                Some(&kept)
+            }
+            Micros::Histogram(hdr) => Some(hdr),
+        };
+        let percentiles = hdr.map(|hdr| {
             // The upper edge of the (≤1% wide) bucket holding the quantile, in ns: never below
             // the true value, never above the exact max.
             let at = |q: f64| {
@@ -82,10 +131,11 @@ impl Durations {
 
     #[cfg(test)]
     pub(super) fn heap_bytes(&self) -> usize {
-        self.hdr
-            .as_ref()
-            .map_or(0, |h| h.distinct_values() * std::mem::size_of::<u32>())
-            + self.log2_ms.capacity() * std::mem::size_of::<u32>()
+        let micros = match &self.micros {
+            Micros::Few(values) => values.capacity() * std::mem::size_of::<u64>(),
+            Micros::Histogram(h) => h.distinct_values() * std::mem::size_of::<u32>(),
+        };
+        micros + self.log2_ms.capacity() * std::mem::size_of::<u32>()
     }
 }
 
@@ -125,6 +175,30 @@ pub struct DurationSummary {
 mod tests {
     use super::*;
     use crate::aggregate::tests::MS;
+
+    /// The values kept before the histogram, and the switch to it, give the percentiles an
+    /// HdrHistogram holding every value gives.
+    #[test]
+    fn kept_values_give_the_histograms_percentiles() {
+        for n in [1, 2, FEW - 1, FEW, FEW + 1, 3 * FEW] {
+            let mut d = Durations::default();
+            let mut all = Histogram::<u32>::new(SIGFIG).unwrap();
+            for i in 0..n as u64 {
+                let ns = (1 + i.wrapping_mul(7919) % 997) * 137 * NS_PER_US + i;
+                d.record(ns);
+                all.record(ns / NS_PER_US).unwrap();
+            }
+            assert_eq!(matches!(d.micros, Micros::Few(_)), n <= FEW, "{n} values");
+            let p = d.summary().percentiles.unwrap();
+            let max = d.max_ns;
+            let at = |q: f64| (all.value_at_quantile(q) * NS_PER_US + NS_PER_US - 1).min(max);
+            assert_eq!(
+                (p.p50_ns, p.p90_ns, p.p99_ns),
+                (at(0.5), at(0.9), at(0.99)),
+                "{n} values"
+            );
+        }
+    }
 
     #[test]
     fn percentiles_within_one_percent_and_log2_buckets_exact() {

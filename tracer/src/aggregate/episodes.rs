@@ -521,12 +521,11 @@ mod tests {
         assert_eq!(s.end_reasons, vec![(EndReason::QuotaChange, 1)]);
     }
 
-    #[test]
-    fn memory_per_stopped_cgroup() {
-        // A cgroup stopped 10 000 times for 1..100 ms on 4 CPUs, one by one.
+    /// A cgroup stopped `stops` times for 1..100 ms on 4 CPUs, one by one, and its bytes.
+    fn stopped(stops: u64) -> (CgroupState, usize) {
         let mut st = CgroupState::default();
         let mut t = 0;
-        for i in 0..10_000u64 {
+        for i in 0..stops {
             let d = (1 + i % 100) * MS;
             let cpu = (i % 4) as u32;
             st.start(&stop(1, cpu, t));
@@ -538,11 +537,18 @@ mod tests {
         let heap = st.stops.heap_bytes() + st.group_stops.heap_bytes() + st.open.capacity() * 16;
         let total = std::mem::size_of::<CgroupState>() + heap;
         eprintln!(
-            "per stopped cgroup: {} B struct + {} B heap = {} B",
+            "{stops} stops: {} B struct + {heap} B heap = {total} B",
             std::mem::size_of::<CgroupState>(),
-            heap,
-            total
         );
+        (st, total)
+    }
+
+    #[test]
+    fn memory_per_stopped_cgroup() {
+        // Few stops are kept as they are: 2 × 32 × 8 B, plus the rest.
+        let (_, total) = stopped(20);
+        assert!(total < 1536, "{total} B");
+        let (mut st, total) = stopped(10_000);
         // Two histograms reaching ~100 ms: 2 × 11 buckets × 128 × 4 B, plus the rest.
         assert!(total < 13 * 1024, "{total} B");
         // One stop of an hour grows one histogram to ~13 KiB, no more.

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use btf_rs::{Btf, BtfType, Struct, Type};
+use super::raw::{Btf, Composite, Malformed, Type};
 use tracer_common::BitField;
 
 /// Why one field could not be resolved.
@@ -89,13 +89,19 @@ pub enum Returns {
     Other(String),
 }
 
-/// One parsed BTF file.
-pub struct Kernel {
-    btf: Btf,
+impl From<Malformed> for Unresolved {
+    fn from(e: Malformed) -> Self {
+        Unresolved::Corrupt(e.to_string())
+    }
 }
 
-impl Kernel {
-    pub fn new(btf: Btf) -> Self {
+/// One parsed BTF file.
+pub struct Kernel<'a> {
+    btf: Btf<'a>,
+}
+
+impl<'a> Kernel<'a> {
+    pub fn new(btf: Btf<'a>) -> Self {
         Self { btf }
     }
 
@@ -116,27 +122,19 @@ impl Kernel {
         }
         let ty = self.strip(found.type_id)?;
         let ok = match (&shape, &ty) {
-            (Shape::Ptr(want), Type::Ptr(p)) => self.points_to_struct(p, want)?,
-            (Shape::PtrPtr(want), Type::Ptr(p)) => {
-                let target = p
-                    .get_type_id()
-                    .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-                match self.strip(target)? {
-                    Type::Ptr(inner) => self.points_to_struct(&inner, want)?,
-                    _ => false,
-                }
-            }
-            (Shape::Int(n), Type::Int(_) | Type::Enum(_) | Type::Enum64(_)) => {
+            (Shape::Ptr(want), Type::Ptr(target)) => self.points_to_struct(*target, want)?,
+            (Shape::PtrPtr(want), Type::Ptr(target)) => match self.strip(*target)? {
+                Type::Ptr(inner) => self.points_to_struct(inner, want)?,
+                _ => false,
+            },
+            (Shape::Int(n), Type::Int { .. } | Type::Enum { .. } | Type::Enum64 { .. }) => {
                 self.size(found.type_id)? == Some(*n)
             }
             (Shape::Bytes(n), _) => self.size(found.type_id)? == Some(*n),
             (Shape::Union(n), Type::Union(_)) => self.size(found.type_id)? == Some(*n),
-            (Shape::Struct(want), Type::Struct(s)) => self.name(s)? == *want,
-            (Shape::FuncPtr, Type::Ptr(p)) => {
-                let target = p
-                    .get_type_id()
-                    .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-                matches!(self.strip(target)?, Type::FuncProto(_))
+            (Shape::Struct(want), Type::Struct(s)) => s.name == *want,
+            (Shape::FuncPtr, Type::Ptr(target)) => {
+                matches!(self.strip(*target)?, Type::FuncProto { .. })
             }
             _ => false,
         };
@@ -146,13 +144,10 @@ impl Kernel {
         Ok(found.bit_offset / 8)
     }
 
-    /// Whether pointer `p` points to `struct want`.
-    fn points_to_struct(&self, p: &btf_rs::Ptr, want: &str) -> Result<bool, Unresolved> {
-        let target = p
-            .get_type_id()
-            .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
+    /// Whether a pointer to `target` points to `struct want`.
+    fn points_to_struct(&self, target: u32, want: &str) -> Result<bool, Unresolved> {
         Ok(match self.strip(target)? {
-            Type::Struct(s) => self.name(&s)? == want,
+            Type::Struct(s) => s.name == want,
             _ => false,
         })
     }
@@ -168,7 +163,7 @@ impl Kernel {
             found,
             expected: "an integer of at most 32 bits".to_string(),
         };
-        if !matches!(ty, Type::Int(_) | Type::Enum(_)) {
+        if !matches!(ty, Type::Int { .. } | Type::Enum { .. }) {
             return Err(wrong(self.describe(found.type_id)?));
         }
         let bits = match found.bitfield_bits {
@@ -196,54 +191,46 @@ impl Kernel {
     pub fn returns(&self, name: &str) -> Vec<Result<Returns, Unresolved>> {
         self.funcs(name)
             .iter()
-            .map(|func| self.return_of(name, func))
+            .map(|&func| self.return_of(name, func))
             .collect()
     }
 
-    fn return_of(&self, name: &str, func: &btf_rs::Func) -> Result<Returns, Unresolved> {
-        let proto = self
-            .btf
-            .resolve_chained_type(func)
-            .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-        let Type::FuncProto(proto) = proto else {
+    /// `func` is the FUNC_PROTO of the function `name`.
+    fn return_of(&self, name: &str, func: u32) -> Result<Returns, Unresolved> {
+        let Type::FuncProto { returns } = self.btf.get(func)? else {
             return Err(Unresolved::Corrupt(format!(
                 "FUNC {name} does not point to a FUNC_PROTO"
             )));
         };
-        let ret = proto.return_type_id();
-        if ret == 0 {
+        if returns == 0 {
             return Ok(Returns::Void);
         }
-        Ok(match self.strip(ret)? {
-            Type::Int(i) if i.is_bool() || matches!(self.name(&i)?.as_str(), "_Bool" | "bool") => {
+        Ok(match self.strip(returns)? {
+            Type::Int { name, is_bool, .. } if is_bool || matches!(name, "_Bool" | "bool") => {
                 Returns::Bool
             }
-            _ => Returns::Other(self.describe(ret)?),
+            _ => Returns::Other(self.describe(returns)?),
         })
     }
 
-    fn funcs(&self, name: &str) -> Vec<btf_rs::Func> {
-        // btf-rs reports "no such name" as an error; that only means "none".
+    /// The FUNC_PROTO of every `FUNC` record named `name`.
+    fn funcs(&self, name: &str) -> Vec<u32> {
         self.btf
-            .resolve_types_by_name(name)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|t| match t {
-                Type::Func(f) => Some(f),
+            .named(name)
+            .filter_map(|id| match self.btf.get(id) {
+                Ok(Type::Func(proto)) => Some(proto),
                 _ => None,
             })
             .collect()
     }
 
     /// Every full definition (not forward declaration) of `struct name`.
-    fn structs(&self, name: &str) -> Result<Vec<Struct>, Unresolved> {
-        let structs: Vec<Struct> = self
+    fn structs(&self, name: &str) -> Result<Vec<Composite<'_>>, Unresolved> {
+        let structs: Vec<Composite<'_>> = self
             .btf
-            .resolve_types_by_name(name)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|t| match t {
-                Type::Struct(s) => Some(s),
+            .named(name)
+            .filter_map(|id| match self.btf.get(id) {
+                Ok(Type::Struct(s)) => Some(s),
                 _ => None,
             })
             .collect();
@@ -254,10 +241,9 @@ impl Kernel {
     }
 
     fn root_size(&self, root: &str) -> Result<u32, Unresolved> {
-        let sizes: Vec<usize> = self.structs(root)?.iter().map(Struct::size).collect();
+        let sizes: Vec<u32> = self.structs(root)?.iter().map(|s| s.size).collect();
         match sizes.as_slice() {
-            [first, rest @ ..] if rest.iter().all(|s| s == first) => u32::try_from(*first)
-                .map_err(|_| Unresolved::Corrupt(format!("struct {root} size {first}"))),
+            [first, rest @ ..] if rest.iter().all(|s| s == first) => Ok(*first),
             _ => Err(Unresolved::Ambiguous {
                 root: root.to_string(),
                 path: String::new(),
@@ -299,7 +285,7 @@ impl Kernel {
     }
 
     /// Follows `path` through embedded structs/unions, adding offsets.
-    fn descend(&self, s: &Struct, path: &[&str]) -> Result<Option<Found>, Unresolved> {
+    fn descend(&self, s: &Composite<'_>, path: &[&str]) -> Result<Option<Found>, Unresolved> {
         let Some((first, rest)) = path.split_first() else {
             return Ok(None);
         };
@@ -324,25 +310,22 @@ impl Kernel {
 
     /// A member named `name` of `s`, also inside its anonymous structs and unions (C puts
     /// their members in the enclosing scope, so a name appears at most once).
-    fn member(&self, s: &Struct, name: &str) -> Result<Option<Found>, Unresolved> {
-        for m in &s.members {
-            let type_id = m
-                .get_type_id()
-                .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-            let member_name = self.name(m)?;
-            if member_name == name {
+    fn member(&self, s: &Composite<'_>, name: &str) -> Result<Option<Found>, Unresolved> {
+        for m in s.members() {
+            let m = m?;
+            if m.name == name {
                 return Ok(Some(Found {
-                    bit_offset: m.bit_offset(),
-                    bitfield_bits: m.bitfield_size().unwrap_or(0),
-                    type_id,
+                    bit_offset: m.bit_offset,
+                    bitfield_bits: m.bitfield_bits,
+                    type_id: m.type_id,
                 }));
             }
-            if member_name.is_empty()
-                && let Type::Struct(inner) | Type::Union(inner) = self.strip(type_id)?
+            if m.name.is_empty()
+                && let Type::Struct(inner) | Type::Union(inner) = self.strip(m.type_id)?
                 && let Some(found) = self.member(&inner, name)?
             {
                 return Ok(Some(Found {
-                    bit_offset: m.bit_offset() + found.bit_offset,
+                    bit_offset: m.bit_offset + found.bit_offset,
                     ..found
                 }));
             }
@@ -351,25 +334,12 @@ impl Kernel {
     }
 
     /// The type behind typedefs and qualifiers (const, volatile, restrict, type tags).
-    fn strip(&self, mut id: u32) -> Result<Type, Unresolved> {
+    fn strip(&self, mut id: u32) -> Result<Type<'_>, Unresolved> {
         // A bound, so a malformed cycle cannot hang the agent.
         for _ in 0..64 {
-            let ty = self
-                .btf
-                .resolve_type_by_id(id)
-                .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-            match &ty {
-                Type::Typedef(t) | Type::TypeTag(t) => {
-                    id = t
-                        .get_type_id()
-                        .map_err(|e| Unresolved::Corrupt(e.to_string()))?
-                }
-                Type::Const(t) | Type::Volatile(t) | Type::Restrict(t) => {
-                    id = t
-                        .get_type_id()
-                        .map_err(|e| Unresolved::Corrupt(e.to_string()))?
-                }
-                _ => return Ok(ty),
+            match self.btf.get(id)? {
+                Type::Typedef(next) | Type::Qualified(next) => id = next,
+                ty => return Ok(ty),
             }
         }
         Err(Unresolved::Corrupt(format!("type {id}: chain too long")))
@@ -377,52 +347,31 @@ impl Kernel {
 
     /// Size in bytes, or None for types without one (void, functions).
     fn size(&self, id: u32) -> Result<Option<u32>, Unresolved> {
-        let bytes = match self.strip(id)? {
-            Type::Int(t) => t.size(),
-            Type::Struct(t) | Type::Union(t) => t.size(),
-            Type::Enum(t) => t.size(),
-            Type::Enum64(t) => t.size(),
-            Type::Float(t) => t.size(),
-            Type::Ptr(_) => return Ok(Some(POINTER_BYTES)),
-            Type::Array(a) => {
-                let elem = a
-                    .get_type_id()
-                    .map_err(|e| Unresolved::Corrupt(e.to_string()))?;
-                let Some(elem) = self.size(elem)? else {
-                    return Ok(None);
-                };
-                return Ok(u32::try_from(a.len())
-                    .ok()
-                    .and_then(|n| n.checked_mul(elem)));
-            }
-            _ => return Ok(None),
-        };
-        Ok(u32::try_from(bytes).ok())
+        Ok(match self.strip(id)? {
+            Type::Int { size, .. }
+            | Type::Enum { size }
+            | Type::Enum64 { size }
+            | Type::Float { size } => Some(size),
+            Type::Struct(t) | Type::Union(t) => Some(t.size),
+            Type::Ptr(_) => Some(POINTER_BYTES),
+            Type::Array { elem, len } => self.size(elem)?.and_then(|e| len.checked_mul(e)),
+            _ => None,
+        })
     }
 
     /// A short human description of a type, for error messages.
     fn describe(&self, id: u32) -> Result<String, Unresolved> {
         let ty = self.strip(id)?;
-        let named = |t: &dyn BtfType| self.name(t).unwrap_or_default();
         Ok(match &ty {
-            Type::Ptr(p) => match p.get_type_id() {
-                Ok(target) => format!("a pointer to {}", self.describe(target)?),
-                Err(_) => "a pointer".to_string(),
-            },
-            Type::Struct(s) => format!("struct {}", named(s)),
-            Type::Union(u) => format!("union {}", named(u)),
-            Type::Int(i) => format!("{} ({} bytes)", named(i), i.size()),
+            Type::Ptr(target) => format!("a pointer to {}", self.describe(*target)?),
+            Type::Struct(s) => format!("struct {}", s.name),
+            Type::Union(u) => format!("union {}", u.name),
+            Type::Int { name, size, .. } => format!("{name} ({size} bytes)"),
             other => match self.size(id)? {
-                Some(n) => format!("a {} of {n} bytes", other.name()),
-                None => format!("a {}", other.name()),
+                Some(n) => format!("a {} of {n} bytes", other.kind()),
+                None => format!("a {}", other.kind()),
             },
         })
-    }
-
-    fn name(&self, t: &(impl BtfType + ?Sized)) -> Result<String, Unresolved> {
-        self.btf
-            .resolve_name(t)
-            .map_err(|e| Unresolved::Corrupt(e.to_string()))
     }
 }
 
@@ -556,7 +505,8 @@ mod tests {
             crate::testing::not_applicable("not a 6.18 kernel");
             return;
         }
-        let k = Kernel::new(Btf::from_file(VMLINUX).unwrap());
+        let bytes = std::fs::read(VMLINUX).unwrap();
+        let k = Kernel::new(Btf::parse(&bytes).unwrap());
         assert_eq!(
             k.offset("cfs_rq", &["h_nr_running"], Shape::Int(4)),
             Err(Unresolved::NoField {

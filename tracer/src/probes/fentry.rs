@@ -11,7 +11,7 @@ use aya::{
 };
 
 use super::{
-    Attached, end_contexts,
+    Attached, KernelBtf, end_contexts,
     errno::{self, Cause},
 };
 use crate::{
@@ -36,8 +36,8 @@ const THROTTLE_PROGRAMS: [(&str, Side, &str); 3] = [
 
 /// Loads and attaches every fentry/fexit program; fails if the throttle functions cannot be
 /// traced this way.
-pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
-    let btf = Btf::from_sys_fs().map_err(|e| {
+pub fn attach(ebpf: &mut Ebpf, btf: &KernelBtf) -> Result<Attached, Failure> {
+    let btf = btf.get().map_err(|e| {
         Failure::environment(
             format!("the fentry backend needs the kernel's BTF: {e}"),
             "fentry/fexit need a kernel built with CONFIG_DEBUG_INFO_BTF=y; \
@@ -47,14 +47,14 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
     // Load the throttle programs before anything is attached: a kernel that refuses fentry
     // refuses it here, and nothing needs undoing.
     for (program, side, function) in THROTTLE_PROGRAMS {
-        load(ebpf, program, side, function, &btf)?;
+        load(ebpf, program, side, function, btf)?;
     }
     // Context programs next: a stop that ends between the two attach steps is then never
     // reported with a reason we could have known.
     let blind_end_reasons = end_contexts::attach(ebpf, |ebpf, _, function| {
         for (side, suffix) in [(Side::Entry, "fentry"), (Side::Exit, "fexit")] {
             let program = format!("{function}_{suffix}");
-            load(ebpf, &program, side, function, &btf).map_err(|f| f.to_string())?;
+            load(ebpf, &program, side, function, btf).map_err(|f| f.to_string())?;
             attach_program(ebpf, &program, side, function)
                 .map_err(|e| format!("attach {program}: {e}"))?;
         }
@@ -70,7 +70,7 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
         })?;
     }
     let demand = "sched_cfs_period_timer_fentry";
-    if let Err(e) = load(ebpf, demand, Side::Entry, "sched_cfs_period_timer", &btf)
+    if let Err(e) = load(ebpf, demand, Side::Entry, "sched_cfs_period_timer", btf)
         .map_err(|f| f.to_string())
         .and_then(|()| {
             attach_program(ebpf, demand, Side::Entry, "sched_cfs_period_timer")

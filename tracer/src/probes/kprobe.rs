@@ -11,8 +11,8 @@ use aya::{
 use super::{Attached, end_contexts};
 use crate::error::Failure;
 
-/// Attaches every kprobe program of the object; fails if the throttle functions cannot be probed.
-pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
+/// Whether this kernel has kprobes at all.
+pub fn available() -> Result<(), Failure> {
     if !Path::new("/sys/bus/event_source/devices/kprobe").exists()
         && !Path::new("/sys/kernel/tracing/kprobe_events").exists()
         && !Path::new("/sys/kernel/debug/tracing/kprobe_events").exists()
@@ -23,6 +23,11 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
                  `cargo xtask demo` shows the tracer on Debian kernels in QEMU",
         ));
     }
+    Ok(())
+}
+
+/// Attaches every kprobe program of the object; fails if the throttle functions cannot be probed.
+pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
     // Context probes first: a stop that ends between the two attach steps is then never
     // reported with a reason we could have known.
     let blind_end_reasons = end_contexts::attach(ebpf, |ebpf, ctx, function| {

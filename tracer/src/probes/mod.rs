@@ -9,6 +9,7 @@
 //! loads a fresh copy of the object, and a failed attempt drops its copy, which detaches and
 //! unloads whatever it had attached: the next backend starts from nothing.
 
+mod concurrent;
 mod end_contexts;
 mod errno;
 mod fentry;
@@ -16,7 +17,7 @@ mod kprobe;
 mod tracepoint;
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
 };
 use aya_log::EbpfLogger;
@@ -204,8 +205,9 @@ impl Probes {
         cgroup_filter: &[u64],
         ring_bytes: u32,
     ) -> Result<Self, Failure> {
+        let btf = KernelBtf::parse();
         let selected = select(choice.candidates(), |backend| {
-            try_backend(backend, offsets, cgroup_filter, ring_bytes)
+            try_backend(backend, &btf, offsets, cgroup_filter, ring_bytes)
         })?;
         let (mut ebpf, attached) = selected.value;
         // The logger only for the copy that stays: a failed attempt leaves nothing behind.
@@ -277,14 +279,40 @@ impl Probes {
     }
 }
 
+/// The running kernel's BTF, parsed once for every backend tried: aya's loader, the tp_btf and
+/// the fentry programs need it (each parse is ~10 ms), the kprobe backend does without.
+pub struct KernelBtf(Result<Btf, String>);
+
+impl KernelBtf {
+    pub fn parse() -> Self {
+        let phase = std::time::Instant::now();
+        let btf = Btf::from_sys_fs().map_err(|e| e.to_string());
+        debug!(
+            "startup: kernel BTF parsed in {:.1} ms",
+            crate::agent::ms(phase)
+        );
+        Self(btf)
+    }
+
+    /// The BTF, or why it could not be read.
+    pub fn get(&self) -> Result<&Btf, &str> {
+        self.0.as_ref().map_err(String::as_str)
+    }
+}
+
 /// Loads a fresh copy of the object, its ring buffer `ring_bytes` long, and attaches `backend`
 /// to it. On failure the copy is dropped here, which detaches and unloads all it had.
 pub fn try_backend(
     backend: Backend,
+    btf: &KernelBtf,
     offsets: &Offsets,
     cgroup_filter: &[u64],
     ring_bytes: u32,
 ) -> Result<(Ebpf, Attached), Failure> {
+    if backend == Backend::Kprobe {
+        // Before the object is loaded: on a kernel without kprobes that is time for nothing.
+        kprobe::available()?;
+    }
     let filter_on = u32::from(!cgroup_filter.is_empty());
     let log_level = ebpf_log_level();
     // The tracepoint backend's sweep at a cgroup's removal looks at every possible CPU's stop
@@ -296,6 +324,7 @@ pub fn try_backend(
     let wakeup_bytes = u64::from(ring_bytes / 16);
     let mut loader = EbpfLoader::new();
     loader
+        .btf(btf.get().ok())
         .map_max_entries("EVENTS", ring_bytes)
         .override_global("WAKEUP_BYTES", &wakeup_bytes, true)
         .override_global("OFFSETS", offsets, true)
@@ -307,7 +336,7 @@ pub fn try_backend(
     }
     let mut ebpf = loader.load(OBJECT).map_err(|e| load_failure(&e))?;
     debug!(
-        "startup: {} object loaded (kernel BTF, maps) in {:.1} ms",
+        "startup: {} object loaded (maps) in {:.1} ms",
         backend.name(),
         crate::agent::ms(phase)
     );
@@ -327,8 +356,8 @@ pub fn try_backend(
     }
     let attached = match backend {
         Backend::Kprobe => kprobe::attach(&mut ebpf)?,
-        Backend::Fentry => fentry::attach(&mut ebpf)?,
-        Backend::Tracepoint => tracepoint::attach(&mut ebpf, offsets)?,
+        Backend::Fentry => fentry::attach(&mut ebpf, btf)?,
+        Backend::Tracepoint => tracepoint::attach(&mut ebpf, btf, offsets)?,
     };
     Ok((ebpf, attached))
 }

@@ -12,12 +12,12 @@
 use aya::{
     Btf, Ebpf,
     maps::Array,
-    programs::{BtfTracePoint, ProgramError},
+    programs::{BtfTracePoint, Program, ProgramError},
 };
 use log::{debug, warn};
 use tracer_common::{ABSENT, Offsets};
 
-use super::Attached;
+use super::{Attached, KernelBtf, concurrent};
 use crate::{error::Failure, records};
 
 /// The `TP_CONFIG` slots the agent writes (tracer-ebpf/src/tracepoint/config.rs `CFG_*`).
@@ -40,7 +40,7 @@ const PROGRAMS: [(&str, &str, bool); 10] = [
 ];
 
 /// Loads and attaches the tracepoint programs; fails if the kernel lacks what they need.
-pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
+pub fn attach(ebpf: &mut Ebpf, btf: &KernelBtf, offsets: &Offsets) -> Result<Attached, Failure> {
     let missing = required_missing(offsets);
     if !missing.is_empty() {
         return Err(Failure::environment(
@@ -51,29 +51,36 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<Attached, Failure> {
             "run with RUST_LOG=debug to see why each field did not resolve, and report it",
         ));
     }
-    let phase = std::time::Instant::now();
-    let btf = Btf::from_sys_fs().map_err(|e| {
+    let btf = btf.get().map_err(|e| {
         Failure::environment(
             format!("the tracepoint backend needs the kernel's BTF: {e}"),
             "tp_btf programs need a kernel built with CONFIG_DEBUG_INFO_BTF=y; \
              use --backend kprobe",
         )
     })?;
-    debug!(
-        "startup: tracepoint kernel BTF parsed in {:.1} ms",
-        crate::agent::ms(phase)
-    );
     let async_unthrottle = offsets.rq_cfsb_csd != ABSENT;
+
+    let wanted: Vec<_> = PROGRAMS
+        .into_iter()
+        .filter(|&(_, tracepoint, _)| {
+            let unneeded = tracepoint.starts_with("csd_") && !async_unthrottle;
+            if unneeded {
+                debug!("{tracepoint}: not needed, this kernel unthrottles inside the timer");
+            }
+            !unneeded
+        })
+        .collect();
+    let names: Vec<_> = wanted.iter().map(|&(program, _, _)| program).collect();
+    let loaded = concurrent::load(ebpf, &names, |i, program| {
+        let (name, tracepoint, _) = wanted[i];
+        load(name, program, tracepoint, btf)
+    });
 
     let mut cgroup_removal_seen = false;
     let mut csd_attached = 0;
-    for (program, tracepoint, needed) in PROGRAMS {
+    for ((program, tracepoint, needed), loaded) in wanted.into_iter().zip(loaded) {
         let is_csd = tracepoint.starts_with("csd_");
-        if is_csd && !async_unthrottle {
-            debug!("{tracepoint}: not needed, this kernel unthrottles inside the timer");
-            continue;
-        }
-        match load_attach(ebpf, program, tracepoint, &btf) {
+        match loaded.and_then(|()| attach_loaded(ebpf, program)) {
             Ok(()) if tracepoint.starts_with("cgroup_") => cgroup_removal_seen = true,
             Ok(()) if is_csd => csd_attached += 1,
             Ok(()) => {}
@@ -162,18 +169,36 @@ fn required_missing(o: &Offsets) -> Vec<&'static str> {
     .collect()
 }
 
-fn load_attach(ebpf: &mut Ebpf, program: &str, tracepoint: &str, btf: &Btf) -> Result<(), String> {
+/// Loads (verifies) `program` for `tracepoint`; on a thread of its own, beside the others.
+fn load(
+    name: &str,
+    program: Option<&mut Program>,
+    tracepoint: &str,
+    btf: &Btf,
+) -> Result<(), String> {
+    let p: &mut BtfTracePoint = program
+        .ok_or_else(|| format!("program {name} missing from the eBPF object"))?
+        .try_into()
+        .map_err(|e: ProgramError| format!("{name}: {e}"))?;
+    let phase = std::time::Instant::now();
+    p.load(tracepoint, btf).map_err(|e| verifier_text(&e))?;
+    debug!(
+        "startup: {name} verified in {:.1} ms",
+        crate::agent::ms(phase)
+    );
+    // What the verifier's time goes with (5.16+ says it).
+    if let Some(n) = p.info().ok().and_then(|i| i.verified_instruction_count()) {
+        debug!("{name}: the verifier processed {n} instructions");
+    }
+    Ok(())
+}
+
+fn attach_loaded(ebpf: &mut Ebpf, program: &str) -> Result<(), String> {
     let p: &mut BtfTracePoint = ebpf
         .program_mut(program)
         .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
         .try_into()
         .map_err(|e: ProgramError| format!("{program}: {e}"))?;
-    let phase = std::time::Instant::now();
-    p.load(tracepoint, btf).map_err(|e| verifier_text(&e))?;
-    debug!(
-        "startup: {program} verified in {:.1} ms",
-        crate::agent::ms(phase)
-    );
     p.attach().map(|_| ()).map_err(|e| e.to_string())
 }
 
