@@ -307,11 +307,16 @@ pub fn leaf_cgroup(o: &Offsets, task: u64) -> u64 {
         .unwrap_or(0)
 }
 
-/// The cgroup id of the group that owns `cfs_rq` now (`cfs_rq->tg->css.cgroup->kn->id`).
+/// The cgroup id of the group that owns `cfs_rq` now (`cfs_rq->tg->css.cgroup->kn->id`), 0 if
+/// unreadable (no cgroup has id 0). A number, not an `Option`: compared with `Some(id)`, the
+/// payload of a `None` was read from a stack slot never written on that path, which 5.10's
+/// verifier refuses ("invalid read from stack"), and with it every kprobe and fentry program.
 #[inline(always)]
-fn group_id(o: &Offsets, cfs_rq: u64) -> Option<u64> {
-    let tg = read::<u64>(cfs_rq, o.cfs_rq_tg)?;
-    cgroup_id(o, read::<u64>(tg, o.tg_cgroup)?)
+fn group_id(o: &Offsets, cfs_rq: u64) -> u64 {
+    read::<u64>(cfs_rq, o.cfs_rq_tg)
+        .and_then(|tg| read::<u64>(tg, o.tg_cgroup))
+        .and_then(|cgroup| cgroup_id(o, cgroup))
+        .unwrap_or(0)
 }
 
 /// `cgrp->kn->id`, the cgroup directory's inode (its low half on 5.4, see `kn_id_is_union`).
@@ -412,7 +417,8 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
     // cfs_rq now is: it is replaced, not continued.
     // SAFETY: lookup only; the id is copied out.
     if let Some(open) = unsafe { OPEN.get(cfs_rq) }.map(|s| s.cgroup_id)
-        && group_id(o, cfs_rq) == Some(open)
+        && open != 0
+        && group_id(o, cfs_rq) == open
     {
         return;
     }
@@ -468,7 +474,7 @@ pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
     let group = group_id(o, cfs_rq);
     // SAFETY: the value is copied out before the entry is removed.
     match unsafe { OPEN.get(cfs_rq) } {
-        Some(started) if Some(started.cgroup_id) == group => {
+        Some(started) if group != 0 && started.cgroup_id == group => {
             *ev = *started;
             let _ = OPEN.remove(cfs_rq);
             ev.kind = EVENT_END;
