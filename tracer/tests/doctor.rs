@@ -164,6 +164,11 @@ fn unprivileged_doctor_names_the_missing_capabilities() {
     for b in v["backends"].as_array().unwrap() {
         assert_eq!(b["usable"], false, "{b}");
         let reason = b["reason"].as_str().unwrap();
+        // A backend this kernel lacks whatever the privileges (no kprobes: checked before any
+        // load) says that instead; no capability would make it usable.
+        if reason.contains("not available on this kernel") {
+            continue;
+        }
         for needed in [
             "root",
             "CAP_BPF",
