@@ -618,7 +618,8 @@ impl Judge {
 
     /// Each round's demand as the tracer measured it per period (Σ usage of the periods that
     /// overlap the round: a round starts just after a refill and idles for periods after it)
-    /// against the CPU its thread burned by its own clock (CLOCK_THREAD_CPUTIME_ID).
+    /// against the CPU the round cost by the workload process's own clock
+    /// (CLOCK_PROCESS_CPUTIME_ID, which the workload's exit, a period later, is not part of).
     fn round_demand(&mut self, run: &Run, rounds: &[&Round]) -> String {
         self.check(!run.periods.is_empty(), || {
             "no `period` record: the demand program measured nothing".to_owned()
@@ -643,7 +644,7 @@ impl Judge {
             }
             self.check(!unknown && off.abs() <= 0.05, || {
                 format!(
-                    "round {}: demand {:.1} ms over {} period(s){}, but its thread burned {:.1} \
+                    "round {}: demand {:.1} ms over {} period(s){}, but the round cost {:.1} \
                      ms; expected within 5 %",
                     round.index,
                     measured / 1e6,

@@ -16,9 +16,11 @@
 //! just after a refill), in which each of K threads burns the given CPU time
 //! (CLOCK_THREAD_CPUTIME_ID, so time spent stopped does not count), and idles for the rest. It
 //! prints `synced refill_ns N` once it found the boundary (the stop that found it is then
-//! over), then one line per round with CLOCK_MONOTONIC timestamps and the CPU time its
-//! threads burned by their own clocks — the clock the tracer's `start_ns` and `end_ns` use —
-//! so that stops and runs can be matched to rounds. `requests` is the workload of
+//! over), then one line per round with CLOCK_MONOTONIC timestamps (the clock the tracer's
+//! `start_ns` and `end_ns` use) and the CPU time the round cost by the process's own clock
+//! (CLOCK_PROCESS_CPUTIME_ID: the burns, and starting and joining the threads, which under
+//! emulation cost milliseconds), so that stops and runs can be matched to rounds. It exits a
+//! round's spacing after the last round, so that its exit is no round's CPU. `requests` is the workload of
 //! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
 //! `arrivals` is reference 003's lab: requests of D ms of CPU arriving at random (Poisson, R
 //! per second, the same ones for the same seed) for K workers; one line per request at the end
@@ -290,23 +292,26 @@ fn spiky(every_ns: u64, burn_ns: u64, rounds: u32, threads: u32) {
         let due_ns = refill_ns.saturating_add((u64::from(round) + 1).saturating_mul(every_ns));
         sleep_until_ns(due_ns);
         let start_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
-        let cpu_ns = if threads <= 1 {
-            workload::burn(burn_ns)
+        let cpu_start = workload::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
+        if threads <= 1 {
+            workload::burn(burn_ns);
         } else {
             thread::scope(|s| {
-                let burners: Vec<_> = (0..threads)
-                    .map(|_| s.spawn(|| workload::burn(burn_ns)))
-                    .collect();
-                burners
-                    .into_iter()
-                    .map(|b| b.join().expect("a burning thread panicked"))
-                    .sum()
-            })
-        };
+                for _ in 0..threads {
+                    s.spawn(|| workload::burn(burn_ns));
+                }
+            });
+        }
+        let cpu_ns = workload::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
         let end_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
         println!(
             "round {round} start_ns {start_ns} end_ns {end_ns} cpu_ns {cpu_ns} wall_ms {:.1}",
             (end_ns - start_ns) as f64 / 1e6
         );
+    }
+    // The process's exit (unmapping, freeing) is CPU of its cgroup too: a period of its own,
+    // not one of the last round's.
+    if rounds > 0 {
+        sleep_until_ns(refill_ns.saturating_add((u64::from(rounds) + 1).saturating_mul(every_ns)));
     }
 }
