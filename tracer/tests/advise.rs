@@ -27,12 +27,14 @@ const EVERY_MS: u32 = 500;
 const ROUNDS: u32 = 4;
 
 /// One `round ...` line of the workload: its span and the CPU it cost by the workload
-/// process's own clock.
+/// process's own clock and by the group's usage counter (the threads' exits too, which the
+/// process's clock no longer sees; milliseconds each under emulation).
 #[derive(Debug)]
 struct Round {
     start_ns: u64,
     end_ns: u64,
     cpu_ns: u64,
+    group_ns: u64,
 }
 
 /// A finished workload run: its rounds, the refill it synchronised on (its `synced` line),
@@ -54,6 +56,7 @@ struct Outcome {
 fn run_spiky(cgroup: &Cgroup, burn_ms: u32, rounds: u32, threads: u32) -> Outcome {
     let pin = (threads == 1).then(common::last_cpu);
     let mut cmd = common::spiky(EVERY_MS, burn_ms, rounds, threads);
+    cmd.arg("--usage-file").arg(cgroup.usage_file());
     cmd.stdout(Stdio::piped());
     let mut workload = common::spawn_in(&mut cmd, cgroup, pin);
     let stdout = BufReader::new(workload.stdout.take().expect("workload stdout"));
@@ -81,11 +84,25 @@ fn run_spiky(cgroup: &Cgroup, burn_ms: u32, rounds: u32, threads: u32) -> Outcom
                     cgroup.usage_ns(),
                 ));
             }
-            ["round", _, "start_ns", a, "end_ns", b, "cpu_ns", c, ..] => {
+            [
+                "round",
+                _,
+                "start_ns",
+                a,
+                "end_ns",
+                b,
+                "cpu_ns",
+                c,
+                "wall_ms",
+                _,
+                "group_ns",
+                g,
+            ] => {
                 done.push(Round {
                     start_ns: a.parse().expect("start_ns"),
                     end_ns: b.parse().expect("end_ns"),
                     cpu_ns: c.parse().expect("cpu_ns"),
+                    group_ns: g.parse().expect("group_ns"),
                 });
             }
             _ => panic!("unexpected workload line: {line}"),
@@ -152,7 +169,7 @@ fn ns(v: &Value) -> u64 {
 }
 
 /// A run of the trace's largest runs for each round (the run whose span holds the round's
-/// start), and each run's demand within 5 % of the CPU the round cost by the process's clock.
+/// start), and each run's demand within 5 % of the CPU the round cost by the group's counter.
 fn assert_runs_are_rounds(advice: &Value, rounds: &[Round]) {
     let runs = advice["largest_runs"].as_array().expect("largest_runs");
     for round in rounds {
@@ -160,10 +177,11 @@ fn assert_runs_are_rounds(advice: &Value, rounds: &[Round]) {
             .iter()
             .find(|r| ns(&r["start_ns"]) <= round.start_ns && round.end_ns <= ns(&r["end_ns"]))
             .unwrap_or_else(|| panic!("no run holds {round:?}: {runs:#?}"));
-        let (known, measured) = (round.cpu_ns as f64, ns(&run["demand_ns"]) as f64);
+        let (known, measured) = (round.group_ns as f64, ns(&run["demand_ns"]) as f64);
         eprintln!(
-            "round of {:.1} ms CPU (the process's clock): run demand {:.1} ms over {} periods on {} CPUs",
+            "round of {:.1} ms CPU by the group's counter ({:.1} ms by the process's clock): run demand {:.1} ms over {} periods on {} CPUs",
             known / 1e6,
+            round.cpu_ns as f64 / 1e6,
             measured / 1e6,
             run["periods"],
             run["cpus"]
@@ -173,7 +191,7 @@ fn assert_runs_are_rounds(advice: &Value, rounds: &[Round]) {
             "run demand {measured} ns vs the round's own CPU {known} ns: {run}"
         );
     }
-    let known_max = rounds.iter().map(|r| r.cpu_ns).max().unwrap() as f64;
+    let known_max = rounds.iter().map(|r| r.group_ns).max().unwrap() as f64;
     let largest = ns(&advice["largest_run_ns"]) as f64;
     assert!(
         (largest - known_max).abs() <= 0.05 * known_max,
@@ -396,10 +414,10 @@ fn advise_prints_only_the_advice_and_measures_the_rounds() {
         .collect();
     assert!(lines.iter().all(|v| v["type"] == "advice"), "{lines:#?}");
     let a = advice(&lines, &cgroup);
-    let known = outcome.rounds.iter().map(|r| r.cpu_ns).max().unwrap() as f64;
+    let known = outcome.rounds.iter().map(|r| r.group_ns).max().unwrap() as f64;
     let largest = ns(&a["largest_run_ns"]) as f64;
     eprintln!(
-        "advise over {:.1} s: {} runs, largest {:.1} ms; a round burned {:.1} ms; advised quota {} ns",
+        "advise over {:.1} s: {} runs, largest {:.1} ms; a round cost the group {:.1} ms; advised quota {} ns",
         ns(&a["covered_ns"]) as f64 / 1e9,
         a["runs"],
         largest / 1e6,
@@ -408,7 +426,7 @@ fn advise_prints_only_the_advice_and_measures_the_rounds() {
     );
     assert!(
         (largest - known).abs() <= 0.05 * known,
-        "largest run {largest} ns vs a round's own CPU {known} ns: {a}"
+        "largest run {largest} ns vs a round's cost to the group {known} ns: {a}"
     );
 }
 
@@ -516,9 +534,10 @@ fn tick_ns() -> u64 {
 /// CPU the requests burned within the run's span by their workers' own clocks, within 5 % plus,
 /// for each request running across one of the run's two boundaries, one tick (the kernel
 /// brings a running entity's exec time up to date at least every tick, docs/definitions.md)
-/// and the 1 ms of its progress marks; Σ usage of the periods is the cgroup's usage counter
-/// delta within 1 %, and no less than the requests' CPU (the rest is the workload's own: its
-/// start, its workers' hand-offs, its exit; milliseconds each under emulation).
+/// and the 1 ms of its progress marks; Σ usage of the periods is no less than the requests' CPU
+/// (the rest is the workload's own: its start, its workers' hand-offs, its exit; milliseconds
+/// each under emulation) and no more than the cgroup's usage counter delta over a wider window
+/// (+1 %).
 /// Then the advised quota, applied to a fresh cgroup, runs the same arrivals (same seed) with
 /// nr_throttled ≤ 1 % of its periods.
 #[test]
@@ -559,13 +578,12 @@ fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_pe
         usage_ns as f64 / 1e6,
         known_total as f64 / 1e6
     );
+    // Between the two truths: the counter's window is wider (spawn to the refill after exit)
+    // than the periods', and the requests' clocks leave out the workload's own CPU. Where in
+    // that gap Σ usage falls (1.3 % under the counter in the 7.x guest) is printed above.
     assert!(
-        (summed as f64 - usage_ns as f64).abs() <= 0.01 * usage_ns as f64,
-        "Σ period usage {summed} ns vs the cgroup's usage counter delta {usage_ns} ns"
-    );
-    assert!(
-        summed >= known_total,
-        "Σ period usage {summed} ns is less than the requests' own CPU {known_total} ns"
+        known_total <= summed && summed as f64 <= 1.01 * usage_ns as f64,
+        "Σ period usage {summed} ns is not between the requests' own CPU {known_total} ns and the cgroup's usage counter delta {usage_ns} ns"
     );
 
     let a = advice(&lines, &cgroup);

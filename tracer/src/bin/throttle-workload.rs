@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! throttle-workload busy --threads N --seconds S
-//! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K]
+//! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K] [--usage-file F]
 //! throttle-workload requests --seconds S
 //! throttle-workload arrivals --rate R --cost-ms D --threads K --seconds S [--seed N]
 //! throttle-workload held --seconds S
@@ -19,8 +19,10 @@
 //! over), then one line per round with CLOCK_MONOTONIC timestamps (the clock the tracer's
 //! `start_ns` and `end_ns` use) and the CPU time the round cost by the process's own clock
 //! (CLOCK_PROCESS_CPUTIME_ID: the burns, and starting and joining the threads, which under
-//! emulation cost milliseconds), so that stops and runs can be matched to rounds. It exits a
-//! round's spacing after the last round, so that its exit is no round's CPU. `requests` is the workload of
+//! emulation cost milliseconds) and, with `--usage-file`, by the group's own counter from the
+//! round's start to just before the next (`group_ns`: the threads' exits too), so that stops
+//! and runs can be matched to rounds. It exits a round's spacing after the last round, so that
+//! its exit is no round's CPU. `requests` is the workload of
 //! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
 //! `arrivals` is reference 003's lab: requests of D ms of CPU arriving at random (Poisson, R
 //! per second, the same ones for the same seed) for K workers; one line per request at the end
@@ -76,6 +78,10 @@ enum Mode {
         /// Threads that each burn `--burn-ms` in a round, all at once.
         #[arg(long, value_name = "K", default_value_t = 1)]
         threads: u32,
+        /// The group's CPU usage counter (v1 `cpuacct.usage`, ns; v2 `cpu.stat`, its
+        /// `usage_usec`), read around each round.
+        #[arg(long, value_name = "FILE")]
+        usage_file: Option<std::path::PathBuf>,
     },
     /// The demo's requests (4 workers, bursts of 20 ms requests) for S seconds.
     Requests {
@@ -131,7 +137,19 @@ fn main() -> ExitCode {
             burn_ms,
             rounds,
             threads,
-        } => spiky(ms_to_ns(every_ms), ms_to_ns(burn_ms), rounds, threads),
+            usage_file,
+        } => {
+            let usage = usage_file
+                .as_deref()
+                .map(|file| move || group_usage_ns(file));
+            spiky(
+                ms_to_ns(every_ms),
+                ms_to_ns(burn_ms),
+                rounds,
+                threads,
+                usage,
+            )
+        }
         Mode::Requests { seconds } => {
             let shape = workload::Requests::demo(Duration::from_secs(seconds.into()));
             if let Err(e) = workload::run(&shape, &mut std::io::stdout().lock()) {
@@ -285,12 +303,20 @@ fn held(length_ns: u64) {
 /// stopped or not depending on where in the period it starts, and wake-up delays move that
 /// point from round to round; starting every round at a fixed distance from a refill makes the
 /// quota's arithmetic the only thing that decides.
-fn spiky(every_ns: u64, burn_ns: u64, rounds: u32, threads: u32) {
+fn spiky(
+    every_ns: u64,
+    burn_ns: u64,
+    rounds: u32,
+    threads: u32,
+    group_usage: Option<impl Fn() -> u64>,
+) {
     let refill_ns = resume_after_stop();
     println!("synced refill_ns {refill_ns}");
+    let due_ns =
+        |round: u32| refill_ns.saturating_add((u64::from(round) + 1).saturating_mul(every_ns));
     for round in 0..rounds {
-        let due_ns = refill_ns.saturating_add((u64::from(round) + 1).saturating_mul(every_ns));
-        sleep_until_ns(due_ns);
+        sleep_until_ns(due_ns(round));
+        let usage_start = group_usage.as_ref().map(|read| read());
         let start_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
         let cpu_start = workload::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
         if threads <= 1 {
@@ -304,14 +330,41 @@ fn spiky(every_ns: u64, burn_ns: u64, rounds: u32, threads: u32) {
         }
         let cpu_ns = workload::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
         let end_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
+        // The round's threads finish exiting after the join, and the process's clock no longer
+        // counts them then: the group's counter is read again just before the next round.
+        sleep_until_ns(due_ns(round + 1).saturating_sub(GROUP_SETTLE_NS));
+        let group = match (usage_start, group_usage.as_ref()) {
+            (Some(start), Some(read)) => format!(" group_ns {}", read() - start),
+            _ => String::new(),
+        };
         println!(
-            "round {round} start_ns {start_ns} end_ns {end_ns} cpu_ns {cpu_ns} wall_ms {:.1}",
+            "round {round} start_ns {start_ns} end_ns {end_ns} cpu_ns {cpu_ns} wall_ms {:.1}{group}",
             (end_ns - start_ns) as f64 / 1e6
         );
     }
     // The process's exit (unmapping, freeing) is CPU of its cgroup too: a period of its own,
     // not one of the last round's.
     if rounds > 0 {
-        sleep_until_ns(refill_ns.saturating_add((u64::from(rounds) + 1).saturating_mul(every_ns)));
+        sleep_until_ns(due_ns(rounds));
     }
+}
+
+/// How long before the next round the group's counter closes a round: the wake-up's margin.
+const GROUP_SETTLE_NS: u64 = 20_000_000;
+
+/// The group's CPU usage counter, ns, from `file`: v2 `cpu.stat`'s `usage_usec`, or v1
+/// `cpuacct.usage` (ns). A counter that cannot be read ends the workload with that said.
+fn group_usage_ns(file: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let parsed = if file.ends_with("cpu.stat") {
+        text.lines()
+            .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<u64>().ok())
+            .map(|usec| usec * 1_000)
+    } else {
+        text.trim().parse().ok()
+    };
+    parsed.unwrap_or_else(|| {
+        eprintln!("throttle-workload: no usage counter in {}", file.display());
+        std::process::exit(1)
+    })
 }

@@ -110,11 +110,19 @@ impl Cgroup {
     /// path in the cpuacct hierarchy (made with [`Cgroup::with_cpuacct`]) or, co-mounted, its
     /// own directory.
     pub fn usage_ns(&self) -> u64 {
-        let cpuacct = match &self.cpu.cpuacct {
+        self.cpu.usage_ns(&self.dir, &self.cpuacct_dir())
+    }
+
+    /// The file [`Cgroup::usage_ns`] reads.
+    pub fn usage_file(&self) -> PathBuf {
+        self.cpu.usage_file(&self.dir, &self.cpuacct_dir())
+    }
+
+    fn cpuacct_dir(&self) -> PathBuf {
+        match &self.cpu.cpuacct {
             Some(root) => root.join(self.path.trim_start_matches('/')),
             None => self.dir.clone(),
-        };
-        self.cpu.usage_ns(&self.dir, &cpuacct)
+        }
     }
 
     /// The pids in the cgroup now.

@@ -209,16 +209,26 @@ impl CpuHierarchy {
         dir.join("cpu.stat.local").exists()
     }
 
-    /// CPU time used by `dir`'s tasks, ns: v2 cpu.stat `usage_usec`; v1 `cpuacct.usage` in
-    /// `cpuacct_dir`, the same cgroup in the cpuacct hierarchy.
-    pub fn usage_ns(&self, dir: &Path, cpuacct_dir: &Path) -> u64 {
+    /// The file of `dir`'s CPU usage counter: v2 cpu.stat (`usage_usec`); v1 `cpuacct.usage`
+    /// (ns) in `cpuacct_dir`, the same cgroup in the cpuacct hierarchy.
+    pub fn usage_file(&self, dir: &Path, cpuacct_dir: &Path) -> PathBuf {
         match self.version {
-            Version::V1 => read(cpuacct_dir, "cpuacct.usage")
+            Version::V1 => cpuacct_dir.join("cpuacct.usage"),
+            Version::V2 => dir.join("cpu.stat"),
+        }
+    }
+
+    /// CPU time used by `dir`'s tasks, ns, from [`CpuHierarchy::usage_file`].
+    pub fn usage_ns(&self, dir: &Path, cpuacct_dir: &Path) -> u64 {
+        let file = self.usage_file(dir, cpuacct_dir);
+        let text =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        match self.version {
+            Version::V1 => text
                 .trim()
                 .parse()
-                .unwrap_or_else(|e| panic!("cpuacct.usage of {}: {e}", cpuacct_dir.display())),
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display())),
             Version::V2 => {
-                let text = read(dir, "cpu.stat");
                 field(&text, "usage_usec").unwrap_or_else(|| panic!("cpu.stat: no usage_usec"))
                     * 1_000
             }
