@@ -27,14 +27,29 @@ const EVERY_MS: u32 = 500;
 const ROUNDS: u32 = 4;
 
 /// One `round ...` line of the workload: its span and the CPU it cost by the workload
-/// process's own clock and by the group's usage counter (the threads' exits too, which the
-/// process's clock no longer sees; milliseconds each under emulation).
+/// process's own clock and by the group's usage counter up to just before the next round.
 #[derive(Debug)]
 struct Round {
     start_ns: u64,
     end_ns: u64,
     cpu_ns: u64,
     group_ns: u64,
+    threads: u32,
+}
+
+impl Round {
+    /// What the round's run must have cost: one thread's round is its own clock, exactly; a
+    /// round of threads also costs their exits after the join, which the process's clock no
+    /// longer sees (milliseconds each under emulation) and the group's counter does. The
+    /// counter's window also holds whatever the group ran until the next round (7.2 guest:
+    /// 93.5 ms for an 81.4 ms single-thread run), so it is the truth only where it must be.
+    fn cost_ns(&self) -> u64 {
+        if self.threads > 1 {
+            self.group_ns
+        } else {
+            self.cpu_ns
+        }
+    }
 }
 
 /// A finished workload run: its rounds, the refill it synchronised on (its `synced` line),
@@ -103,6 +118,7 @@ fn run_spiky(cgroup: &Cgroup, burn_ms: u32, rounds: u32, threads: u32) -> Outcom
                     end_ns: b.parse().expect("end_ns"),
                     cpu_ns: c.parse().expect("cpu_ns"),
                     group_ns: g.parse().expect("group_ns"),
+                    threads,
                 });
             }
             _ => panic!("unexpected workload line: {line}"),
@@ -169,7 +185,7 @@ fn ns(v: &Value) -> u64 {
 }
 
 /// A run of the trace's largest runs for each round (the run whose span holds the round's
-/// start), and each run's demand within 5 % of the CPU the round cost by the group's counter.
+/// start), and each run's demand within 5 % of the CPU the round cost ([`Round::cost_ns`]).
 fn assert_runs_are_rounds(advice: &Value, rounds: &[Round]) {
     let runs = advice["largest_runs"].as_array().expect("largest_runs");
     for round in rounds {
@@ -177,7 +193,7 @@ fn assert_runs_are_rounds(advice: &Value, rounds: &[Round]) {
             .iter()
             .find(|r| ns(&r["start_ns"]) <= round.start_ns && round.end_ns <= ns(&r["end_ns"]))
             .unwrap_or_else(|| panic!("no run holds {round:?}: {runs:#?}"));
-        let (known, measured) = (round.group_ns as f64, ns(&run["demand_ns"]) as f64);
+        let (known, measured) = (round.cost_ns() as f64, ns(&run["demand_ns"]) as f64);
         eprintln!(
             "round of {:.1} ms CPU by the group's counter ({:.1} ms by the process's clock): run demand {:.1} ms over {} periods on {} CPUs",
             known / 1e6,
@@ -191,7 +207,7 @@ fn assert_runs_are_rounds(advice: &Value, rounds: &[Round]) {
             "run demand {measured} ns vs the round's own CPU {known} ns: {run}"
         );
     }
-    let known_max = rounds.iter().map(|r| r.group_ns).max().unwrap() as f64;
+    let known_max = rounds.iter().map(Round::cost_ns).max().unwrap() as f64;
     let largest = ns(&advice["largest_run_ns"]) as f64;
     assert!(
         (largest - known_max).abs() <= 0.05 * known_max,
@@ -414,10 +430,10 @@ fn advise_prints_only_the_advice_and_measures_the_rounds() {
         .collect();
     assert!(lines.iter().all(|v| v["type"] == "advice"), "{lines:#?}");
     let a = advice(&lines, &cgroup);
-    let known = outcome.rounds.iter().map(|r| r.group_ns).max().unwrap() as f64;
+    let known = outcome.rounds.iter().map(Round::cost_ns).max().unwrap() as f64;
     let largest = ns(&a["largest_run_ns"]) as f64;
     eprintln!(
-        "advise over {:.1} s: {} runs, largest {:.1} ms; a round cost the group {:.1} ms; advised quota {} ns",
+        "advise over {:.1} s: {} runs, largest {:.1} ms; a round cost {:.1} ms; advised quota {} ns",
         ns(&a["covered_ns"]) as f64 / 1e9,
         a["runs"],
         largest / 1e6,
@@ -426,7 +442,7 @@ fn advise_prints_only_the_advice_and_measures_the_rounds() {
     );
     assert!(
         (largest - known).abs() <= 0.05 * known,
-        "largest run {largest} ns vs a round's cost to the group {known} ns: {a}"
+        "largest run {largest} ns vs a round's cost {known} ns: {a}"
     );
 }
 
@@ -588,6 +604,11 @@ fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_pe
 
     let a = advice(&lines, &cgroup);
     let tick = tick_ns();
+    // The workload's start (exec, its workers' creation) and its exit are the group's CPU in
+    // no request: under emulation 75 ms of it in one run (7.2 guest). A run that holds either
+    // is held to the lower bound only.
+    let first_ns = requests.iter().map(|r| r.start_ns).min().expect("requests");
+    let last_ns = requests.iter().map(|r| r.end_ns).max().expect("requests");
     eprintln!("run (start ns)     periods CPUs  measured ms  known ms  straddling");
     for run in a["largest_runs"].as_array().expect("largest_runs") {
         let (s, e) = (ns(&run["start_ns"]), ns(&run["end_ns"]));
@@ -608,8 +629,14 @@ fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_pe
             known as f64 / 1e6
         );
         let allowed = 0.05 * known as f64 + (straddling * (tick + 1_000_000)) as f64;
+        let holds_start_or_exit = s < first_ns || e > last_ns;
+        let over = if holds_start_or_exit {
+            0.0
+        } else {
+            measured as f64 - known as f64
+        };
         assert!(
-            (measured as f64 - known as f64).abs() <= allowed,
+            over <= allowed && known as f64 - measured as f64 <= allowed,
             "run demand {measured} ns vs the requests' own CPU in it {known} ns \
              ({straddling} straddling): {run}"
         );

@@ -4,7 +4,8 @@
 //! dockerd started for the build (no bridge, no iptables rules) and stopped after it. Either
 //! way the image is also saved as target/image/throttle-tracer-<version>.tar (`docker save`),
 //! which `docker load` and `ctr image import` take and tracer/tests/image.rs runs.
-use crate::{binaries, cmd, paths};
+use crate::binaries::{self, Binaries};
+use crate::{cmd, paths};
 use anyhow::{Context as _, Result, bail};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -12,13 +13,17 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn run() -> Result<()> {
+    build(&binaries::build()?)
+}
+
+/// The image of `binaries`' tracer (`cargo xtask test` passes its tests' compile).
+pub fn build(binaries: &Binaries) -> Result<()> {
     let version = tracer_version()?;
     let tag = format!("throttle-tracer:{version}");
     let dir = paths::target().join("image");
     let context = dir.join("context");
     let _ = fs::remove_dir_all(&context);
     fs::create_dir_all(&context).with_context(|| format!("creating {}", context.display()))?;
-    let binaries = binaries::build()?;
     fs::copy(&binaries.tracer, context.join("throttle-tracer")).context("copying the binary")?;
     fs::copy(paths::root().join("deploy/passwd"), context.join("passwd"))
         .context("copying deploy/passwd")?;

@@ -113,8 +113,12 @@ fn test() -> anyhow::Result<()> {
             "warnings",
         ]))
     })?;
-    // tracer/tests/image.rs runs the image this saves.
-    timed("image", &mut image::run)?;
+    // tracer/tests/image.rs runs the image this saves, built from the tests' compile, which the
+    // host tests and the guests then reuse.
+    timed(
+        "image",
+        &mut || image::build(&binaries::build_with_tests()?),
+    )?;
     // CI's rules whoever runs it: a host test that cannot run for want of something this
     // machine could have (root, BTF, a cpu controller, Prometheus) fails instead of passing.
     timed("host tests", &mut || {
