@@ -46,13 +46,12 @@ pub fn xtask() -> Result<PathBuf> {
     Ok(xtask)
 }
 
-/// [`build`], and `cargo test --no-run` of the tracer's integration tests the same way. The tests
-/// find the programs they run at the paths cargo compiled into them (`CARGO_BIN_EXE_*`), which
-/// are in [`bin_dir`].
+/// [`build`], and `cargo test --no-run` of [`tests`]: the programs and every test binary. The
+/// integration tests find the programs they run at the paths cargo compiled into them
+/// (`CARGO_BIN_EXE_*`), which are in [`bin_dir`].
 pub fn build_with_tests() -> Result<Binaries> {
-    let mut cargo = static_cargo();
-    cargo.args(["test", "--no-run", "--release", "--target", TARGET]);
-    cargo.args(["-p", "tracer", "--test", "*", "--message-format=json"]);
+    let mut cargo = tests();
+    cargo.args(["--no-run", "--message-format=json"]);
     // Cargo's progress and errors stay on the terminal; stdout is its JSON.
     let json = cmd::stdout(cargo.stderr(Stdio::inherit()))?;
     let mut tests = Vec::new();
@@ -79,7 +78,9 @@ pub fn build_with_tests() -> Result<Binaries> {
 }
 
 /// `cargo test` of the tracer's crates, built as the guests' binaries are (static, release):
-/// the host tests and the VM guests share one compile.
+/// the host tests and the VM guests share one compile. [`build_with_tests`] selects exactly
+/// these packages and targets: the tracer's build script (the eBPF build, a minute) has one
+/// output directory, which another selection's features would make it run again into.
 pub fn tests() -> Command {
     let mut cargo = static_cargo();
     cargo.args(["test", "--release", "--target", TARGET]).args([
