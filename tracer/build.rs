@@ -26,5 +26,12 @@ fn main() -> anyhow::Result<()> {
             ..Default::default()
         }],
         Toolchain::Custom("stable"),
-    )
+    )?;
+    // With AYA_BUILD_SKIP=1 (lints: `cargo xtask test` runs clippy so) aya-build builds
+    // nothing; an empty object lets the agent compile, and it refuses to load at run time.
+    let object = std::path::Path::new(&std::env::var("OUT_DIR")?).join("tracer");
+    if !object.exists() {
+        std::fs::write(&object, []).with_context(|| format!("writing {}", object.display()))?;
+    }
+    Ok(())
 }

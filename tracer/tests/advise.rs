@@ -570,7 +570,7 @@ fn run_arrivals(cgroup: &Cgroup) -> Arrivals {
 /// Reference 003: 20 ms requests arriving at random, 10 per second, for 4 workers.
 const ARRIVALS_RATE: u32 = 10;
 const ARRIVALS_COST_MS: u32 = 20;
-const ARRIVALS_S: u32 = 15;
+const ARRIVALS_S: u32 = 10;
 const ARRIVALS_SEED: u64 = 3;
 
 /// The kernel's tick: the jiffies counter's pace against the monotonic clock, both read from
@@ -605,7 +605,7 @@ fn tick_ns() -> u64 {
     1_000_000_000 / hz
 }
 
-/// Reference 003's lab at 50 ms / 100 ms for 15 s: each of the largest busy runs' demand is the
+/// Reference 003's lab at 50 ms / 100 ms for 10 s: each of the largest busy runs' demand is the
 /// growth of the cgroup's usage counter over the run's span, read every millisecond by the
 /// test, within 2 % plus, at each of the run's two boundaries, the counter's growth between
 /// the reads around it and one tick per CPU of the run (the kernel brings a running entity's

@@ -158,8 +158,11 @@ impl Scenario {
                 burn_ms,
                 rounds,
             } => {
+                // The group's own counter, for the demand check's upper bound (checks.rs).
                 format!(
-                    "throttle-workload spiky --every-ms {every_ms} --burn-ms {burn_ms} --rounds {rounds}"
+                    "throttle-workload spiky --every-ms {every_ms} --burn-ms {burn_ms} --rounds {rounds} \
+                     --usage-file /sys/fs/cgroup/{}/cpu.stat",
+                    self.run_name(backend)
                 )
             }
             // The guest's `scenario` knows these: it makes the children and runs the work.
