@@ -85,7 +85,9 @@ struct Privileges {
     cap_sys_admin: bool,
     cap_bpf: bool,
     cap_perfmon: bool,
-    /// CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON.
+    /// Whether the capabilities are the initial user namespace's, where the kernel checks them.
+    initial_user_namespace: bool,
+    /// CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON, in the initial user namespace.
     can_trace: bool,
 }
 
@@ -203,6 +205,7 @@ fn diagnose() -> Diagnosis {
             cap_sys_admin: caps.sys_admin(),
             cap_bpf: caps.bpf(),
             cap_perfmon: caps.perfmon(),
+            initial_user_namespace: caps.initial_user_ns,
             can_trace: caps.can_trace(),
         },
         backends,
@@ -293,6 +296,9 @@ fn render(d: &Diagnosis) -> String {
         yes(p.cap_perfmon),
         if p.can_trace {
             "enough to trace"
+        } else if !p.initial_user_namespace {
+            "not enough to trace: a user namespace of its own, where capabilities do not count \
+             for eBPF"
         } else {
             "not enough to trace (needs CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON)"
         }
@@ -368,6 +374,7 @@ mod tests {
                 cap_sys_admin: true,
                 cap_bpf: true,
                 cap_perfmon: true,
+                initial_user_namespace: true,
                 can_trace: true,
             },
             backends: vec![

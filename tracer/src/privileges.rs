@@ -9,6 +9,10 @@ use crate::error::Failure;
 pub struct Capabilities {
     /// The `CapEff:` mask of /proc/self/status.
     pub effective: u64,
+    /// Whether they are the initial user namespace's: the kernel checks CAP_BPF and
+    /// CAP_PERFMON there, so those of a user namespace of its own (`unshare -U`, a rootless
+    /// container) load nothing.
+    pub initial_user_ns: bool,
 }
 
 impl Capabilities {
@@ -23,7 +27,12 @@ impl Capabilities {
             .find_map(|l| l.strip_prefix("CapEff:"))
             .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
             .unwrap_or(0);
-        Self { effective }
+        Self {
+            effective,
+            initial_user_ns: is_initial_user_ns(
+                &fs::read_to_string("/proc/self/uid_map").unwrap_or_default(),
+            ),
+        }
     }
 
     fn has(self, cap: u32) -> bool {
@@ -42,25 +51,50 @@ impl Capabilities {
         self.has(Self::PERFMON)
     }
 
-    /// CAP_BPF and CAP_PERFMON (5.8+), or CAP_SYS_ADMIN, which covers both.
+    /// CAP_BPF and CAP_PERFMON (5.8+), or CAP_SYS_ADMIN, which covers both, in the initial
+    /// user namespace.
     pub fn can_trace(self) -> bool {
-        self.sys_admin() || (self.bpf() && self.perfmon())
+        self.initial_user_ns && (self.sys_admin() || (self.bpf() && self.perfmon()))
     }
 }
 
-/// Loading tracing programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN before 5.8);
-/// checking first turns the kernel's bare EPERM into advice.
+/// The initial user namespace maps every uid to itself; a namespace of its own maps a range
+/// (`0 1000 1` for `unshare -r` as uid 1000). /proc/self/uid_map unreadable (no user
+/// namespaces in this kernel) counts as the initial one.
+fn is_initial_user_ns(uid_map: &str) -> bool {
+    let fields: Vec<&str> = uid_map.split_whitespace().collect();
+    fields.is_empty() || fields == ["0", "0", "4294967295"]
+}
+
+/// Loading tracing programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN before 5.8) in the
+/// initial user namespace; checking first turns the kernel's bare EPERM into advice.
 pub fn check() -> Result<(), Failure> {
-    if Capabilities::of_self().can_trace() {
+    let caps = Capabilities::of_self();
+    if !caps.initial_user_ns {
+        Err(user_namespace())
+    } else if caps.can_trace() {
         Ok(())
     } else {
         Err(missing(None))
     }
 }
 
+fn user_namespace() -> Failure {
+    Failure::environment(
+        "this process is in a user namespace of its own, whose capabilities the kernel does \
+         not count for loading eBPF programs (it checks CAP_BPF and CAP_PERFMON in the initial \
+         one)",
+        "run it in the host's user namespace: as root or with the capabilities on the host, \
+         or in a container that does not remap users (not rootless, no userns-remap)",
+    )
+}
+
 /// The failure of a process without the capabilities; `refused` is what the kernel refused
 /// for want of them, when it was asked.
 pub fn missing(refused: Option<&str>) -> Failure {
+    if !Capabilities::of_self().initial_user_ns {
+        return user_namespace();
+    }
     let needs = "tracing needs root, or the capabilities CAP_BPF and CAP_PERFMON";
     Failure::environment(
         match refused {
@@ -69,4 +103,17 @@ pub fn missing(refused: Option<&str>) -> Failure {
         },
         "run it with sudo, or grant them: setcap cap_bpf,cap_perfmon+ep throttle-tracer",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_identity_map_is_the_initial_user_namespace() {
+        assert!(is_initial_user_ns("         0          0 4294967295\n"));
+        assert!(is_initial_user_ns(""));
+        assert!(!is_initial_user_ns("         0       1000          1\n"));
+        assert!(!is_initial_user_ns("0 100000 65536\n"));
+    }
 }

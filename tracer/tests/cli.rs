@@ -73,14 +73,53 @@ fn missing_btf_is_an_environment_error() {
 
 #[test]
 fn unprivileged_user_is_told_what_is_missing() {
-    // setpriv (util-linux) drops to nobody with no capabilities at all.
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .args(["--inh-caps=-all", "--bounding-set=-all", BIN])
+    // Nobody, with no capabilities at all.
+    let out = common::as_nobody(BIN, &[])
         .output()
-        .expect("run setpriv");
+        .expect("run the tracer as nobody");
     assert_failure(&out, 1, "CAP_BPF");
     assert_hint(&out, "sudo");
+}
+
+/// Root of a user namespace of its own (`unshare --user --map-root-user`, as rootless
+/// containers run) has every capability there, which the kernel does not count for eBPF: the
+/// tracer says so before it loads anything, not "needs root" to a process that is root.
+#[test]
+fn a_user_namespace_of_its_own_is_named_as_the_cause() {
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", BIN])
+        .output();
+    let Some(out) = common::require(out.map_err(|e| format!("no unshare (util-linux): {e}")))
+    else {
+        return;
+    };
+    assert_failure(&out, 1, "user namespace of its own");
+    assert_hint(&out, "host's user namespace");
+    // The truth the tracer's reading is judged against: that namespace maps one uid, and its
+    // root has a full CapEff there.
+    let probe = Command::new("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            "cat",
+            "/proc/self/uid_map",
+            "/proc/self/status",
+        ])
+        .output()
+        .expect("unshare cat");
+    let text = String::from_utf8_lossy(&probe.stdout);
+    let map: Vec<&str> = text
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!((map[0], map[2]), ("0", "1"), "{text}");
+    let cap_eff = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(str::trim);
+    assert_ne!(cap_eff, Some("0000000000000000"), "{text}");
 }
 
 #[test]

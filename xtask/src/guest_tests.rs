@@ -15,9 +15,6 @@ enum Plan {
     HostOnly(&'static str),
 }
 
-const SETPRIV: &str = "drops its privileges with util-linux's setpriv, and busybox's setpriv has \
-                       no --reuid";
-
 /// Every test binary cargo builds must be here: a new one is a decision, not a default.
 const PLANS: &[(&str, Plan)] = &[
     ("advise", Plan::Run(&[])),
@@ -41,31 +38,18 @@ const PLANS: &[(&str, Plan)] = &[
              every test run in the guest reads and writes",
         ),
     ),
-    (
-        "demo",
-        Plan::Run(&[(
-            "without_privileges_the_demo_says_so_and_makes_nothing",
-            SETPRIV,
-        )]),
-    ),
+    ("demo", Plan::Run(&[])),
     (
         "deploy",
         Plan::HostOnly("the repository's deployment files, no cgroup"),
     ),
     (
         "doctor",
-        Plan::Run(&[
-            (
-                "fentry_refusal_is_one_line_with_the_cause_and_a_hint",
-                "applies where fentry is refused (this host); every VM kernel attaches it (the \
+        Plan::Run(&[(
+            "fentry_refusal_is_one_line_with_the_cause_and_a_hint",
+            "applies where fentry is refused (this host); every VM kernel attaches it (the \
                  doctor row, the fentry scenarios), so it would only say \"not applicable\"",
-            ),
-            (
-                "unprivileged_doctor_names_the_missing_capabilities",
-                SETPRIV,
-            ),
-            ("bpf_and_perfmon_alone_use_every_backend_root_can", SETPRIV),
-        ]),
+        )]),
     ),
     (
         "churn",
@@ -87,10 +71,7 @@ const PLANS: &[(&str, Plan)] = &[
         "golden",
         Plan::HostOnly("recordings in tracer/tests/data, no cgroup"),
     ),
-    (
-        "host_tracepoint",
-        Plan::Run(&[("bpf_and_perfmon_alone_trace_every_stop", SETPRIV)]),
-    ),
+    ("host_tracepoint", Plan::Run(&[])),
     (
         "live",
         Plan::Run(&[
@@ -129,10 +110,7 @@ const PLANS: &[(&str, Plan)] = &[
              removal stays open there (the tracepoint backend ends it at cgroup_rmdir)",
         )]),
     ),
-    (
-        "scan",
-        Plan::Run(&[("nobody_can_scan_a_readable_tree", SETPRIV)]),
-    ),
+    ("scan", Plan::Run(&[])),
     (
         "serve_limits",
         Plan::HostOnly(

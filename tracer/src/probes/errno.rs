@@ -79,10 +79,14 @@ mod tests {
 
     use super::*;
 
-    const NONE: Capabilities = Capabilities { effective: 0 };
+    const NONE: Capabilities = Capabilities {
+        effective: 0,
+        initial_user_ns: true,
+    };
     /// CAP_BPF and CAP_PERFMON, as `setcap cap_bpf,cap_perfmon+ep` grants.
     const BPF_PERFMON: Capabilities = Capabilities {
         effective: 1 << 39 | 1 << 38,
+        initial_user_ns: true,
     };
 
     fn map_creation(errno: i32) -> EbpfError {

@@ -25,7 +25,7 @@ use std::{
 pub use cgroup::Cgroup;
 pub use cpu::{CpuHierarchy, CpuStat, Version};
 pub use process::{
-    Running, arrivals, busy, held, last_cpu, ndjson_lines, pair, spawn_in, spiky,
+    Running, arrivals, as_nobody, busy, held, last_cpu, ndjson_lines, pair, spawn_in, spiky,
     with_bpf_perfmon_only,
 };
 

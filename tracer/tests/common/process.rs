@@ -167,21 +167,94 @@ pub fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Runni
     Running::spawn(cmd)
 }
 
+/// CAP_PERFMON and CAP_BPF (linux/capability.h): what deploy/daemonset.yaml grants.
+const BPF_PERFMON: &[u32] = &[38, 39];
+
 /// A command that runs `bin` as nobody with CAP_BPF and CAP_PERFMON only, what
-/// deploy/daemonset.yaml grants: `setpriv` (util-linux) keeps the two in the ambient set across
-/// the change of uid, and drops every other one from the bounding set.
+/// deploy/daemonset.yaml grants.
 pub fn with_bpf_perfmon_only(bin: &str) -> Command {
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--inh-caps=-all,+bpf,+perfmon",
-        "--ambient-caps=-all,+bpf,+perfmon",
-        "--bounding-set=-all,+bpf,+perfmon",
-        bin,
-    ]);
+    as_nobody(bin, BPF_PERFMON)
+}
+
+/// A command that runs `bin` as nobody (uid and gid 65534, no supplementary groups) with the
+/// capabilities `keep` alone in its bounding, inheritable and ambient sets, so that they
+/// survive the exec: what util-linux's `setpriv --reuid --regid --clear-groups --inh-caps
+/// --ambient-caps --bounding-set` does, done here because the VM guests' busybox setpriv
+/// cannot change uid.
+pub fn as_nobody(bin: &str, keep: &'static [u32]) -> Command {
+    let last: u32 = fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("/proc/sys/kernel/cap_last_cap");
+    let mut cmd = Command::new(bin);
+    // SAFETY: between fork and exec the closure makes system calls only: no allocation, no
+    // lock.
+    unsafe { cmd.pre_exec(move || drop_to_nobody(keep, last)) };
     cmd
+}
+
+/// capset(2)'s header and data, version 3 (two 32-bit words per set).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const NOBODY: libc::uid_t = 65534;
+
+fn drop_to_nobody(keep: &[u32], last: u32) -> std::io::Result<()> {
+    let ok = |r: libc::c_long| {
+        if r == -1 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY (every call below): system calls with plain values or pointers to locals.
+    unsafe {
+        // Dropping from the bounding set needs CAP_SETPCAP, which root still has here.
+        for cap in (0..=last).filter(|c| !keep.contains(c)) {
+            ok(libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0).into())?;
+        }
+        ok(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0).into())?;
+        ok(libc::setgroups(0, std::ptr::null()).into())?;
+        ok(libc::setresgid(NOBODY, NOBODY, NOBODY).into())?;
+        ok(libc::setresuid(NOBODY, NOBODY, NOBODY).into())?;
+        let mask: u64 = keep.iter().fold(0, |m, c| m | 1 << c);
+        let word = |shift: u32| {
+            let w = (mask >> shift) as u32;
+            CapData {
+                effective: w,
+                permitted: w,
+                inheritable: w,
+            }
+        };
+        let header = CapHeader {
+            version: 0x2008_0522,
+            pid: 0,
+        };
+        let data = [word(0), word(32)];
+        ok(libc::syscall(libc::SYS_capset, &header, data.as_ptr()))?;
+        for &cap in keep {
+            ok(libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                cap as libc::c_ulong,
+                0,
+                0,
+            )
+            .into())?;
+        }
+    }
+    Ok(())
 }
 
 /// The tracer `child`'s stdout lines, read on a thread of their own, once its first line (the
