@@ -38,7 +38,14 @@ const PLANS: &[(&str, Plan)] = &[
              every test run in the guest reads and writes",
         ),
     ),
-    ("demo", Plan::Run(&[])),
+    (
+        "demo",
+        Plan::Run(&[(
+            "a_killed_demo_is_cleaned_up_by_the_next_one",
+            "removing a killed demo's leftovers is the same rmdir on every kernel, and the \
+             guest's v2 removal is demo_traces_explains_and_cleans_up's (12 s of CI's 20 minutes)",
+        )]),
+    ),
     (
         "deploy",
         Plan::HostOnly("the repository's deployment files, no cgroup"),
@@ -59,7 +66,15 @@ const PLANS: &[(&str, Plan)] = &[
              only in threaded subtrees; the host runs it",
         )]),
     ),
-    ("endings", Plan::Run(&[])),
+    (
+        "endings",
+        Plan::Run(&[(
+            "signals_end_the_run_with_its_summary_and_a_complete_recording",
+            "the agent's signal handling and recording, the same on every kernel; \
+             a_closed_output_pipe_ends_the_run_at_once detaches the probes there (12 s of CI's \
+             20 minutes)",
+        )]),
+    ),
     (
         "image",
         Plan::HostOnly(

@@ -65,7 +65,12 @@ fn attach_kprobe(ebpf: &mut Ebpf, program: &str, function: &str) -> Result<(), S
     if probe.fd().is_err() {
         probe.load().map_err(|e| format!("load {program}: {e}"))?;
     }
-    probe.attach(function, 0).map_err(|e| format!("{e}"))?;
+    probe
+        .attach(function, 0)
+        .map_err(|e| match super::errno::of(&e) {
+            Some(errno) => format!("{e}: {}", super::errno::describe(errno)),
+            None => e.to_string(),
+        })?;
     let kind = match probe.kind() {
         ProbeKind::Entry => "kprobe",
         ProbeKind::Return => "kretprobe",
