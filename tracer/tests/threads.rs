@@ -26,6 +26,8 @@ use common::{Cgroup, Running};
 use serde_json::Value;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
+/// How soon after its stop ends the spinner, its group's only runnable thread, has run again.
+const SETTLE_NS: u64 = 20_000_000;
 
 fn run_delay_ns(pid: u32, tid: u32) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
@@ -93,8 +95,10 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
     let stops: Vec<&Value> = lines.iter().filter(|l| l["type"] == "stop").collect();
     let mut held_ns = 0;
     let mut held_stops = 0;
+    let mut edge_ns = 0;
     for stop in &stops {
-        for t in stop["threads"].as_array().expect("threads") {
+        // A stop that held no thread of the group has no `threads` (docs/ndjson.md).
+        for t in stop["threads"].as_array().map_or(&[][..], Vec::as_slice) {
             let tid = t["tid"].as_u64().unwrap() as u32;
             assert!(
                 tid != sleeper && tid != pid,
@@ -102,9 +106,20 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
             );
             assert_eq!(t["pid"], pid, "{stop}");
             let end = stop["end_ns"].as_u64().unwrap();
-            if tid == spinner && end > t0 && end <= t1 {
-                held_ns += t["held_ns"].as_u64().unwrap();
+            // The scheduler adds a wait to run_delay when the thread runs again: a stop that
+            // ended after t0, and long enough before t1 for the thread to have run, is in the
+            // delta; one that ended just before t0 may be too (it is allowed for above the 2 %
+            // bound), one that ended just before t1 may not be (left out: 5 ms short on the
+            // host in CI).
+            if tid != spinner {
+                continue;
+            }
+            let held = t["held_ns"].as_u64().unwrap();
+            if end > t0 && end + SETTLE_NS <= t1 {
+                held_ns += held;
                 held_stops += 1;
+            } else if end <= t0 && end + SETTLE_NS > t0 {
+                edge_ns += held;
             }
         }
     }
@@ -138,8 +153,10 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
         );
     }
     assert!(
-        (grown as f64 - held_ns as f64).abs() <= held_ns as f64 * 0.02,
-        "run_delay grew {grown} ns, not within 2 % of the {held_ns} ns the stops held it"
+        (grown as f64 - held_ns as f64 - edge_ns as f64) <= held_ns as f64 * 0.02
+            && (held_ns as f64 - grown as f64) <= held_ns as f64 * 0.02,
+        "run_delay grew {grown} ns, not within 2 % of the {held_ns} ns the stops held it \
+         (+ {edge_ns} ns of stops that ended just before the first reading)"
     );
 
     let summary = lines
@@ -156,7 +173,7 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
     assert_eq!(threads[0]["comm"], "spinner");
     let whole: u64 = stops
         .iter()
-        .flat_map(|s| s["threads"].as_array().unwrap())
+        .flat_map(|s| s["threads"].as_array().map_or(&[][..], Vec::as_slice))
         .map(|t| t["held_ns"].as_u64().unwrap())
         .sum();
     assert_eq!(threads[0]["held_ns"], whole, "{process}");

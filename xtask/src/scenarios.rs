@@ -87,7 +87,8 @@ pub const SCENARIOS: &[Scenario] = &[
         period_us: 100_000,
         burst_us: None,
         workload: Workload::Pinned {
-            seconds: 3,
+            // About 20 throttled periods, each with a stop on both CPUs.
+            seconds: 2,
             in_children: false,
         },
         expect: Expect::TwoCpuStops,
@@ -125,7 +126,7 @@ pub const SCENARIOS: &[Scenario] = &[
         period_us: 100_000,
         burst_us: None,
         workload: Workload::Pinned {
-            seconds: 3,
+            seconds: 2,
             in_children: true,
         },
         expect: Expect::AncestorStops,
