@@ -19,18 +19,20 @@ pub struct Kernel {
     /// minutes per boot under TCG, and their v2 paths are the tracer's and the tests' own, the
     /// same on every kernel, so on the newest only.
     pub host_tests: bool,
-    /// The backends its scenarios run with. kprobe and fentry attach to kernel functions that
-    /// change from version to version, the same functions: kprobe on every kernel, fentry on
-    /// 5.10, 6.12 and 7.x, except kprobe's scenarios where the guest runs the host tests, which trace with kprobe and check what the scenarios do
-    /// (one thread's stops, Σ kernel time = cpu.stat, burst spent, ancestors) and more. The
-    /// tracepoint backend's hooks are stable tracepoints; it runs on the oldest (before 6.2's
-    /// CSD unthrottle and 6.18's task-based throttle) and on the host's 6.18. That keeps `cargo xtask test` inside CI's 20 minutes (each
-    /// backend is about 40 s a boot under TCG). `--backend` overrides it.
+    /// The backends its scenarios run with. kprobe and fentry attach to the same kernel
+    /// functions, which change from version to version: kprobe on every kernel, fentry on the
+    /// oldest and the newest (5.10, 7.x), except kprobe's scenarios where the guest runs the
+    /// host tests, which trace with kprobe and check what the scenarios do (one thread's
+    /// stops, Σ kernel time = cpu.stat, burst spent, ancestors) and more. The tracepoint
+    /// backend's hooks are stable tracepoints; it runs on the oldest (before 6.2's CSD
+    /// unthrottle and 6.18's task-based throttle) and on the host's 6.18. That keeps `cargo
+    /// xtask test` inside CI's 20 minutes (each backend is about 30 s a boot under TCG).
+    /// `--backend` overrides it.
     pub backends: &'static [&'static str],
 }
 
-const FUNCTIONS: &[&str] = &["kprobe", "fentry"];
-/// 6.1's: between 5.10 and 6.12, which run fentry too; its functions are kprobe's.
+/// 6.1's and 6.12's: between 5.10 and 7.x, which run fentry too, on the functions kprobe
+/// attaches to.
 const KPROBE: &[&str] = &["kprobe"];
 /// The newest kernel's: its host tests trace with kprobe, and the tracepoint backend's
 /// task-based throttle (6.18+) is the host's.
@@ -59,7 +61,7 @@ pub const KERNELS: &[Kernel] = &[
         archive: Archive::Security,
         package: r"^linux-image-6\.12\.[0-9]+\+deb12-cloud-amd64-unsigned$",
         host_tests: false,
-        backends: FUNCTIONS,
+        backends: KPROBE,
     },
     // sid's linux-image-7.* is a small meta package; the image is in linux-binary-*.
     Kernel {
