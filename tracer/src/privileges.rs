@@ -69,10 +69,7 @@ fn is_initial_user_ns(uid_map: &str) -> bool {
 /// Loading tracing programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN before 5.8) in the
 /// initial user namespace; checking first turns the kernel's bare EPERM into advice.
 pub fn check() -> Result<(), Failure> {
-    let caps = Capabilities::of_self();
-    if !caps.initial_user_ns {
-        Err(user_namespace())
-    } else if caps.can_trace() {
+    if Capabilities::of_self().can_trace() {
         Ok(())
     } else {
         Err(missing(None))
@@ -89,8 +86,8 @@ fn user_namespace() -> Failure {
     )
 }
 
-/// The failure of a process without the capabilities; `refused` is what the kernel refused
-/// for want of them, when it was asked.
+/// The failure of a process without the capabilities (or with a user namespace's only);
+/// `refused` is what the kernel refused for want of them, when it was asked.
 pub fn missing(refused: Option<&str>) -> Failure {
     if !Capabilities::of_self().initial_user_ns {
         return user_namespace();
