@@ -34,6 +34,15 @@ pub struct Args {
     /// scenarios.
     #[arg(long)]
     no_host_tests: bool,
+    /// Run only the host tests whose `binary::test` name starts with this, repeatable (e.g.
+    /// `advise` or `ancestor::a_child_named_alone_sees_its_ancestors_stops`); the reasons the
+    /// others do not run are printed as always.
+    #[arg(
+        long = "host-test",
+        value_name = "PREFIX",
+        conflicts_with = "no_host_tests"
+    )]
+    host_test: Vec<String>,
     /// Also measure the kprobe and fentry programs' cost per invocation during s2, next to
     /// empty programs on the same hooks, in the same boots. Not in `cargo xtask test`: it
     /// builds a static xtask for the guest (minutes from cold, over CI's 20-minute budget).
@@ -98,7 +107,18 @@ pub fn run(args: &Args) -> Result<()> {
     // The tracers' log filter: bench/vm_cost.rs reads their `attached` lines.
     calls.insert(0, format!("tracer_log='{}'", vm_cost::TRACER_LOG));
     let selection = if host_tests {
-        let selection = guest_tests::select(&binaries.tests)?;
+        let mut selection = guest_tests::select(&binaries.tests)?;
+        if !args.host_test.is_empty() {
+            selection
+                .run
+                .retain(|t| args.host_test.iter().any(|p| t.starts_with(p.as_str())));
+            if selection.run.is_empty() {
+                bail!(
+                    "no host test the guest runs starts with {}: see `cargo test -p tracer -- --list`",
+                    args.host_test.join(" or ")
+                );
+            }
+        }
         calls.push(guest_tests::guest_calls(&selection));
         selection
     } else {
