@@ -53,6 +53,37 @@ struct Outcome {
     usage: UsageReads,
 }
 
+impl Outcome {
+    /// How many rounds cost the group more than `limit_ns` by its usage counter, from 1 ms
+    /// before the round to 20 ms after it (the workload's own CPU around the round, which its
+    /// run holds too): the rounds a limit of that size must stop by quota arithmetic alone.
+    /// A rerun's rounds are not the traced ones (7.2 guest under TCG: a round's run varies by
+    /// a few ms from one to the next), so an advised limit is judged against them.
+    fn rounds_above(&self, limit_ns: u64) -> u64 {
+        let last = self.usage.0.last().map_or(0, |&(t, _)| t - 1);
+        let costs: Vec<u64> = self
+            .rounds
+            .iter()
+            .map(|r| {
+                let (grown, _) = self
+                    .usage
+                    .between(r.start_ns - 1_000_000, (r.end_ns + 20_000_000).min(last));
+                grown
+            })
+            .collect();
+        eprintln!(
+            "rerun's rounds by the usage counter: {:?} ms against {:.1} ms",
+            costs
+                .iter()
+                .map(|c| c / 100_000)
+                .map(|c| c as f64 / 10.0)
+                .collect::<Vec<_>>(),
+            limit_ns as f64 / 1e6
+        );
+        costs.iter().filter(|&&c| c > limit_ns).count() as u64
+    }
+}
+
 /// The cgroup's usage counter as read over time: (CLOCK_MONOTONIC ns, usage ns), in order.
 struct UsageReads(Vec<(u64, u64)>);
 
@@ -425,9 +456,18 @@ fn a_spiky_burn_is_measured_and_the_advice_stops_it_no_more() {
         let burst_us = ns(&a["burst"]["burst_ns"]) / 1000;
         let burst = fresh("advise-burst");
         host.cpu.set_burst(burst.dir(), burst_us);
-        let throttled = run_spiky(&burst, 80, ROUNDS, 1).throttled;
+        let rerun = run_spiky(&burst, 80, ROUNDS, 1);
+        let throttled = rerun.throttled;
         eprintln!("advised burst {burst_us} µs at {QUOTA_US} µs: nr_throttled {throttled}");
-        assert_eq!(throttled, 0, "stopped with the advised burst {burst_us} µs");
+        // Its margin is 5 % of the burst's share (docs/definitions.md), a few ms: a rerun's
+        // round that costs more than quota + burst is stopped by arithmetic, and at most one
+        // round in the rerun may.
+        let above = rerun.rounds_above((QUOTA_US + burst_us) * 1000);
+        assert!(
+            throttled <= above && above <= 1,
+            "stopped {throttled} times with the advised burst {burst_us} µs; {above} round(s) \
+             cost more than quota + burst"
+        );
     }
 
     let (p_quota_us, p_period_us) = (
