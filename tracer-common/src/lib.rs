@@ -286,6 +286,10 @@ pub struct Offsets {
     /// side in the per-CPU `struct cfs_tg_state` that `task_group.cfs_rq` points into.
     pub tg_state_cfs_rq: u32,
     pub tg_state_se: u32,
+    // Appended for the async unthrottle's refills (tracepoint backend, 6.2+).
+    /// `cfs_rq.runtime_remaining` (`s64`): positive on a throttled cfs_rq once a refill has
+    /// paid it, until its unthrottle (queued as a CSD, or run by another CPU's refill).
+    pub cfs_rq_runtime_remaining: u32,
 }
 
 impl Offsets {
@@ -341,6 +345,7 @@ impl Offsets {
         se_sched_delayed: BitField::ABSENT,
         tg_state_cfs_rq: ABSENT,
         tg_state_se: ABSENT,
+        cfs_rq_runtime_remaining: ABSENT,
     };
 
     /// Whether the group entities are 7.x's, each in its CPU's `cfs_tg_state` beside the

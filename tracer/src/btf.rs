@@ -597,6 +597,12 @@ const TABLE: &[Group] = &[
                 "throttled_csd_list",
                 Shape::Struct("list_head")
             ),
+            at!(
+                cfs_rq_runtime_remaining,
+                "cfs_rq",
+                "runtime_remaining",
+                Shape::Int(8)
+            ),
             at!(csd_func, "__call_single_data", "func", Shape::FuncPtr),
         ],
     },
@@ -1221,6 +1227,7 @@ mod tests {
             o.hrtimer_function,
             o.rq_cfsb_csd,
             o.rq_cfsb_csd_list,
+            o.cfs_rq_runtime_remaining,
             o.csd_func,
         ] {
             assert_eq!(v, ABSENT);
@@ -1236,7 +1243,7 @@ mod tests {
 
     /// Expected values from `pahole -C cfs_rq|cfs_bandwidth|rq|hrtimer|__call_single_data|
     /// task_struct /sys/kernel/btf/vmlinux` on the 6.18.44 host (dwarves 1.24), independently of
-    /// the tracer's BTF reader: cfs_rq runtime_enabled 356, throttled_clock_self 400,
+    /// the tracer's BTF reader: cfs_rq runtime_enabled 356, runtime_remaining 360, throttled_clock_self 400,
     /// throttled_clock_self_time 408, throttle_count 420, throttled_list 424, throttled_csd_list
     /// 440; cfs_bandwidth period_timer 64, slack_timer 128, throttled_cfs_rq 192; hrtimer
     /// function 40; rq cfsb_csd 3488, cfsb_csd_list 3520; __call_single_data func 16;
@@ -1256,13 +1263,14 @@ mod tests {
         assert_eq!(
             (
                 o.cfs_rq_runtime_enabled,
+                o.cfs_rq_runtime_remaining,
                 o.cfs_rq_throttled_clock_self,
                 o.cfs_rq_throttled_clock_self_time,
                 o.cfs_rq_throttle_count,
                 o.cfs_rq_throttled_list,
                 o.cfs_rq_throttled_csd_list
             ),
-            (356, 400, 408, 420, 424, 440)
+            (356, 360, 400, 408, 420, 424, 440)
         );
         assert_eq!(
             (

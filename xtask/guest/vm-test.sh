@@ -4,8 +4,11 @@
 # serve_selection's exporter listens on 127.0.0.1.
 ip link set lo up
 
-throttle-tracer doctor > /tmp/doctor 2>&1
+# As JSON: the doctor row reads its choice, and host_test hands it to the host tests as root's
+# doctor of this boot (TT_ROOT_DOCTOR), which they would otherwise run again.
+throttle-tracer doctor --json > /tmp/doctor.json 2> /tmp/doctor.log
 mark "DOCTOR exit status $?"
+cat /tmp/doctor.json /tmp/doctor.log > /tmp/doctor
 section doctor /tmp/doctor
 
 # tracer_start BACKEND NAME...: makes the cgroup of every scenario NAME of BACKEND and starts one
@@ -209,7 +212,8 @@ busy_in() {
 host_test() {
     out=/tmp/test-$1-$2
     mark "TEST $1::$2"
-    CI=true TT_TEST_BACKEND=kprobe TT_TEST_EMULATED=1 "/tests/$1" --exact "$2" --test-threads=1 --show-output \
+    CI=true TT_TEST_BACKEND=kprobe TT_TEST_EMULATED=1 TT_ROOT_DOCTOR=/tmp/doctor.json \
+        "/tests/$1" --exact "$2" --test-threads=1 --show-output \
         > "$out" 2>&1
     mark "TESTED $1::$2 exit status $?"
     section "test/$1::$2" "$out"

@@ -21,7 +21,29 @@ const USERSPACE: &str = "the same userspace code on every kernel (selection, ren
 
 /// Every test binary cargo builds must be here: a new one is a decision, not a default.
 const PLANS: &[(&str, Plan)] = &[
-    ("advise", Plan::Run(&[])),
+    (
+        "advise",
+        Plan::Run(&[
+            (
+                "advise_prints_only_the_advice_and_measures_the_rounds",
+                "the `advise` subcommand's output, the same userspace on every kernel; the \
+                 per-period demand it reads is checked against the group's usage counter by the \
+                 s3 scenarios on every guest kernel and backend (10 s of CI's 20 minutes)",
+            ),
+            (
+                "a_burst_below_demand_minus_quota_is_flagged_as_buying_nothing",
+                "the flag is quota arithmetic in userspace; that such a burst buys nothing in the \
+                 kernel is s3-burst-25ms's check on every guest kernel with burst (10 s)",
+            ),
+            (
+                "random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_percent_of_periods",
+                "a statistical check over a hundred periods (24 s under TCG), of the same \
+                 advice arithmetic; the demand it is built on is the s3 scenarios' on every \
+                 guest kernel and backend, and the advised quota and burst are applied here by \
+                 a_spiky_burn_is_measured_and_the_advice_stops_it_no_more",
+            ),
+        ]),
+    ),
     ("ancestor", Plan::Run(&[])),
     (
         "containers",

@@ -359,8 +359,14 @@ fn doctor_row(console: &Console, label: &str, failures: &mut Vec<String>) -> Row
     let report = console.section("doctor").unwrap_or_default();
     let choice = report
         .iter()
-        .find_map(|l| l.strip_prefix("auto"))
-        .map_or("no choice printed".to_owned(), |c| c.trim().to_owned());
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(serde_json::Value::is_object)
+        .map_or("no doctor --json output".to_owned(), |v| {
+            match v["auto"].as_str() {
+                Some(backend) => format!("would trace with {backend}"),
+                None => "no backend works".to_owned(),
+            }
+        });
     let ok = console.mark("DOCTOR", "") == Some("exit status 0");
     if !ok {
         failures.push(format!(

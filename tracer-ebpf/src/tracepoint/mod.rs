@@ -14,6 +14,8 @@
 //! ended (6.6+: `throttled_clock_self_time` moved) closes the old stop before opening the new.
 //! END (other): `throttled` found 0 at any other observation point (quota write, CPU offline):
 //! `quota_change` when the group's quota/period/burst differ from the start's, else `unknown`.
+//! END (late): an open stop whose cfs_rq is found unthrottled at its group's next period timer,
+//! which no exit and no observation on its CPU saw (its tasks there exited); it ends then.
 //! END (cgroup gone): at cgroup_rmdir (and again at cgroup_release) every open stop of the
 //! removed cgroup ends as `cgroup_gone`. The kernel may never unthrottle those cfs_rqs
 //! (`destroy_cfs_bandwidth` only flushes pending CSD unthrottles, docs/kernel.md §2.3), and a

@@ -2,9 +2,11 @@
 //! walked up and each bandwidth-limited cfs_rq on it is compared with its open stop, which the
 //! observation starts, ends, or counts a park on. These are the hot paths (every switch and
 //! wakeup), so the chain is read with direct loads and the clock only where it is used.
-use tracer_common::{ABSENT, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN, Offsets, StopEvent};
+use tracer_common::{ABSENT, END_QUOTA_CHANGE, Offsets};
 
-use super::stop::{TASK_HELD, TASK_PARKED, TP_OPEN, TpStop, any_open, end, episode_changed, start};
+use super::stop::{
+    TASK_HELD, TASK_PARKED, TP_OPEN, TpStop, any_open, end, ended_reason, episode_changed, start,
+};
 use crate::stops::{self, load, load_bits, now, number, read, read_bits};
 
 /// How long an unthrottle seen outside a refill callback waits for the callback's exit before
@@ -173,34 +175,6 @@ fn quota_removed(cfs_rq: u64) {
     // SAFETY: the value is copied out; `end` claims the stop before it touches it.
     if let Some(start_ns) = unsafe { TP_OPEN.get(cfs_rq) }.map(|st| st.ev.start_ns) {
         end(number(cfs_rq), start_ns, END_QUOTA_CHANGE, false);
-    }
-}
-
-/// Why the stop `st` of `cfs_rq` ended, seen outside a refill callback's exit.
-#[inline(always)]
-fn ended_reason(o: &Offsets, cfs_rq: u64, st: &TpStop) -> u32 {
-    if st.refill_pending != 0 {
-        END_REFILL
-    } else {
-        non_refill_reason(o, cfs_rq, &st.ev)
-    }
-}
-
-/// An end nobody refilled: a write to the group's bandwidth files unthrottles every CPU; if
-/// the settings differ from the start's, that is what happened. Otherwise we cannot tell
-/// (a write of the same values, CPU offline, group teardown).
-#[inline(always)]
-fn non_refill_reason(o: &Offsets, cfs_rq: u64, ev: &StopEvent) -> u32 {
-    let Some(tg) = read::<u64>(cfs_rq, o.cfs_rq_tg) else {
-        return END_UNKNOWN;
-    };
-    let quota = read::<u64>(tg, o.tg_quota).unwrap_or(u64::MAX);
-    let period = read::<u64>(tg, o.tg_period).unwrap_or(0);
-    let burst = read::<u64>(tg, o.tg_burst).unwrap_or(0);
-    if quota != ev.quota_ns || period != ev.period_ns || burst != ev.burst_ns {
-        END_QUOTA_CHANGE
-    } else {
-        END_UNKNOWN
     }
 }
 

@@ -8,14 +8,14 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use tracer_common::{
-    ABSENT, END_CGROUP_GONE, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN,
-    Offsets, StopEvent,
+    ABSENT, END_CGROUP_GONE, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN, EVENT_END, EVENT_START,
+    EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, Offsets, StopEvent,
 };
 
 use super::config::{CFG_ARMED_NS, cfg};
 use crate::{
     OPEN_FULL, nr_cpus, offsets,
-    stops::{self, now, read},
+    stops::{self, now, read, read_bits},
 };
 
 /// The throttle began before the trace did: the end is an unseen-start end.
@@ -403,15 +403,39 @@ pub(super) fn cpu_of(o: &Offsets, cfs_rq: u64) -> u64 {
 }
 
 /// `cgroup` is being removed: every open stop of its group ends as `cgroup_gone`, and a
-/// throttled cfs_rq of it seen later starts nothing. The stops are found through
-/// `TP_BY_GROUP` and matched by the `struct cgroup *` remembered at their start, so that
-/// nothing of the (possibly freed) cfs_rq is read here.
-#[inline(never)]
+/// throttled cfs_rq of it seen later starts nothing.
+#[inline(always)]
 pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
     let Some(cgroup_id) = stops::cgroup_id(o, cgroup) else {
         return;
     };
     let _ = TP_GONE.insert(Gone { cgroup, cgroup_id }, 1, 0);
+    sweep(o, cgroup, cgroup_id, true);
+}
+
+/// The period timer of `cgroup`'s group expires: an open stop of the group whose cfs_rq is no
+/// longer throttled ends now. Its unthrottle was seen neither at a refill callback's exit nor
+/// by an observation on its CPU since (the group's tasks there exited, as a killed workload's
+/// do); without this it would stay open to the end of the trace. Its end time is the first
+/// sight of the unthrottle if there was one, else this timer's: up to a period late; its
+/// kernel time is exact from 6.6 (`throttled_clock_self_time`). A stop whose callback exit is
+/// still to come is left to it before 6.6, where that exit alone has the kernel's clock.
+#[inline(always)]
+pub(super) fn period_expires(o: &Offsets, cgroup: u64) {
+    if !any_open() {
+        return;
+    }
+    if let Some(cgroup_id) = stops::cgroup_id(o, cgroup) {
+        sweep(o, cgroup, cgroup_id, false);
+    }
+}
+
+/// Ends the open stops of `cgroup` (id `cgroup_id`) on every CPU: all of them as `cgroup_gone`
+/// when `gone`, else those whose cfs_rq is unthrottled. The stops are found through
+/// `TP_BY_GROUP` and matched by the `struct cgroup *` remembered at their start, so that
+/// nothing of a removed group's (possibly freed) cfs_rq is read.
+#[inline(never)]
+fn sweep(o: &Offsets, cgroup: u64, cgroup_id: u64, gone: bool) {
     let cpus = nr_cpus();
     for cpu in 0..MAX_CPUS {
         if cpu >= cpus {
@@ -428,9 +452,44 @@ pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
         };
         // SAFETY: valid map value pointer. Ids can repeat across cgroup v1 hierarchies: only
         // a stop of this very cgroup ends.
-        let (owner, start_ns) = unsafe { ((*ptr).cgroup, (*ptr).ev.start_ns) };
-        if owner == cgroup {
-            end(cfs_rq, start_ns, END_CGROUP_GONE, false);
+        let st = unsafe { &*ptr };
+        if st.cgroup != cgroup {
+            continue;
         }
+        if gone {
+            end(cfs_rq, st.ev.start_ns, END_CGROUP_GONE, false);
+        } else if read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(1) == 0
+            && (st.exit_pending == 0 || st.self_time0 != u64::MAX)
+        {
+            end(cfs_rq, st.ev.start_ns, ended_reason(o, cfs_rq, st), false);
+        }
+    }
+}
+
+/// Why the stop `st` of `cfs_rq` ended, seen outside a refill callback's exit.
+#[inline(always)]
+pub(super) fn ended_reason(o: &Offsets, cfs_rq: u64, st: &TpStop) -> u32 {
+    if st.refill_pending != 0 {
+        END_REFILL
+    } else {
+        non_refill_reason(o, cfs_rq, &st.ev)
+    }
+}
+
+/// An end nobody refilled: a write to the group's bandwidth files unthrottles every CPU; if
+/// the settings differ from the start's, that is what happened. Otherwise we cannot tell
+/// (a write of the same values, CPU offline, group teardown).
+#[inline(always)]
+fn non_refill_reason(o: &Offsets, cfs_rq: u64, ev: &StopEvent) -> u32 {
+    let Some(tg) = read::<u64>(cfs_rq, o.cfs_rq_tg) else {
+        return END_UNKNOWN;
+    };
+    let quota = read::<u64>(tg, o.tg_quota).unwrap_or(u64::MAX);
+    let period = read::<u64>(tg, o.tg_period).unwrap_or(0);
+    let burst = read::<u64>(tg, o.tg_burst).unwrap_or(0);
+    if quota != ev.quota_ns || period != ev.period_ns || burst != ev.burst_ns {
+        END_QUOTA_CHANGE
+    } else {
+        END_UNKNOWN
     }
 }
