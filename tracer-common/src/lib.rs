@@ -4,6 +4,10 @@
 //! ring buffer or reads them from `.rodata`, the agent reinterprets the same bytes.
 #![no_std]
 
+/// Userspace only: a line of text, with floating point in it.
+#[cfg(not(target_arch = "bpf"))]
+pub mod round;
+
 /// A field the running kernel does not have; the probe skips whatever needs it.
 pub const ABSENT: u32 = u32::MAX;
 

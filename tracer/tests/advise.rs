@@ -20,6 +20,7 @@ use std::{
 
 use common::{Cgroup, CpuHierarchy, Running};
 use serde_json::Value;
+use tracer_common::round::Round;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const PERIOD_US: u64 = 100_000;
@@ -28,15 +29,6 @@ const QUOTA_US: u64 = 50_000;
 /// idle time to refill the pool and any burst in between.
 const EVERY_MS: u32 = 500;
 const ROUNDS: u32 = 4;
-
-/// One `round ...` line of the workload: its span and the CPU it cost by the workload
-/// process's own clock.
-#[derive(Debug)]
-struct Round {
-    start_ns: u64,
-    end_ns: u64,
-    cpu_ns: u64,
-}
 
 /// A finished workload run: its rounds, the refill it synchronised on (its `synced` line),
 /// and from `from_ns` (just before the first round, the workload's stops that found the
@@ -222,27 +214,10 @@ fn run_spiky(cgroup: &Cgroup, burn_ms: u32, rounds: u32, threads: u32) -> Outcom
                         cgroup.usage_ns(),
                     ));
                 }
-                [
-                    "round",
-                    _,
-                    "start_ns",
-                    a,
-                    "end_ns",
-                    b,
-                    "cpu_ns",
-                    c,
-                    "wall_ms",
-                    _,
-                    "group_ns",
-                    _,
-                ] => {
-                    done.push(Round {
-                        start_ns: a.parse().expect("start_ns"),
-                        end_ns: b.parse().expect("end_ns"),
-                        cpu_ns: c.parse().expect("cpu_ns"),
-                    });
-                }
-                _ => panic!("unexpected workload line: {line}"),
+                _ => match Round::parse(&line) {
+                    Some(round) => done.push(round),
+                    None => panic!("unexpected workload line: {line}"),
+                },
             }
         }
         let status = workload.wait().expect("wait workload");

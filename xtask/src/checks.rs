@@ -4,6 +4,7 @@ use crate::console::Console;
 use crate::scenarios::{Expect, Scenario, Workload};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
+use tracer_common::round::Round;
 
 pub enum Verdict {
     Pass,
@@ -155,7 +156,7 @@ impl Run {
         }
         let rounds = section("workload")?
             .iter()
-            .filter_map(|l| round(l))
+            .filter_map(|l| Round::parse(l))
             .collect();
         let summaries = of_type("summary").cloned().collect();
         let task_based = start["kernel"].as_str().is_some_and(task_based_throttle);
@@ -641,7 +642,9 @@ impl Judge {
                 .collect();
             let unknown = overlapping.iter().any(|p| p["start_ns"].is_null());
             let measured: f64 = overlapping.iter().map(|p| ns(&p["usage_ns"])).sum();
-            let (low, high) = (round.cpu_ns as f64, round.group_ns.max(round.cpu_ns) as f64);
+            // Without the group's counter (no `--usage-file`) the round's own clock is both ends.
+            let group_ns = round.group_ns.unwrap_or(round.cpu_ns);
+            let (low, high) = (round.cpu_ns as f64, group_ns.max(round.cpu_ns) as f64);
             let off = if measured < low {
                 (measured - low) / low
             } else {
@@ -664,7 +667,7 @@ impl Judge {
                         ""
                     },
                     round.cpu_ns as f64 / 1e6,
-                    round.group_ns as f64 / 1e6
+                    group_ns as f64 / 1e6
                 )
             });
         }
@@ -761,43 +764,6 @@ fn task_based_throttle(release: &str) -> bool {
 /// guest's tick jitter (±10 ms seen, as in s1's band).
 const ROUND_WAIT_TOLERANCE_MS: f64 = 10.0;
 
-/// One `round I start_ns A end_ns B cpu_ns C wall_ms W group_ns G` line of throttle-workload
-/// spiky (`--usage-file`).
-struct Round {
-    index: u32,
-    start_ns: u64,
-    end_ns: u64,
-    cpu_ns: u64,
-    group_ns: u64,
-}
-
-fn round(line: &str) -> Option<Round> {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    match words.as_slice() {
-        [
-            "round",
-            i,
-            "start_ns",
-            a,
-            "end_ns",
-            b,
-            "cpu_ns",
-            c,
-            "wall_ms",
-            _,
-            "group_ns",
-            g,
-        ] => Some(Round {
-            index: i.parse().ok()?,
-            start_ns: a.parse().ok()?,
-            end_ns: b.parse().ok()?,
-            cpu_ns: c.parse().ok()?,
-            group_ns: g.parse().ok()?,
-        }),
-        _ => None,
-    }
-}
-
 /// cpu.stat's `key value` lines.
 fn cpu_stat(lines: &[String]) -> HashMap<String, i64> {
     lines
@@ -831,11 +797,6 @@ mod tests {
     fn parses_guest_lines() {
         let stat = cpu_stat(&["nr_throttled 7".to_owned(), "throttled_usec 123".to_owned()]);
         assert_eq!(stat["nr_throttled"], 7);
-        let r = round("round 2 start_ns 10 end_ns 20 cpu_ns 5 wall_ms 0.0 group_ns 6").unwrap();
-        assert_eq!(
-            (r.index, r.start_ns, r.end_ns, r.cpu_ns, r.group_ns),
-            (2, 10, 20, 5, 6)
-        );
         assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
     }
 

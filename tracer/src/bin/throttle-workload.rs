@@ -37,6 +37,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use tracer_common::round::Round;
 
 #[path = "throttle-workload/arrivals.rs"]
 mod arrivals;
@@ -333,13 +334,19 @@ fn spiky(
         // The round's threads finish exiting after the join, and the process's clock no longer
         // counts them then: the group's counter is read again just before the next round.
         sleep_until_ns(due_ns(round + 1).saturating_sub(GROUP_SETTLE_NS));
-        let group = match (usage_start, group_usage.as_ref()) {
-            (Some(start), Some(read)) => format!(" group_ns {}", read() - start),
-            _ => String::new(),
+        let group_ns = match (usage_start, group_usage.as_ref()) {
+            (Some(start), Some(read)) => Some(read() - start),
+            _ => None,
         };
         println!(
-            "round {round} start_ns {start_ns} end_ns {end_ns} cpu_ns {cpu_ns} wall_ms {:.1}{group}",
-            (end_ns - start_ns) as f64 / 1e6
+            "{}",
+            Round {
+                index: round,
+                start_ns,
+                end_ns,
+                cpu_ns,
+                group_ns,
+            }
         );
     }
     // The process's exit (unmapping, freeing) is CPU of its cgroup too: a period of its own,
