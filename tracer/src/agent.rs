@@ -609,6 +609,7 @@ impl Session {
             lost: self.probes.lost()?,
             malformed: self.reader.intake.malformed,
             elapsed_ns: now_ns.saturating_sub(self.started_ns),
+            missed_runs: self.probes.missed_runs(),
         };
         drop(self.reader);
         drop(self.probes);

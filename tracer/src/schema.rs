@@ -797,6 +797,14 @@ pub struct End {
     pub malformed: u64,
     /// CLOCK_MONOTONIC ns from attach to the end of the trace.
     pub elapsed_ns: u64,
+    /// Runs of the tracer's programs that the kernel skipped, summed over the programs: its
+    /// recursion guard skips a program that an interrupt enters while it runs on that CPU
+    /// (the hrtimer programs, running for a softirq hrtimer when a hard one expires). Each is
+    /// an observation missed: a refill not seen at its callback ends its stop at the next
+    /// observation instead, as `unknown`. From each program's fdinfo (`recursion_misses`, 5.12+;
+    /// 0 before, where the kernel does not count them).
+    #[serde(default)]
+    pub missed_runs: u64,
 }
 
 #[cfg(test)]
@@ -921,6 +929,7 @@ mod tests {
             lost: 2,
             malformed: 1,
             elapsed_ns: 5 * MS,
+            missed_runs: 0,
         }));
         assert_eq!(
             v,

@@ -72,6 +72,20 @@ impl Scene {
         assert!(status.success(), "workload: {status}");
     }
 
+    /// Runs of the tracer's programs the kernel skipped so far: `recursion_misses` in the
+    /// fdinfo of each of its program fds, summed.
+    fn missed_runs(&self) -> u64 {
+        let pid = self.tracer.as_ref().expect("tracer running").id();
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("the tracer's fdinfo");
+        fds.filter_map(|fd| std::fs::read_to_string(fd.ok()?.path()).ok())
+            .filter_map(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("recursion_misses:"))
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+            })
+            .sum()
+    }
+
     /// SIGINTs the tracer and returns every line it printed after `start`.
     fn stop_tracer(&mut self, rx: mpsc::Receiver<String>) -> Vec<Value> {
         let status = self.tracer.take().expect("tracer running").interrupt();
@@ -131,6 +145,7 @@ fn one_thread_stops_last_the_rest_of_the_period() {
     // Pinned to the last CPU (the same as `taskset -c <last>`): see above.
     scene.run_workload(1, 2, Some(common::last_cpu()));
     scene.cgroup.wait_refilled();
+    let missed = scene.missed_runs();
     let lines = scene.stop_tracer(rx);
 
     let stops = of_type(&lines, "stop");
@@ -140,9 +155,24 @@ fn one_thread_stops_last_the_rest_of_the_period() {
         assert_eq!(s["cgroup"], scene.cgroup.path());
         assert_eq!(s["quota_ns"], 20_000_000);
         assert_eq!(s["period_ns"], 100_000_000);
-        assert_eq!(s["end"], "refill", "{s}");
+        assert!(s["end"] == "refill" || s["end"] == "unknown", "{s}");
         assert!(s["kernel_ns"].is_u64(), "{s}");
     }
+    // Every stop here ends at a refill. The tracer sees one only if the kernel ran its
+    // programs at the refill's callbacks: a run its recursion guard skipped (an hrtimer that
+    // expires while the hrtimer program runs for a softirq one on that CPU) leaves the end to
+    // the next context switch, which cannot tell a refill from an unchanged quota write. So no
+    // more stops end `unknown` than the kernel's own count of skipped runs, read here from the
+    // tracer's program fds, and the end line says so. (Host, 6.18: about one stop in 500 ended
+    // `unknown`; a trace of one showed no program run at that refill's period timer.)
+    let unknown = stops.iter().filter(|s| s["end"] == "unknown").count() as u64;
+    println!("{unknown} stop(s) ended unknown; the kernel skipped {missed} program run(s)");
+    assert!(
+        unknown <= missed,
+        "{unknown} stop(s) ended unknown, the kernel skipped {missed} program run(s)"
+    );
+    let end = of_type(&lines, "end");
+    assert!(end[0]["missed_runs"].as_u64().unwrap() >= missed, "{end:?}");
     let durations: Vec<u64> = stops
         .iter()
         .map(|s| s["duration_ns"].as_u64().unwrap())

@@ -30,6 +30,7 @@ use crate::{
     records::Lost,
 };
 use errno::Cause;
+use std::os::fd::AsRawFd as _;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
 
@@ -258,6 +259,29 @@ impl Probes {
             total += per_cpu.iter().sum::<u64>();
         }
         Ok(total)
+    }
+
+    /// Runs of the loaded programs the kernel skipped so far (`recursion_misses` in each
+    /// program's fdinfo, 5.12+), summed; each program with misses is named in a warning.
+    pub fn missed_runs(&self) -> u64 {
+        let mut total = 0;
+        for (name, program) in self.ebpf.programs() {
+            let Ok(fd) = program.fd() else { continue };
+            let path = format!(
+                "/proc/self/fdinfo/{}",
+                std::os::fd::AsFd::as_fd(fd).as_raw_fd()
+            );
+            let misses = std::fs::read_to_string(path).ok().and_then(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("recursion_misses:"))
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+            });
+            if let Some(n) = misses.filter(|&n| n > 0) {
+                warn!("the kernel skipped {n} run(s) of {name} (its recursion guard)");
+                total += n;
+            }
+        }
+        total
     }
 
     /// Records lost so far by cgroup (those the kernel could attribute: see `LOST_BY_CGROUP`).
