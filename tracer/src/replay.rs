@@ -181,7 +181,7 @@ impl Recorded {
             lost: 0,
             malformed: 0,
             elapsed_ns: last_ns - first_ns,
-            missed_runs: 0,
+            missed_runs: None,
         });
         let reports = aggregate
             .finish(end_of_trace.unwrap_or(last_ns))
@@ -354,7 +354,7 @@ mod tests {
             lost: 2,
             malformed: 1,
             elapsed_ns: 12_300 * MS,
-            missed_runs: 0,
+            missed_runs: None,
         }
     }
 

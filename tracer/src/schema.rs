@@ -801,10 +801,10 @@ pub struct End {
     /// recursion guard skips a program that an interrupt enters while it runs on that CPU
     /// (the hrtimer programs, running for a softirq hrtimer when a hard one expires). Each is
     /// an observation missed: a refill not seen at its callback ends its stop at the next
-    /// observation instead, as `unknown`. From each program's fdinfo (`recursion_misses`, 5.12+;
-    /// 0 before, where the kernel does not count them).
-    #[serde(default)]
-    pub missed_runs: u64,
+    /// observation instead, as `unknown`. From each program's fdinfo (`recursion_misses`,
+    /// 5.12+); absent where the kernel does not count them, and in recordings made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed_runs: Option<u64>,
 }
 
 #[cfg(test)]
@@ -929,11 +929,12 @@ mod tests {
             lost: 2,
             malformed: 1,
             elapsed_ns: 5 * MS,
-            missed_runs: 0,
+            missed_runs: Some(0),
         }));
         assert_eq!(
             v,
-            serde_json::json!({"type": "end", "lost": 2, "malformed": 1, "elapsed_ns": 5 * MS})
+            serde_json::json!({"type": "end", "lost": 2, "malformed": 1, "elapsed_ns": 5 * MS,
+                "missed_runs": 0})
         );
     }
 

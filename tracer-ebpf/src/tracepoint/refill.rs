@@ -230,8 +230,9 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
 /// some rq's `cfsb_csd_list`, or its `runtime_remaining` is positive. The second covers the
 /// moments the list does not: a CSD already running on its CPU has taken it off the list and
 /// not yet unthrottled it, or another CPU's refill holds it on that CPU's own local list.
-/// Without it the marks were cleared in that window and the end, seen later, was `unknown`
-/// (host, 6.18: 1 stop in about 30 runs of a one-thread test).
+/// Without it the marks were cleared in that window, and an end seen later would be `unknown`
+/// (a window read from the kernel's code; the `unknown` ends measured on the host, 6.18, were
+/// of another cause: no program ran at that refill, see `end.missed_runs`).
 #[inline(always)]
 fn unthrottle_coming(o: &Offsets, cfs_rq: u64) -> bool {
     if o.cfs_rq_throttled_csd_list == ABSENT {

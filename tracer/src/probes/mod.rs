@@ -263,8 +263,9 @@ impl Probes {
 
     /// Runs of the loaded programs the kernel skipped so far (`recursion_misses` in each
     /// program's fdinfo, 5.12+), summed; each program with misses is named in a warning.
-    pub fn missed_runs(&self) -> u64 {
-        let mut total = 0;
+    /// `None` where the kernel does not count them.
+    pub fn missed_runs(&self) -> Option<u64> {
+        let mut total = None;
         for (name, program) in self.ebpf.programs() {
             let Ok(fd) = program.fd() else { continue };
             let path = format!(
@@ -276,9 +277,11 @@ impl Probes {
                     .find_map(|l| l.strip_prefix("recursion_misses:"))
                     .and_then(|n| n.trim().parse::<u64>().ok())
             });
-            if let Some(n) = misses.filter(|&n| n > 0) {
-                warn!("the kernel skipped {n} run(s) of {name} (its recursion guard)");
-                total += n;
+            if let Some(n) = misses {
+                if n > 0 {
+                    warn!("the kernel skipped {n} run(s) of {name} (its recursion guard)");
+                }
+                *total.get_or_insert(0) += n;
             }
         }
         total

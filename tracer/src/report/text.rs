@@ -472,13 +472,13 @@ fn footer(out: &mut String, reports: &[CgroupReport], totals: &End) {
             totals.lost.saturating_sub(listed)
         );
     }
-    if totals.missed_runs > 0 {
+    if let Some(missed) = totals.missed_runs.filter(|&n| n > 0) {
         let _ = writeln!(
             out,
             "WARNING: the kernel skipped {} run(s) of the tracer's programs (its recursion \
              guard: an interrupt during a program's run on that CPU); a refill missed so ends \
              its stop at the next observation, as `unknown`.",
-            totals.missed_runs
+            missed
         );
     }
 }
@@ -555,7 +555,7 @@ mod tests {
             lost: 0,
             malformed: 0,
             elapsed_ns: 12_300_000_000,
-            missed_runs: 0,
+            missed_runs: None,
         };
         let text = render(&info(), &[demo_report()], &totals);
         println!("{text}");
@@ -597,7 +597,7 @@ mod tests {
             lost: 0,
             malformed: 0,
             elapsed_ns: 1,
-            missed_runs: 0,
+            missed_runs: None,
         };
         let text = render(&info(), &[docker, service], &totals);
         let overview: Vec<&str> = text
@@ -639,7 +639,7 @@ mod tests {
             lost: 7,
             malformed: 1,
             elapsed_ns: 1,
-            missed_runs: 0,
+            missed_runs: None,
         };
         let text = render(&info(), &[r], &totals);
         assert!(
