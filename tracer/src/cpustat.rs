@@ -38,6 +38,13 @@ pub enum CpuStatError {
     NoBaseline,
 }
 
+impl CpuStatError {
+    /// The file could not be read for want of permission (its mode, or its directory's).
+    pub fn is_denied(&self) -> bool {
+        matches!(self, Self::Read { source, .. } if source.kind() == io::ErrorKind::PermissionDenied)
+    }
+}
+
 /// The unit the kernel printed a time in; values here are always ns. Serialized as its
 /// resolution in ns (0 or 1000), which is what a reader of the figures needs to know.
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]

@@ -40,6 +40,8 @@ pub struct Sample {
     /// Its directory exists and is still this cgroup (a cgroup can exist and still not be
     /// readable).
     pub exists: bool,
+    /// Its cpu.stat or its bandwidth files could not be read for want of permission.
+    pub denied: bool,
 }
 
 /// Samples of several cgroups, by id; a cgroup absent from it was not asked for, or had no
@@ -119,10 +121,11 @@ impl Sampler {
         if !is_target() {
             return Sample::absent();
         }
-        let stat = CpuStat::read(&dir, self.version).ok();
+        let stat = CpuStat::read(&dir, self.version);
         let usage_ns = match self.version {
             Version::V2 => stat
                 .as_ref()
+                .ok()
                 .and_then(|s| s.usage_ns)
                 .or_else(|| cpustat::read_v2_usage(&dir).ok()),
             Version::V1 => match &self.cpuacct {
@@ -130,16 +133,19 @@ impl Sampler {
                 None => cpuacct_usage(&dir),
             },
         };
-        let settings = cpustat::read_bandwidth(&dir, self.version).ok();
+        let settings = cpustat::read_bandwidth(&dir, self.version);
         if !is_target() {
             return Sample::absent();
         }
+        let denied = stat.as_ref().err().is_some_and(CpuStatError::is_denied)
+            || settings.as_ref().err().is_some_and(CpuStatError::is_denied);
         Sample {
             at: Instant::now(),
-            stat,
+            stat: stat.ok(),
             usage_ns,
-            settings,
+            settings: settings.ok(),
             exists: true,
+            denied,
         }
     }
 }
@@ -153,6 +159,7 @@ impl Sample {
             usage_ns: None,
             settings: None,
             exists: false,
+            denied: false,
         }
     }
 }

@@ -57,12 +57,12 @@ fn run(args: &ScanArgs) -> Result<(), Failure> {
     };
     let unreadable = last.unreadable();
     let text = if args.json {
-        if unreadable > 0 {
-            eprintln!("warning: {}", unreadable_note(unreadable));
+        if !unreadable.is_empty() {
+            eprintln!("warning: {}", unreadable_note(&unreadable));
         }
         rows.iter().map(|r| r.to_json() + "\n").collect()
     } else {
-        render(&rows, &hierarchy, args.interval.is_some(), unreadable)
+        render(&rows, &hierarchy, args.interval.is_some(), &unreadable)
     };
     let mut out = io::stdout().lock();
     out.write_all(text.as_bytes())
@@ -75,16 +75,23 @@ fn run(args: &ScanArgs) -> Result<(), Failure> {
         })
 }
 
-fn unreadable_note(n: usize) -> String {
+/// Names the first few of `paths`: a tree can hold thousands, the fix is the same for all.
+fn unreadable_note(paths: &[&str]) -> String {
+    const NAMED: usize = 3;
+    let mut named = paths[..paths.len().min(NAMED)].join(", ");
+    if paths.len() > NAMED {
+        named += &format!(" and {} more", paths.len() - NAMED);
+    }
     format!(
-        "{n} cgroup(s) whose quota files could not be read are left out (run with read access \
-         to the whole cgroup tree)"
+        "{} cgroup(s) could not be read, so their own quota and counters are unknown and any \
+         cgroups below them are missing ({named}): run with read access to the whole cgroup tree",
+        paths.len()
     )
 }
 
 /// The table: the rows present throughout, most throttled first, then the cgroups made or
 /// removed during the window, then what the columns mean.
-fn render(rows: &[Row], hierarchy: &Hierarchy, window: bool, unreadable: usize) -> String {
+fn render(rows: &[Row], hierarchy: &Hierarchy, window: bool, unreadable: &[&str]) -> String {
     let version = match hierarchy.version() {
         Version::V1 => "cgroup v1",
         Version::V2 => "cgroup v2",
@@ -125,7 +132,7 @@ fn render(rows: &[Row], hierarchy: &Hierarchy, window: bool, unreadable: usize) 
             let _ = writeln!(out, "{what}: {}", list.join(", "));
         }
     }
-    if unreadable > 0 {
+    if !unreadable.is_empty() {
         let _ = writeln!(out, "{}", unreadable_note(unreadable));
     }
     if !present.is_empty() {
@@ -259,7 +266,12 @@ mod tests {
     #[test]
     fn the_table_has_a_row_per_held_cgroup_and_lists_what_came_and_went() {
         let h = Hierarchy::at("/sys/fs/cgroup/cpu".into(), Version::V1);
-        let text = render(&rows::lifetime(&reading(Instant::now(), 1)), &h, false, 2);
+        let text = render(
+            &rows::lifetime(&reading(Instant::now(), 1)),
+            &h,
+            false,
+            &["/a", "/b", "/c", "/d"],
+        );
         let lines: Vec<&str> = text.lines().collect();
         assert!(
             lines[0].starts_with("throttle-tracer scan: 4 cgroup(s) held"),
@@ -297,12 +309,15 @@ mod tests {
             ]
         );
         assert!(
-            text.contains("2 cgroup(s) whose quota files could not be read"),
+            text.contains(
+                "4 cgroup(s) could not be read, so their own quota and counters are unknown and \
+                 any cgroups below them are missing (/a, /b, /c and 1 more)"
+            ),
             "{text}"
         );
 
         let t0 = Instant::now();
-        let text = render(&rows::window(&reading(t0, 1), &changed(t0)), &h, true, 0);
+        let text = render(&rows::window(&reading(t0, 1), &changed(t0)), &h, true, &[]);
         assert!(
             text.lines().next().unwrap().ends_with("deltas over 2.00 s"),
             "{text}"

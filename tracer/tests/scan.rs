@@ -282,3 +282,52 @@ fn nobody_can_scan_a_readable_tree() {
     }
     assert_counts(row(&as_nobody, &pod.parent), pod.parent.stat());
 }
+
+/// A cgroup nobody may enter (mode 700, as a runtime's private subtree can be) is not passed
+/// over silently: `scan` as nobody names it (on standard error with `--json`, under the table
+/// without), shows it under its parent's limit with its own quota and counters unknown, and
+/// reads the rest as root does.
+#[test]
+fn a_cgroup_it_may_not_read_is_named_not_left_out_silently() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let pod = Pod::new(&host.cpu, "scan-private");
+    std::fs::set_permissions(pod.tight.dir(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod 700 the tight cgroup");
+    let as_root = scan(&[]);
+    row(&as_root, &pod.tight);
+
+    let out = common::as_nobody(TRACER, &[])
+        .args(["scan", "--json"])
+        .output()
+        .expect("run scan as nobody");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let as_nobody = rows(out);
+    let named = |text: &str| {
+        text.lines().any(|l| {
+            l.contains("could not be read")
+                && l.contains(pod.tight.path())
+                && l.contains("read access")
+        })
+    };
+    assert!(named(&stderr), "scan --json as nobody, stderr: {stderr}");
+    let tight = row(&as_nobody, &pod.tight);
+    assert!(
+        tight["cpu_stat"].is_null() && tight["quota_ns"].is_null(),
+        "{tight}"
+    );
+    assert_eq!(tight["limit"]["cgroup"], pod.parent.path(), "{tight}");
+    for cgroup in [&pod.parent, &pod.busy] {
+        assert_eq!(row(&as_nobody, cgroup), row(&as_root, cgroup));
+    }
+
+    let out = common::as_nobody(TRACER, &[])
+        .arg("scan")
+        .output()
+        .expect("run scan as nobody");
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(named(&table), "scan as nobody: {table}");
+}

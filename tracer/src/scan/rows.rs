@@ -36,17 +36,22 @@ impl Reading {
         )
     }
 
-    /// How many cgroups exist whose quota could not be read (permissions, or the cgroup went
-    /// away while it was read): the scan cannot say whether a quota holds them.
-    pub fn unreadable(&self) -> usize {
-        self.0
+    /// The cgroups that exist whose quota could not be read (permissions, or the cgroup went
+    /// away while it was read), sorted: the scan cannot say whether a quota holds them, nor
+    /// see the cgroups below one whose directory it may not enter.
+    pub fn unreadable(&self) -> Vec<&str> {
+        let mut paths: Vec<&str> = self
+            .0
             .iter()
             .filter(|(path, (_, s))| {
                 // The v2 root, and v2 cgroups without the cpu controller, have no cpu.max (and
-                // no period counters): nothing to read there.
-                *path != "/" && s.exists && s.settings.is_none() && s.stat.is_some()
+                // no period counters): nothing to read there. One refused both is unreadable.
+                *path != "/" && s.exists && s.settings.is_none() && (s.stat.is_some() || s.denied)
             })
-            .count()
+            .map(|(path, _)| path.as_str())
+            .collect();
+        paths.sort_unstable();
+        paths
     }
 
     /// The tightest quota on `path`'s way to the root (`path` itself first: the innermost
@@ -288,6 +293,7 @@ pub(super) mod tests {
                 burst_ns: Some(0),
             }),
             exists: true,
+            denied: false,
         }
     }
 
@@ -452,9 +458,13 @@ pub(super) mod tests {
     #[test]
     fn unreadable_quotas_are_counted() {
         let mut r = reading(Instant::now(), 1);
-        assert_eq!(r.unreadable(), 0);
+        assert!(r.unreadable().is_empty());
         r.0.get_mut("/pod").unwrap().1.settings = None;
-        assert_eq!(r.unreadable(), 1);
+        assert_eq!(r.unreadable(), ["/pod"]);
+        // A directory it may not enter: neither cpu.stat nor the quota files read.
+        let free = &mut r.0.get_mut("/free").unwrap().1;
+        (free.settings, free.stat, free.denied) = (None, None, true);
+        assert_eq!(r.unreadable(), ["/free", "/pod"]);
         // /pod/a is left out (no quota known on its path); /pod/b has its own.
         let paths: Vec<String> = lifetime(&r)
             .into_iter()
