@@ -92,17 +92,10 @@ fn main() -> std::process::ExitCode {
 /// The README's test command: everything CI checks, host first, then the kernels.
 fn test() -> anyhow::Result<()> {
     use setup::Part;
-    // Each step's wall time, for CI's 20-minute budget.
-    let timed = |step: &str, run: &mut dyn FnMut() -> anyhow::Result<()>| {
-        let started = std::time::Instant::now();
-        let result = run();
-        eprintln!("{step} took {:.0} s", started.elapsed().as_secs_f64());
-        result
-    };
-    timed("setup", &mut || {
+    timed("setup", || {
         setup::run(&[Part::Build, Part::Vm, Part::HostTests])
     })?;
-    timed("fmt and clippy", &mut || {
+    timed("fmt and clippy", || {
         cmd::run(paths::cargo().args(["fmt", "--all", "--check"]))?;
         // The lints need no eBPF object, whose build is most of a minute.
         cmd::run(paths::cargo().env("AYA_BUILD_SKIP", "1").args([
@@ -114,20 +107,27 @@ fn test() -> anyhow::Result<()> {
             "warnings",
         ]))
     })?;
-    // tracer/tests/image.rs runs the image this saves, built from the tests' compile, which the
-    // host tests and the guests then reuse.
-    timed(
-        "image",
-        &mut || image::build(&binaries::build_with_tests()?),
-    )?;
+    // The tests' compile: the image, the host tests, the soak and the guests all run it.
+    let binaries = timed("build", binaries::build_with_tests)?;
+    // tracer/tests/image.rs runs the image this saves.
+    timed("image", || image::build(&binaries))?;
     // CI's rules whoever runs it: a host test that cannot run for want of something this
     // machine could have (root, BTF, a cpu controller, Prometheus) fails instead of passing.
-    timed("host tests", &mut || {
+    timed("host tests", || {
         cmd::run(binaries::tests().env("CI", "true"))?;
         cmd::run(paths::cargo().args(["test", "-p", "xtask"]))?;
         print_ignored()
     })?;
+    timed("soak (1 minute)", || soak::short(&binaries))?;
     vm_test::run(&vm_test::Args::default())
+}
+
+/// Runs one step of `test`, printing its wall time (for CI's 20-minute budget).
+fn timed<T>(step: &str, run: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let started = std::time::Instant::now();
+    let result = run();
+    eprintln!("{step} took {:.0} s", started.elapsed().as_secs_f64());
+    result
 }
 
 /// Names the tests that `#[ignore]` kept from running, so that none is forgotten.

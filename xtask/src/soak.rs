@@ -3,10 +3,11 @@
 //! sampled every few seconds. It passes when the memory grew by less than 5 % after the
 //! warm-up (the first fifth of the run) and
 //! each group's traced kernel time is within 1 % of its own cpu.stat throttled-time delta,
-//! read here. Not part of `cargo xtask test` (minutes); needs root.
+//! read here. `cargo xtask test` runs it for one minute; needs root.
 use crate::bench::procs::{self, Busy, Memory, Traced};
+use crate::binaries::{self, Binaries};
 use crate::cgroup::Cgroup;
-use crate::{binaries, paths, setup};
+use crate::{paths, setup};
 use anyhow::{Context as _, Result, bail};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -46,7 +47,21 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("--minutes and --every must be at least 1");
     }
     setup::run(&[setup::Part::Build])?;
-    let binaries = binaries::build()?;
+    soak(&binaries::build()?, args)
+}
+
+/// CI's soak: one minute, on the programs `cargo xtask test` built.
+pub fn short(binaries: &Binaries) -> Result<()> {
+    soak(
+        binaries,
+        &Args {
+            minutes: 1,
+            every: 5,
+        },
+    )
+}
+
+fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
     let groups = GROUPS
         .iter()
         .map(|&(name, quota, period, _)| {

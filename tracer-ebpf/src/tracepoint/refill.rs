@@ -231,8 +231,8 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
 /// moments the list does not: a CSD already running on its CPU has taken it off the list and
 /// not yet unthrottled it, or another CPU's refill holds it on that CPU's own local list.
 /// Without it the marks were cleared in that window, and an end seen later would be `unknown`
-/// (a window read from the kernel's code; the `unknown` ends measured on the host, 6.18, were
-/// of another cause: no program ran at that refill, see `end.missed_runs`).
+/// (a window read from the kernel's code; the rare `unknown` ends measured on the host, 6.18,
+/// are of a cause not found: docs/kernel.md section 2.1).
 #[inline(always)]
 fn unthrottle_coming(o: &Offsets, cfs_rq: u64) -> bool {
     if o.cfs_rq_throttled_csd_list == ABSENT {
