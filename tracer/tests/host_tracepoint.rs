@@ -138,13 +138,12 @@ fn median_i64(v: &mut [i64]) -> i64 {
 /// and the hypervisor's steal (4 % measured on the CI host) stretches the thread's 20 ms; the
 /// kernel charges runtime at its ticks, so a period's share is not exactly 20 ms either (medians
 /// of 77.9-81.7 ms in 25 runs here). Each stop's own length is therefore judged against the
-/// workload's wall clock: every hold lies
-/// inside exactly one stop, whose UTC span begins when the workload last ran and ends before it
-/// ran again (never more than 1 ms outside, 10 ms under emulation: [`common::emulated`]; the
-/// median start within as much after its last run; how long after the end it ran again is
-/// printed, not held: on a CPU busy with other work an unthrottle waits for its next tick,
-/// 1.7 ms of median measured here during a build). That is also the tracer's CLOCK_MONOTONIC → UTC mapping
-/// checked against the workload's own clock.
+/// workload's wall clock: every hold lies inside exactly one stop, whose UTC span begins when
+/// the workload last ran and ends before it ran again (never more than 1 ms outside, 10 ms
+/// under emulation: [`common::emulated`]; the median start within as much after its last run;
+/// how long after the end it ran again is printed, not held: on a CPU busy with other work an
+/// unthrottle waits for its next tick, a median of 1.7 ms measured here during a build). That
+/// is also the tracer's CLOCK_MONOTONIC → UTC mapping checked against the workload's own clock.
 #[test]
 fn one_thread_stops_last_the_rest_of_the_period() {
     let Some(host) = common::require(common::host()) else {
