@@ -271,7 +271,7 @@ impl Run {
             local > 0 && stops > 0,
             "{path}: local {local} ns, {stops} stops"
         );
-        let unparked = if task_based_throttle() {
+        let unparked = if common::task_based_throttle() {
             self.longest_stop_ns()
         } else {
             0
@@ -336,16 +336,6 @@ impl Run {
     }
 }
 
-/// Whether the kernel throttles tasks at their return to user mode rather than whole runqueues
-/// (6.18+).
-fn task_based_throttle() -> bool {
-    let release = fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
-    let mut numbers = release
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|n| n.parse::<u32>().unwrap_or(0));
-    (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)) >= (6, 18)
-}
-
 /// Traced with `--cgroup` = the parent: every per-CPU stop credits both children (each has a
 /// busy thread on each CPU; one where the kernel had one task queued at the throttle, a thread
 /// momentarily not runnable, which under TCG happens), the parent's group stops are its
@@ -391,7 +381,7 @@ fn every_parent_stop_credits_both_children() {
         |s: &Value| s["tasks"] == 1 && listed(s).len() == 1 && ids.contains(&listed(s)[0]);
     // 6.18+ starts the clocks at the first task the throttle parks: a stop that ended before
     // any was parked added nothing to any cpu.stat (kernel time 0), so it stopped no child.
-    let parked_none = |s: &Value| task_based_throttle() && s["kernel_ns"] == 0;
+    let parked_none = |s: &Value| common::task_based_throttle() && s["kernel_ns"] == 0;
     let fewer = stops
         .iter()
         .filter(|s| !listed(s).eq(&ids) && (one_queued(s) || parked_none(s)))

@@ -128,8 +128,15 @@ fn check_demo_output(out: &Output, pid: u32, root: &Path) -> String {
         (throttled - kernel).abs() <= kernel * 0.01 + 1e5,
         "cpu.stat throttled {throttled} ns vs the traced stops' kernel time {kernel} ns in\n{detail}"
     );
+    // On 6.18+ the kernel's clock of a stop starts at the first task it parks, which a busy
+    // machine delays by milliseconds (a queued task is parked only when next picked): there
+    // the stops may last longer than cpu.stat says, never shorter (measured on a 6.18 host
+    // during a build: 66.0 ms of stops, 43.2 ms throttled, kernel time equal to cpu.stat).
+    let shorter = (throttled - per_cpu).max(0.0);
+    let longer = (per_cpu - throttled).max(0.0);
     assert!(
-        (throttled - per_cpu).abs() <= per_cpu * 0.25 + 2e6,
+        shorter <= per_cpu * 0.25 + 2e6
+            && (common::task_based_throttle() || longer <= per_cpu * 0.25 + 2e6),
         "cpu.stat throttled {throttled} ns vs Σ per-CPU stops {per_cpu} ns in\n{detail}"
     );
     let overcount = number_after(detail, "overcount");
@@ -137,7 +144,9 @@ fn check_demo_output(out: &Output, pid: u32, root: &Path) -> String {
         (overcount - throttled / wall).abs() < 0.02,
         "overcount {overcount} vs {throttled} / {wall}"
     );
-    if stops > group_stops {
+    // Two CPUs stopped at once count twice in cpu.stat, so it exceeds the wall-clock union;
+    // not on 6.18+ when parks come late (above): there the kernel's count starts after ours.
+    if stops > group_stops && !common::task_based_throttle() {
         assert!(
             overcount >= 0.99,
             "more than one CPU stopped at once, yet overcount {overcount} in\n{detail}"

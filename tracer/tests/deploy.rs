@@ -2,9 +2,10 @@
 //! that the binary accepts, one port for listening, the container and its startup, readiness
 //! and liveness probes on /healthz, exactly the documented capabilities, the host cgroup and BTF
 //! mounts read-only), and the Dockerfile is the static binary and /etc/passwd `FROM scratch`,
-//! exposing that port (tracer/tests/image.rs runs it). The Grafana dashboard has the shape
-//! Grafana 10+ imports (common/dashboard.rs says what is checked) and the panels the README
-//! promises; tracer/tests/prometheus.rs runs its queries.
+//! exposing that port (tracer/tests/image.rs runs it). The Grafana dashboard is valid by
+//! Grafana's own schema for 10.1 and 11.6, has the shape Grafana 10+ draws (common/dashboard.rs
+//! says what is checked) and the panels the README promises; tracer/tests/prometheus.rs runs
+//! its queries.
 mod common;
 
 use std::{fs, path::Path, process::Command};
@@ -209,6 +210,22 @@ fn dockerfile_is_the_static_binary_from_scratch_and_exposes_the_port() {
     assert!(deploy("passwd").starts_with("root:x:0:0:"));
     let (_, port) = listen(container(&manifest()));
     assert!(text.contains(&format!("EXPOSE {port}\n")), "EXPOSE {port}");
+}
+
+/// Grafana's schema, as the types Grafana's Foundation SDK generates from it for 10.1 and 11.6:
+/// every field the dashboard writes is one the schema names, with a value of its type (11.6's
+/// required fields present; 10.1's may be left to the defaults Grafana fills in).
+#[test]
+fn grafana_dashboard_is_valid_by_grafanas_own_schema_10_and_11() {
+    let Some(verdict) = common::require(common::dashboard::schema_check()) else {
+        return;
+    };
+    match verdict {
+        Ok(summary) => println!("{summary}"),
+        Err(errors) => {
+            panic!("deploy/grafana/throttle-tracer.json against Grafana's schema:\n{errors}")
+        }
+    }
 }
 
 #[test]

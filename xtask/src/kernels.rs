@@ -17,7 +17,8 @@ pub struct Kernel {
     package: &'static str,
     /// Whether vm-test runs the host tests on it too (guest_tests.rs): they add two to three
     /// minutes per boot under TCG, and their v2 paths are the tracer's and the tests' own, the
-    /// same on every kernel, so on the newest only.
+    /// same on every kernel, so on the newest only (the few that differ from kernel to kernel,
+    /// guest_tests.rs `EVERY_KERNEL`, run on each).
     pub host_tests: bool,
     /// The backends its scenarios run with. kprobe and fentry attach to the same kernel
     /// functions, which change from version to version: kprobe on every kernel, fentry on the

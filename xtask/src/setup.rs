@@ -4,7 +4,7 @@
 //! and the benchmark each add their own Debian packages, so `cargo xtask demo` installs no
 //! emulator and no server. apt is asked for a plan first (`apt-get -s`) and nothing is
 //! installed when the plan removes a package the machine had: a set-up must not uninstall.
-use crate::{apt, cmd};
+use crate::{apt, cmd, paths};
 use anyhow::{Context as _, Result, bail};
 use std::path::PathBuf;
 use std::process::Command;
@@ -54,8 +54,9 @@ const VM: &[Package] = &[
 /// tracer/tests/prometheus.rs runs prometheus, promtool and alertmanager; tracer/tests/live.rs
 /// drives the live view in tmux; tracer/tests/containers.rs and image.rs start their own dockerd
 /// (docker.io, which brings runc), podman and containerd, and run images built locally (no
-/// registry). The other programs the tests run (setpriv, taskset, ldd, tar) are in every Debian
-/// system.
+/// registry); tracer/tests/deploy.rs checks the Grafana dashboard with tsc and Grafana's schema
+/// types, which npm installs ([`grafana_schema`]). The other programs the tests run (setpriv,
+/// taskset, ldd, tar) are in every Debian system.
 const HOST_TESTS: &[Package] = &[
     Package::new("prometheus"),
     Package::new("prometheus-alertmanager"),
@@ -63,6 +64,7 @@ const HOST_TESTS: &[Package] = &[
     Package::new("docker.io"),
     Package::new("podman"),
     Package::new("containerd"),
+    Package::new("npm").unless_command("npm"),
 ];
 /// `perf bench sched pipe` / `messaging`, and bpftrace, the peer the bench compares with.
 const BENCH: &[Package] = &[Package::new("linux-perf"), Package::new("bpftrace")];
@@ -126,7 +128,34 @@ pub fn run(parts: &[Part]) -> Result<()> {
         rust_src()?;
         bpf_linker()?;
     }
+    if parts.contains(&Part::HostTests) {
+        grafana_schema()?;
+    }
     Ok(())
+}
+
+/// deploy/grafana/schema's packages (tsc and Grafana's schema types, pinned by its lock file)
+/// in target/grafana-schema, where tracer/tests/deploy.rs runs tsc; installed again only when
+/// the lock file changed.
+fn grafana_schema() -> Result<()> {
+    let source = paths::root().join("deploy/grafana/schema");
+    let dest = paths::target().join("grafana-schema");
+    let lock = std::fs::read(source.join("package-lock.json"))?;
+    if dest.join("node_modules/.bin/tsc").exists()
+        && std::fs::read(dest.join("package-lock.json")).is_ok_and(|l| l == lock)
+    {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dest)?;
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(source.join(file), dest.join(file))
+            .with_context(|| format!("copying deploy/grafana/schema/{file}"))?;
+    }
+    cmd::run(
+        Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dest),
+    )
 }
 
 impl Package {

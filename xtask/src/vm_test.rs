@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long = "backend", value_name = "BACKEND", value_parser = clap::builder::PossibleValuesParser::new(BACKENDS))]
     backends: Vec<String>,
     /// Leave out the host tests (tracer/tests) that the 7.x guest otherwise runs after the
-    /// scenarios.
+    /// scenarios, and the few that every guest runs (guest_tests.rs `EVERY_KERNEL`).
     #[arg(long)]
     no_host_tests: bool,
     /// Run only the host tests whose `binary::test` name starts with this, repeatable (e.g.
@@ -79,7 +79,7 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         args.backends.iter().map(String::as_str).collect()
     };
-    let host_tests = !args.no_host_tests && kernels.iter().any(|k| k.host_tests);
+    let host_tests = !args.no_host_tests;
     let binaries = if host_tests {
         binaries::build_with_tests()?
     } else {
@@ -109,9 +109,9 @@ pub fn run(args: &Args) -> Result<()> {
     let selection = if host_tests {
         let mut selection = guest_tests::select(&binaries.tests)?;
         if !args.host_test.is_empty() {
-            selection
-                .run
-                .retain(|t| args.host_test.iter().any(|p| t.starts_with(p.as_str())));
+            let wanted = |t: &String| args.host_test.iter().any(|p| t.starts_with(p.as_str()));
+            selection.run.retain(wanted);
+            selection.every_kernel.retain(wanted);
             if selection.run.is_empty() {
                 bail!(
                     "no host test the guest runs starts with {}: see `cargo test -p tracer -- --list`",
@@ -146,10 +146,10 @@ pub fn run(args: &Args) -> Result<()> {
                         let Some(kernel) = kernels.get(i) else {
                             return done;
                         };
-                        let tests: &[String] = if host_tests && kernel.host_tests {
+                        let tests: &[String] = if kernel.host_tests {
                             &selection.run
                         } else {
-                            &[]
+                            &selection.every_kernel
                         };
                         done.push((
                             i,
@@ -235,7 +235,7 @@ fn test_kernel(
         .iter()
         .partition(|b| chosen || kernel.backends.contains(b));
     let mut append: Vec<String> = left_out.iter().map(|b| format!("tt.skip_{b}")).collect();
-    if !tests.is_empty() {
+    if kernel.host_tests && !tests.is_empty() {
         append.push(guest_tests::CMDLINE_FLAG.to_owned());
     }
     let boot = qemu::boot(

@@ -1,16 +1,21 @@
-//! deploy/grafana/throttle-tracer.json as the tests read it: the dashboard's shape checked by
-//! hand against what Grafana 10+ needs to import and draw it (Grafana itself cannot be installed
-//! here), and each panel target's PromQL with the dashboard's variables filled in, to be run
-//! against a real Prometheus.
+//! deploy/grafana/throttle-tracer.json as the tests read it: the dashboard checked against
+//! Grafana's own schema types ([`schema_check`]: Grafana itself cannot be installed here) and by
+//! hand against what Grafana 10+ needs to draw it, and each panel target's PromQL with the
+//! dashboard's variables filled in, to be run against a real Prometheus.
 //!
-//! The check covers: `schemaVersion` ≥ 36 (Grafana 9.0+; 10.x writes 37–39), a `uid` and a
+//! The hand check covers: `schemaVersion` ≥ 36 (Grafana 9.0+; 10.x writes 37–39), a `uid` and a
 //! title; the templating list (a `datasource` variable of type prometheus, every query
 //! variable on it); every panel with a unique id, a known panel type, a title, a Prometheus
 //! datasource (the variable), a `gridPos` inside the 24-column grid that overlaps no other
 //! panel, and at least one target with a unique `refId`, a non-empty `expr` on the same
 //! datasource, and no variable other than the dashboard's own and Grafana's built-ins.
 //! It does not cover field configs or options beyond their being objects.
-use std::{collections::HashSet, fs, path::Path};
+use std::{
+    collections::HashSet,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -85,9 +90,13 @@ pub struct Target {
     pub instant: bool,
 }
 
-/// The dashboard, checked (see the module's doc); panics saying what is wrong.
+fn path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/throttle-tracer.json")
+}
+
+/// The dashboard, checked by hand (see the module's doc); panics saying what is wrong.
 pub fn load() -> Dashboard {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/throttle-tracer.json");
+    let path = path();
     let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let d: Dashboard = serde_json::from_str(&text).unwrap_or_else(|e| {
         panic!(
@@ -97,6 +106,51 @@ pub fn load() -> Dashboard {
     });
     d.check();
     d
+}
+
+/// tsc's verdict on the dashboard as an object literal of Grafana's schema types for 10.1 and
+/// 11.6 (deploy/grafana/schema/schema.ts), in the npm project `cargo xtask setup host-tests`
+/// installs under target/grafana-schema: `Ok(Ok(summary))` when it type-checks, `Ok(Err(tsc's
+/// errors))` when it does not, `Err` when tsc is not installed.
+pub fn schema_check() -> Result<Result<String, String>, String> {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        PathBuf::from,
+    );
+    let project = target.join("grafana-schema");
+    let tsc = project.join("node_modules/.bin/tsc");
+    if !tsc.exists() {
+        return Err(format!(
+            "no {}: run `cargo xtask setup host-tests`",
+            tsc.display()
+        ));
+    }
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/schema");
+    for file in ["schema.ts", "tsconfig.json"] {
+        fs::copy(schema.join(file), project.join(file)).expect("copy the schema's files");
+    }
+    let json = fs::read_to_string(path()).expect("read the dashboard");
+    fs::write(
+        project.join("dashboard.gen.ts"),
+        format!(
+            "import type {{ Grafana10, Grafana11 }} from \"./schema\";\n\
+             export const grafana10: Grafana10 = {json};\n\
+             export const grafana11: Grafana11 = {json};\n"
+        ),
+    )
+    .expect("write dashboard.gen.ts");
+    let out = Command::new(&tsc)
+        .args(["-p", "."])
+        .current_dir(&project)
+        .output()
+        .expect("run tsc");
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    Ok(if out.status.success() {
+        Ok(format!("tsc {} accepts it", project.display()))
+    } else {
+        Err(said)
+    })
 }
 
 impl Dashboard {

@@ -29,6 +29,16 @@ pub use process::{
     with_bpf_perfmon_only,
 };
 
+/// Whether the kernel throttles tasks at their return to user mode rather than whole runqueues
+/// (6.18+): its throttled clocks start at the first task parked, not at the throttle.
+pub fn task_based_throttle() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)) >= (6, 18)
+}
+
 /// Whether the tests run as CI runs them (`CI=true`): then a skip for want of something the
 /// machine could have is a failure, not a pass.
 pub fn ci() -> bool {
