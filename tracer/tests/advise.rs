@@ -429,14 +429,6 @@ struct Traced {
     lines: Vec<Value>,
 }
 
-fn has_burst(cgroup: &Cgroup) -> Result<(), String> {
-    ["cpu.cfs_burst_us", "cpu.max.burst"]
-        .iter()
-        .any(|f| cgroup.dir().join(f).exists())
-        .then_some(())
-        .ok_or_else(|| "this kernel has no burst (5.14+)".into())
-}
-
 /// `spiky --every-ms 500 --burn-ms 80` at 50 ms / 100 ms: each round is one run of 80 ms of
 /// CPU; then the advised quota, burst and period, each applied alone to a fresh cgroup, let
 /// the same rounds run without a stop.
@@ -464,7 +456,7 @@ fn a_spiky_burn_is_measured_and_the_advice_stops_it_no_more() {
     assert_eq!(throttled, 0, "stopped at the advised quota {quota_us} µs");
     drop(quota);
 
-    if common::applies(has_burst(&fresh("advise-has-burst"))) {
+    if common::applies(host.cpu.has_burst(fresh("advise-has-burst").dir())) {
         let burst_us = ns(&a["burst"]["burst_ns"]) / 1000;
         let burst = fresh("advise-burst");
         host.cpu.set_burst(burst.dir(), burst_us);
@@ -531,7 +523,7 @@ fn a_burst_below_demand_minus_quota_is_flagged_as_buying_nothing() {
         return;
     };
     let probe = Cgroup::new(&host.cpu, "advise-probe");
-    if !common::applies(has_burst(&probe)) {
+    if !common::applies(host.cpu.has_burst(probe.dir())) {
         return;
     }
     drop(probe);
