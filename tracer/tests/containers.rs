@@ -16,7 +16,6 @@ mod common;
 use std::{
     fs,
     process::{Command, Stdio},
-    time::Duration,
 };
 
 use common::containers::{self, Container, Engine, Kind};
@@ -108,11 +107,7 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
             .args(&selection)
             .stdout(Stdio::null()),
     );
-    common::wait_until(
-        Duration::from_secs(60),
-        "the tracer recording its start line (see its stderr above)",
-        || fs::read_to_string(&recording).is_ok_and(|t| t.ends_with('\n')),
-    );
+    common::tracer::wait_recorded_start(&recording);
     wait_ready(port, "/healthz", "throttle-tracer serve");
 
     let before: Vec<CpuStat> = containers.iter().map(|c| host.cpu.stat(&c.dir)).collect();

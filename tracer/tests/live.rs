@@ -650,11 +650,9 @@ fn terminal_live_view_p_shows_the_held_process_by_pid_and_comm() {
     common::wait_until(Duration::from_secs(10), "the spinning thread", || {
         busy.workload.running_threads() == 1
     });
-    let tid: u32 = fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
-        .find(|&t| t != pid)
-        .expect("the spinning thread");
+    let [tid] = busy.workload.thread_ids()[..] else {
+        panic!("not one spinning thread");
+    };
     let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
     let comm = comm.trim_end();
     let top = format!("{TRACER} top --backend tracepoint --pid {pid}; sleep 300");

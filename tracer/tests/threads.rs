@@ -280,11 +280,7 @@ fn the_text_summary_and_the_pid_line_show_the_stops_and_the_wait_the_kernel_coun
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit()),
     );
-    common::wait_until(
-        Duration::from_secs(60),
-        "the tracer recording its start line (see its stderr above)",
-        || std::fs::read_to_string(&recording).is_ok_and(|t| t.ends_with('\n')),
-    );
+    common::tracer::wait_recorded_start(&recording);
     let (stat0, delay0) = (group.stat(), run_delay_ns(pid, pair.spinner));
     group.set_quota(Some(20_000), 100_000);
     thread::sleep(Duration::from_secs(4));
@@ -382,19 +378,15 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     common::wait_until(Duration::from_secs(10), "twelve spinning threads", || {
         workload.running_threads() == 12
     });
-    let tasks = |pid: u32| -> Vec<u64> {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
-            .collect()
-    };
     let pid = workload.id();
-    let spinners: Vec<u64> = tasks(pid)
-        .into_iter()
-        .filter(|&t| t != u64::from(pid))
-        .collect();
+    let spinners: Vec<u64> = workload.thread_ids().into_iter().map(u64::from).collect();
     assert_eq!(spinners.len(), 12, "{spinners:?}");
-    let outsiders = tasks(neighbour.id());
+    let outsiders: Vec<u64> = neighbour
+        .thread_ids()
+        .into_iter()
+        .chain([neighbour.id()])
+        .map(u64::from)
+        .collect();
 
     let mut tracer = Tracer::start(&["--cgroup", group.path()]);
     let blind = tracer.start["disabled_features"]
