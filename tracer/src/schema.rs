@@ -809,6 +809,8 @@ pub struct End {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use proptest::prelude::*;
     use serde_json::Value;
 
@@ -1008,29 +1010,146 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_line_kind_parses_back_to_itself() {
-        // The derived strategy of every line kind nests deeply: a debug build overflowed a test
-        // thread's 2 MiB stack building and running it.
+    /// Runs `test` on arbitrary lines of every kind. The derived strategy of every line kind
+    /// nests deeply: a debug build overflowed a test thread's 2 MiB stack building and running
+    /// it.
+    fn for_any_line(test: impl Fn(Line) -> Result<(), TestCaseError> + Send + 'static) {
         std::thread::Builder::new()
             .stack_size(64 << 20)
-            .spawn(|| {
+            .spawn(move || {
                 proptest::test_runner::TestRunner::default()
-                    .run(&any::<Line>(), |mut line| {
-                        line.derive_name();
-                        let text = line.to_json();
-                        prop_assert!(!text.contains('\n'));
-                        let back = Line::parse(&text)
-                            .map_err(|e| TestCaseError::fail(format!("{e}: {text}")))?;
-                        prop_assert_eq!(&back, &line);
-                        prop_assert_eq!(back.to_json(), text);
-                        Ok(())
-                    })
+                    .run(&any::<Line>(), test)
                     .unwrap_or_else(|e| panic!("{e}"));
             })
             .expect("spawn the property test")
             .join()
-            .expect("every line kind round-trips");
+            .expect("the property holds for every line kind");
+    }
+
+    #[test]
+    fn every_line_kind_parses_back_to_itself() {
+        for_any_line(|mut line| {
+            line.derive_name();
+            let text = line.to_json();
+            prop_assert!(!text.contains('\n'));
+            let back =
+                Line::parse(&text).map_err(|e| TestCaseError::fail(format!("{e}: {text}")))?;
+            prop_assert_eq!(&back, &line);
+            prop_assert_eq!(back.to_json(), text);
+            Ok(())
+        });
+    }
+
+    /// The keys of CLOCK_MONOTONIC times, wherever a line has them.
+    const TIMES: [&str; 5] = ["start_ns", "end_ns", "park_ns", "since_ns", "at_ns"];
+
+    /// Checks that every time of `TIMES` in `v` (at `path`, nested objects and arrays
+    /// included) has its `_utc` and `_unix_ns` twins at `offset_ns`; adds each time's path to
+    /// `seen`.
+    fn wall_clock_twins(
+        v: &Value,
+        offset_ns: i64,
+        path: &str,
+        seen: &mut BTreeSet<String>,
+    ) -> Result<(), TestCaseError> {
+        match v {
+            Value::Object(fields) => {
+                for (key, value) in fields {
+                    let at = format!("{path}.{key}");
+                    if let (true, Some(ns)) = (TIMES.contains(&key.as_str()), value.as_u64()) {
+                        let stem = key.trim_end_matches("_ns");
+                        let unix = (i128::from(ns) + i128::from(offset_ns)).min(i64::MAX.into());
+                        let unix = i64::try_from(unix).expect("clamped to i64");
+                        prop_assert_eq!(
+                            fields.get(&format!("{stem}_unix_ns")),
+                            Some(&Value::from(unix)),
+                            "{} in {}",
+                            at,
+                            v
+                        );
+                        prop_assert_eq!(
+                            fields.get(&format!("{stem}_utc")),
+                            Some(&Value::from(Utc::of_unix_ns(unix).to_string())),
+                            "{} in {}",
+                            at,
+                            v
+                        );
+                        seen.insert(at.clone());
+                    }
+                    wall_clock_twins(value, offset_ns, &at, seen)?;
+                }
+            }
+            Value::Array(items) => {
+                for item in items {
+                    wall_clock_twins(item, offset_ns, &format!("{path}[]"), seen)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Every line kind that carries a CLOCK_MONOTONIC time carries it as wall-clock time too,
+    /// `x_utc` and `x_unix_ns`, at the offset in use when it is written (a `clock_step` line:
+    /// its own new offset), nested times included; and the kinds the schema promises it for
+    /// were all met with their times.
+    #[test]
+    fn every_time_a_line_carries_has_its_wall_clock_twins() {
+        use std::sync::{Arc, Mutex};
+        const OFFSET_NS: i64 = 1_764_666_843_000_000_000;
+        let seen = Arc::new(Mutex::new(BTreeSet::new()));
+        let mine = Arc::clone(&seen);
+        for_any_line(move |mut line| {
+            if let Line::ClockStep(step) = &mut line {
+                // Its times are the step's own, not stamped: made as the tracker's step makes
+                // them (an arbitrary line's fields disagree with each other).
+                *step = ClockStep::of(Step {
+                    previous: Reading {
+                        at_ns: 0,
+                        offset_ns: OFFSET_NS,
+                    },
+                    now: Reading {
+                        at_ns: step.at_ns,
+                        offset_ns: OFFSET_NS + step.step_ns % 1_000_000_000_000,
+                    },
+                });
+            }
+            line.stamp(Reading {
+                at_ns: 0,
+                offset_ns: OFFSET_NS,
+            });
+            let v = parse(&line);
+            let offset_ns = match &line {
+                Line::ClockStep(step) => step.realtime_offset_ns,
+                _ => OFFSET_NS,
+            };
+            let kind = v["type"].as_str().unwrap_or("?").to_owned();
+            let mut seen = mine.lock().unwrap_or_else(|e| e.into_inner());
+            wall_clock_twins(&v, offset_ns, &kind, &mut seen)
+        });
+        let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+        for time in [
+            "start.start_ns",
+            "stop_begin.start_ns",
+            "stop_begin.park_ns",
+            "stop_begin.threads[].since_ns",
+            "stop.start_ns",
+            "stop.end_ns",
+            "stop.park_ns",
+            "stop.threads[].since_ns",
+            "ancestor_stop.start_ns",
+            "ancestor_stop.end_ns",
+            "ancestor_stop.threads[].since_ns",
+            "unseen_start_stop.end_ns",
+            "clock_step.at_ns",
+            "summary.open_stops[].start_ns",
+            "period.start_ns",
+            "period.end_ns",
+            "advice.largest_runs[].start_ns",
+            "advice.largest_runs[].end_ns",
+        ] {
+            assert!(seen.contains(time), "no {time} was met: {seen:?}");
+        }
     }
 
     proptest! {

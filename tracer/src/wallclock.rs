@@ -78,17 +78,26 @@ pub struct Step {
     pub now: Reading,
 }
 
-/// The offset in use for a run, re-read as it goes.
-#[derive(Debug)]
-pub struct Tracker {
+/// The offset in use for a run, re-read as it goes with `read` ([`Reading::now`] but in the
+/// tests, which step a clock of their own).
+pub struct Tracker<R = fn() -> Reading> {
     in_use: Reading,
+    read: R,
 }
 
 impl Tracker {
     /// Reads the offset now: the one the run starts with.
     pub fn start() -> Self {
+        Tracker::reading(Reading::now)
+    }
+}
+
+impl<R: FnMut() -> Reading> Tracker<R> {
+    /// Reads the offset with `read` now, and again at each [`Tracker::check`].
+    pub fn reading(mut read: R) -> Self {
         Self {
-            in_use: Reading::now(),
+            in_use: read(),
+            read,
         }
     }
 
@@ -99,7 +108,7 @@ impl Tracker {
     /// Reads the offset again; a [`Step`] (and the new offset in use) if it moved by more
     /// than [`STEP_BOUND_NS`].
     pub fn check(&mut self) -> Option<Step> {
-        let now = Reading::now();
+        let now = (self.read)();
         if (now.offset_ns - self.in_use.offset_ns).abs() <= STEP_BOUND_NS {
             return None;
         }
@@ -237,5 +246,72 @@ mod tests {
         // No step between two readings of a machine whose clock nobody sets.
         let mut tracker = Tracker::start();
         assert_eq!(tracker.check(), None);
+    }
+
+    /// The tracker on a clock the test steps itself: one reading at the start and one per
+    /// check, 100 ms apart, at these offsets from 2025-12-02T09:14:03Z (ns).
+    #[test]
+    fn a_step_past_100_us_is_a_step_and_a_clock_step_line() {
+        use crate::report::{Ndjson, Report};
+        use crate::schema::Start;
+        use crate::testing::MS;
+        const BASE: i64 = 1_764_666_843_000_000_000;
+        let offsets = [0, 50_000, -100_000, 100_001, 200_001, -2_000_000_000];
+        let mut readings = (1..).zip(offsets).map(|(i, offset)| Reading {
+            at_ns: i * 100 * MS,
+            offset_ns: BASE + offset,
+        });
+        let mut tracker = Tracker::reading(move || readings.next().expect("a reading"));
+        assert_eq!(tracker.in_use().offset_ns, BASE);
+        // Up to 100 µs either way from the offset in use: NTP's slewing, not a step.
+        assert_eq!(tracker.check(), None);
+        assert_eq!(tracker.check(), None);
+        assert_eq!(tracker.in_use().offset_ns, BASE);
+        // 100.001 µs ahead: a step, and its offset in use from then on.
+        let ahead = tracker.check().expect("a step of 100.001 µs");
+        assert_eq!(
+            (
+                ahead.previous.offset_ns,
+                ahead.now.offset_ns,
+                ahead.now.at_ns
+            ),
+            (BASE, BASE + 100_001, 400 * MS)
+        );
+        assert_eq!(tracker.in_use(), ahead.now);
+        // 100 µs past the new offset is within the bound of it.
+        assert_eq!(tracker.check(), None);
+        // 2 s back (settime): a step from the offset in use.
+        let back = tracker.check().expect("a step of 2 s back");
+        assert_eq!(back.previous, ahead.now);
+        assert_eq!(back.now.offset_ns, BASE - 2_000_000_000);
+        assert_eq!(tracker.in_use(), back.now);
+
+        // What the run writes of it: a `clock_step` line after `start`.
+        let mut out = Vec::new();
+        let start = Start {
+            start_ns: Some(100 * MS),
+            realtime_offset_ns: Some(BASE),
+            ..Start::default()
+        };
+        let mut report = Report::new(start, vec![Box::new(Ndjson::to(&mut out, None))]);
+        report.clock_step(back);
+        drop(report);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let [start, step] = &lines[..] else {
+            panic!("{text}");
+        };
+        assert_eq!(start["start_utc"], "2025-12-02T09:14:03.100000Z");
+        assert_eq!(step["type"], "clock_step");
+        assert_eq!(step["at_ns"], 600 * MS);
+        assert_eq!(step["realtime_offset_ns"], BASE - 2_000_000_000);
+        assert_eq!(step["previous_realtime_offset_ns"], BASE + 100_001);
+        assert_eq!(step["step_ns"], -2_000_100_001_i64);
+        // 600 ms after the start of the monotonic clock, at the new offset.
+        assert_eq!(step["at_unix_ns"], BASE - 1_400_000_000);
+        assert_eq!(step["at_utc"], "2025-12-02T09:14:01.600000Z");
     }
 }

@@ -291,7 +291,7 @@ fn ns(v: &Value) -> u64 {
 /// run for each round (its span holds the round; with `every_round`, else for the largest run
 /// only), at least the round's own CPU.
 fn assert_runs_are_the_counter(advice: &Value, outcome: &Outcome, every_round: bool) {
-    let tick = tick_ns();
+    let tick = common::tick_ns();
     let runs = advice["largest_runs"].as_array().expect("largest_runs");
     let judged = |run: &Value| -> (u64, u64, f64) {
         let (s, e) = (ns(&run["start_ns"]), ns(&run["end_ns"]));
@@ -429,14 +429,6 @@ struct Traced {
     lines: Vec<Value>,
 }
 
-fn has_burst(cgroup: &Cgroup) -> Result<(), String> {
-    ["cpu.cfs_burst_us", "cpu.max.burst"]
-        .iter()
-        .any(|f| cgroup.dir().join(f).exists())
-        .then_some(())
-        .ok_or_else(|| "this kernel has no burst (5.14+)".into())
-}
-
 /// `spiky --every-ms 500 --burn-ms 80` at 50 ms / 100 ms: each round is one run of 80 ms of
 /// CPU; then the advised quota, burst and period, each applied alone to a fresh cgroup, let
 /// the same rounds run without a stop.
@@ -464,7 +456,7 @@ fn a_spiky_burn_is_measured_and_the_advice_stops_it_no_more() {
     assert_eq!(throttled, 0, "stopped at the advised quota {quota_us} µs");
     drop(quota);
 
-    if common::applies(has_burst(&fresh("advise-has-burst"))) {
+    if common::applies(host.cpu.has_burst(fresh("advise-has-burst").dir())) {
         let burst_us = ns(&a["burst"]["burst_ns"]) / 1000;
         let burst = fresh("advise-burst");
         host.cpu.set_burst(burst.dir(), burst_us);
@@ -531,7 +523,7 @@ fn a_burst_below_demand_minus_quota_is_flagged_as_buying_nothing() {
         return;
     };
     let probe = Cgroup::new(&host.cpu, "advise-probe");
-    if !common::applies(has_burst(&probe)) {
+    if !common::applies(host.cpu.has_burst(probe.dir())) {
         return;
     }
     drop(probe);
@@ -681,38 +673,6 @@ const ARRIVALS_COST_MS: u32 = 20;
 const ARRIVALS_S: u32 = 10;
 const ARRIVALS_SEED: u64 = 3;
 
-/// The kernel's tick: the jiffies counter's pace against the monotonic clock, both read from
-/// /proc/timer_list 200 ms apart, rounded to the nearest of the HZ values Linux offers; 10 ms
-/// (HZ=100, the coarsest) if the file cannot be read.
-fn tick_ns() -> u64 {
-    let read = || -> Option<(u64, u64)> {
-        let list = std::fs::read_to_string("/proc/timer_list").ok()?;
-        let value = |prefix: &str| -> Option<u64> {
-            list.lines()
-                .find_map(|l| l.strip_prefix(prefix))?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        };
-        Some((value("now at ")?, value("jiffies: ")?))
-    };
-    let hz = (|| {
-        let (t0, j0) = read()?;
-        thread::sleep(Duration::from_millis(200));
-        let (t1, j1) = read()?;
-        let measured = (j1 - j0) as f64 * 1e9 / (t1 - t0) as f64;
-        [100u64, 250, 300, 1000]
-            .into_iter()
-            .min_by_key(|hz| (*hz as f64 - measured).abs() as u64)
-    })();
-    let hz = hz.unwrap_or_else(|| {
-        eprintln!("/proc/timer_list unreadable: taking the coarsest tick, HZ=100");
-        100
-    });
-    1_000_000_000 / hz
-}
-
 /// Reference 003's lab at 50 ms / 100 ms for 10 s: each of the largest busy runs' demand is the
 /// growth of the cgroup's usage counter over the run's span, read every millisecond by the
 /// test, within 2 % plus, at each of the run's two boundaries, the counter's growth between
@@ -754,7 +714,7 @@ fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_pe
     // The periods of known usage, in chains of consecutive ones: Σ usage of a chain against
     // the counter's growth over the chain's span. An unknown period (the first expiry, a CPU's
     // first reading: docs/definitions.md) is left out with its span, as the advice leaves it.
-    let tick = tick_ns();
+    let tick = common::tick_ns();
     let cpus = thread::available_parallelism().map_or(1, |n| n.get() as u64);
     // (start, end, Σ usage) of each chain.
     let mut chains: Vec<(u64, u64, u64)> = Vec::new();

@@ -91,9 +91,7 @@ impl Family {
         let limit = Duration::from_secs(60);
         match live {
             // The `start` line is in the file once the probes are attached.
-            Some(file) => common::wait_until(limit, "the tracer recording its start line", || {
-                fs::read_to_string(file).is_ok_and(|t| t.ends_with('\n'))
-            }),
+            Some(file) => common::tracer::wait_recorded_start(file),
             None => {
                 let first = rx
                     .recv_timeout(limit)

@@ -4,9 +4,10 @@
 //! read here from the cgroup its first process is in (/proc/PID/cgroup), not from the runtime
 //! or the tracer: Σ kernel_ns of its stops is its throttled time's growth, the exporter's
 //! mirrored counters are its counters, and `scan`'s row holds them. The runtime's name (the
-//! short id) is in the text summary, the NDJSON and the exporter's labels. At the end the
-//! engine is shut down and nothing of it is left: no container, no daemon, no state directory,
-//! no mount, no cgroup.
+//! short id) is in the text summary, the NDJSON (stop and summary lines), `scan` (JSON and
+//! table) and the exporter's labels. At the end the engine is shut down and nothing of it is
+//! left: no container, no daemon, no state directory, no mount, no cgroup; nor when the test
+//! fails while its engine runs (its guard shuts it down as the panic unwinds).
 //!
 //! Needs root, kernel BTF, a cpu hierarchy and the runtimes; otherwise it says why it cannot
 //! run (a failure under `CI=true`).
@@ -15,12 +16,11 @@ mod common;
 use std::{
     fs,
     process::{Command, Stdio},
-    time::Duration,
 };
 
-use common::containers::{Container, Engine, Kind};
+use common::containers::{self, Container, Engine, Kind};
 use common::http::{free_port, get, sample, wait_ready};
-use common::{CpuStat, Running};
+use common::{CpuStat, Running, Version};
 use serde_json::Value;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
@@ -107,11 +107,7 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
             .args(&selection)
             .stdout(Stdio::null()),
     );
-    common::wait_until(
-        Duration::from_secs(60),
-        "the tracer recording its start line (see its stderr above)",
-        || fs::read_to_string(&recording).is_ok_and(|t| t.ends_with('\n')),
-    );
+    common::tracer::wait_recorded_start(&recording);
     wait_ready(port, "/healthz", "throttle-tracer serve");
 
     let before: Vec<CpuStat> = containers.iter().map(|c| host.cpu.stat(&c.dir)).collect();
@@ -134,7 +130,9 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
         .expect("run scan");
     assert!(scan.status.success(), "scan: {scan:?}");
     let table = Command::new(TRACER).arg("scan").output().expect("run scan");
-    println!("{}", String::from_utf8_lossy(&table.stdout));
+    assert!(table.status.success(), "scan: {table:?}");
+    let table = String::from_utf8(table.stdout).unwrap();
+    println!("{table}");
     let mut tracer = tracer;
     let status = tracer.interrupt();
     assert!(status.success(), "tracer: {status}");
@@ -146,13 +144,6 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    let summary = lines
-        .iter()
-        .find(|v| v["type"] == "summary")
-        .expect("a summary line");
-    assert_eq!(summary["open"], 0, "{summary}");
-    // The containers idled when the tracer started: no stop began before it.
-    assert_eq!(summary["unseen_start_kernel_ns"], 0, "{summary}");
     let scan: Vec<Value> = String::from_utf8_lossy(&scan.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -179,21 +170,58 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
             after.nr_throttled
         );
         assert!(truth > 0, "{} was never throttled", c.cgroup);
+        let summary = lines
+            .iter()
+            .find(|v| v["type"] == "summary" && v["cgroup"] == c.cgroup)
+            .unwrap_or_else(|| panic!("no summary line for {}", c.cgroup));
+        assert_eq!(summary["open"], 0, "{summary}");
+        // The containers idled when the tracer started: no stop began before it.
+        assert_eq!(summary["unseen_start_kernel_ns"], 0, "{summary}");
+        // Exact, as in the other host tests that bracket a trace with cpu.stat: `before` was
+        // read once the tracer had attached and while the container idled, `after` once every
+        // stop had ended at a refill, so both readings hold the same stops as the trace. (The
+        // 1 % this test allowed at first was host_tracepoint's bound for the kprobe backend
+        // in the VM guests, which never run this test.) v1's throttled_time is in ns; v2's
+        // throttled_usec makes the delta good to 1 µs.
+        let resolution = match host.cpu.version {
+            Version::V1 => 0,
+            Version::V2 => 1_000,
+        };
         assert!(
-            (kernel as f64 - truth as f64).abs() <= 0.01 * truth as f64,
+            kernel.abs_diff(truth) <= resolution,
             "Σ kernel_ns {kernel} vs cpu.stat {truth}"
         );
-        // The runtime's name on every stop line, in the summary and as the exporter's label.
-        for s in &stops {
+        // The runtime's name (`docker 0123456789ab`) on every stop line, in the summary line,
+        // in the text report's table and detail, in scan's JSON and table, and as the
+        // exporter's label.
+        let label = format!("{} {}", kind.as_str(), c.short_id());
+        for s in stops.iter().chain([&summary]) {
             assert_eq!(s["name"]["kind"], kind.as_str(), "{s}");
             assert_eq!(s["name"]["container_id"], c.short_id(), "{s}");
         }
+        let row_line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{} ", c.cgroup)) && !l.contains(" (id "));
         assert!(
-            text.lines()
-                .any(|l| l.contains(kind.as_str()) && l.contains(c.short_id())),
-            "no {} {} line in the text report",
-            kind.as_str(),
-            c.short_id()
+            row_line.is_some_and(|l| l.ends_with(&format!("  {label}"))),
+            "no table row of {} named {label} in the text report:\n{text}",
+            c.cgroup
+        );
+        let detail = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{} (id ", c.cgroup)));
+        assert!(
+            detail.is_some_and(|l| l.ends_with(&format!("  {label}"))),
+            "no detail of {} named {label} in the text report:\n{text}",
+            c.cgroup
+        );
+        let scan_line = table
+            .lines()
+            .find(|l| l.split_whitespace().any(|w| w == c.cgroup));
+        assert!(
+            scan_line.is_some_and(|l| l.ends_with(&format!("{} ({label})", c.cgroup))),
+            "no scan row of {} named {label}:\n{table}",
+            c.cgroup
         );
         let labels = format!(
             "{{cgroup=\"{}\",container_id=\"{}\",container_id_full=\"{}\"}}",
@@ -228,6 +256,8 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
             .iter()
             .find(|r| r["cgroup"] == c.cgroup)
             .unwrap_or_else(|| panic!("no scan row for {}", c.cgroup));
+        assert_eq!(row["name"]["kind"], kind.as_str(), "{row}");
+        assert_eq!(row["name"]["container_id"], c.short_id(), "{row}");
         let s = &row["cpu_stat"];
         assert_eq!(
             (
@@ -258,5 +288,68 @@ fn shut_down_cleanly(engine: &mut Engine, containers: &[Container]) {
             c.short_id(),
             c.pid
         );
+    }
+}
+
+/// A test that fails while its engine runs (a panic with the [`Engine`] guard in scope, as a
+/// failed assertion is) leaves nothing behind once the panic has unwound: the container's
+/// process and cgroup, dockerd, what it mounted below its state directory, the directory and
+/// the `/docker` parent cgroup it made are all gone, and no process runs from the directory.
+#[test]
+fn a_test_failing_while_its_engine_runs_leaves_nothing_behind() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let parent = host.cpu.root.join("docker");
+    let parent_before = parent.exists();
+    let Some(engine) = common::require(Engine::start(Kind::Docker, &host.cpu)) else {
+        return;
+    };
+    let container = engine.idle_container(&host.cpu, &["--cpus", "0.5"]);
+    let dir = engine.state_dir().expect("a running engine").to_owned();
+    let daemon = engine.daemon_pid().expect("dockerd");
+    let mounted = containers::mounts_below(&dir);
+    println!(
+        "dockerd {daemon}, container {} (pid {}, {}), {} mount(s) below {}",
+        container.short_id(),
+        container.pid,
+        container.cgroup,
+        mounted.len(),
+        dir.display()
+    );
+    assert!(container.dir.exists(), "{}", container.dir.display());
+
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _engine = engine;
+        panic!("deliberate: this test fails while its engine runs (caught below)");
+    }));
+    assert!(failed.is_err(), "the scope did not fail");
+
+    let running = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    assert!(!running(daemon), "dockerd {daemon} still runs");
+    assert!(
+        !running(container.pid),
+        "the container's process {} still runs",
+        container.pid
+    );
+    assert!(
+        !container.dir.exists(),
+        "its cgroup {} is still there",
+        container.dir.display()
+    );
+    let needle = dir.display().to_string();
+    assert_eq!(
+        containers::processes_mentioning(&needle),
+        Vec::<u32>::new(),
+        "processes still run from {needle}"
+    );
+    assert_eq!(
+        containers::mounts_below(&dir),
+        Vec::<String>::new(),
+        "still mounted"
+    );
+    assert!(!dir.exists(), "{needle} is still there");
+    if !parent_before {
+        assert!(!parent.exists(), "{} is still there", parent.display());
     }
 }

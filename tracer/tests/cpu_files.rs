@@ -111,6 +111,7 @@ fn v2_cpu_stat_is_in_microseconds() {
             nr_periods: 21,
             nr_throttled: 20,
             throttled_ns: 1_600_123_000,
+            nr_bursts: Some(3),
             burst_ns: Some(4_567_000),
         }
     );
@@ -152,6 +153,7 @@ fn v1_cpu_stat_is_in_nanoseconds() {
             nr_periods: 21,
             nr_throttled: 20,
             throttled_ns: 1_600_123_456,
+            nr_bursts: Some(3),
             burst_ns: Some(4567),
         }
     );

@@ -76,9 +76,7 @@ fn signals_end_the_run_with_its_summary_and_a_complete_recording() {
     ] {
         let recording = dir.path().join(format!("{name}.ndjson"));
         let mut tracer = tracer(&cgroup, &recording, Stdio::piped());
-        common::wait_until(LIMIT, "the tracer recording its start line", || {
-            fs::read_to_string(&recording).is_ok_and(|t| t.ends_with('\n'))
-        });
+        common::tracer::wait_recorded_start(&recording);
         let workload = common::spawn_in(&mut common::busy(2, 1), &cgroup, None).wait();
         assert!(workload.expect("run throttle-workload").success());
         // SAFETY: signalling our own unreaped child by pid.

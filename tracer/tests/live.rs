@@ -1,8 +1,9 @@
 //! The live view (`--interval`) on this host, piped: timestamped plain blocks, checked against a
 //! real throttled cgroup (v1 or v2) and its cpu.stat read here; on a terminal (tmux): the
-//! selection, the histogram pane, a resize, and the terminal given back after q, Ctrl-C and
-//! SIGTERM; and the usage errors of the filters. The host tests need root, kernel BTF and a cpu
-//! hierarchy; otherwise they say why they cannot run (a failure under `CI=true`).
+//! selection, the histogram pane, the processes held (`p`), a resize, and the terminal given
+//! back after q, Ctrl-C and SIGTERM; and the usage errors of the filters. The host tests need
+//! root, kernel BTF and a cpu hierarchy; otherwise they say why they cannot run (a failure
+//! under `CI=true`).
 mod common;
 
 use std::{
@@ -630,4 +631,58 @@ fn terminal_live_view_shows_the_largest_run_demand_of_the_interval() {
             "MAX RUN {ns} ns vs a round's own CPU {known} ns:\n{pane}"
         );
     }
+}
+
+/// `p` on a terminal (tmux) switches `top` to the processes the interval's stops held, and
+/// back: a busy process pinned in a cgroup at 20 ms / 100 ms shows with its pid, its comm
+/// (/proc/PID/comm, which its spinning thread shares), its cgroup, its spinning thread's tid
+/// and, by quota arithmetic, one stop per 100 ms period of the 1 s interval.
+#[test]
+fn terminal_live_view_p_shows_the_held_process_by_pid_and_comm() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    if common::require(tmux().ok_or("no tmux, and apt-get install tmux failed")).is_none() {
+        return;
+    }
+    let busy = Throttled::start(&host, "procs", 300);
+    let pid = busy.workload.id();
+    common::wait_until(Duration::from_secs(10), "the spinning thread", || {
+        busy.workload.running_threads() == 1
+    });
+    let [tid] = busy.workload.thread_ids()[..] else {
+        panic!("not one spinning thread");
+    };
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+    let comm = comm.trim_end();
+    let top = format!("{TRACER} top --backend tracepoint --pid {pid}; sleep 300");
+    let tmux = Tmux::start(&busy.name, 230, 30, &top);
+    tmux.wait_for("1 stopped cgroup(s)");
+    tmux.keys(&["p"]);
+    // PID COMM STOPS HELD P99-WAIT CGROUP THREADS, inside the table's border.
+    let row = |pane: &str| -> Option<Vec<String>> {
+        pane.lines().find_map(|l| {
+            let columns: Vec<String> = l
+                .trim_matches(|c: char| c == '│' || c.is_whitespace())
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            (columns.first() == Some(&pid.to_string())).then_some(columns)
+        })
+    };
+    let pane = tmux.wait_until("the held process's row", |p| {
+        p.contains("processes held in the interval") && row(p).is_some()
+    });
+    println!("{pane}");
+    let row = row(&pane).unwrap();
+    assert_eq!(row[1], comm, "{row:?}");
+    assert_eq!(row[5], busy.cgroup.path(), "{row:?}");
+    assert!(row[6].starts_with(&format!("{tid}:")), "{row:?}");
+    let stops: u32 = row[2].parse().unwrap();
+    assert!((8..=12).contains(&stops), "{row:?}");
+    tmux.keys(&["p"]);
+    tmux.wait_until("the cgroups again", |p| {
+        !p.contains("processes held in") && row_of(p, busy.cgroup.path()).is_some()
+    });
+    tmux.keys(&["q"]);
 }

@@ -7,7 +7,6 @@ mod common;
 use std::{
     fs,
     process::{Command, Stdio},
-    time::Duration,
 };
 
 use common::{Cgroup, Running};
@@ -42,11 +41,7 @@ fn report_of_a_recording_is_what_the_run_printed() {
             .stderr(Stdio::inherit()),
     );
     // The `start` line is in the file once the probes are attached; --duration counts from then.
-    common::wait_until(
-        Duration::from_secs(60),
-        "the tracer recording its start line (see its stderr above)",
-        || fs::read_to_string(&recording).is_ok_and(|t| t.ends_with('\n')),
-    );
+    common::tracer::wait_recorded_start(&recording);
 
     let status = common::spawn_in(&mut common::busy(2, 2), &cgroup, None)
         .wait()

@@ -1,6 +1,7 @@
 //! `throttle-tracer scan` on this machine's real cgroups (cgroup v1 or v2, through
 //! tests/common), judged against the cpu.stat, cpu.stat.local and CPU usage the test reads
-//! itself, and quota arithmetic: a pod-like parent with a quota and two children, one busy.
+//! itself, and quota arithmetic: a pod-like parent with a quota and two children, one busy;
+//! and a cgroup with a burst that a spiky workload spends.
 //! Needs root (to make the cgroups); the scan itself also runs as `nobody`.
 mod common;
 
@@ -98,6 +99,7 @@ fn delta(after: CpuStat, before: CpuStat) -> CpuStat {
         nr_periods: after.nr_periods - before.nr_periods,
         nr_throttled: after.nr_throttled - before.nr_throttled,
         throttled_ns: after.throttled_ns - before.throttled_ns,
+        nr_bursts: after.nr_bursts.zip(before.nr_bursts).map(|(a, b)| a - b),
         burst_ns: after.burst_ns.zip(before.burst_ns).map(|(a, b)| a - b),
     }
 }
@@ -255,6 +257,84 @@ fn an_interval_has_the_windows_deltas_and_marks_what_came_and_went() {
         d.nr_periods,
         d.nr_throttled,
         d.throttled_ns
+    );
+}
+
+/// A quota with a burst (v1 `cpu.cfs_burst_us`, v2 `cpu.max.burst`, 5.14+) and a workload
+/// that spends it: rounds of 80 ms of CPU 500 ms apart at 50 ms / 100 ms with a 40 ms burst,
+/// each 30 ms over the quota, paid from what the idle periods before it left unused. The row
+/// has the quota, period and burst the test wrote, and the cgroup's own cpu.stat `nr_bursts`
+/// and burst time (v1 `burst_time` ns, v2 `burst_usec`; 5.16+), in the JSON and in the table.
+#[test]
+fn a_burst_and_the_burst_spent_are_the_cgroups_own() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let cgroup = Cgroup::throttled(&host.cpu, "scan-burst", 50_000, 100_000);
+    if !common::applies(host.cpu.has_burst(cgroup.dir())) {
+        return;
+    }
+    host.cpu.set_burst(cgroup.dir(), 40_000);
+    let mut workload = common::spawn_in(
+        common::spiky(500, 80, 3, 1).stdout(Stdio::null()),
+        &cgroup,
+        Some(common::last_cpu()),
+    );
+    assert!(workload.wait().expect("wait workload").success());
+    cgroup.wait_refilled();
+    let truth = cgroup.stat();
+    let rows = scan(&[]);
+    let table = Command::new(TRACER).arg("scan").output().expect("run scan");
+    assert!(table.status.success(), "scan: {table:?}");
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert_eq!(
+        cgroup.stat(),
+        truth,
+        "the counters moved while scan read them"
+    );
+
+    let r = row(&rows, &cgroup);
+    assert_eq!(
+        (&r["quota_ns"], &r["period_ns"], &r["burst_ns"]),
+        (
+            &Value::from(50 * MS),
+            &Value::from(100 * MS),
+            &Value::from(40 * MS)
+        ),
+        "{r}"
+    );
+    assert_counts(r, truth);
+    let line = table
+        .lines()
+        .find(|l| l.split_whitespace().last() == Some(cgroup.path()))
+        .unwrap_or_else(|| panic!("no row for {} in the table:\n{table}", cgroup.path()));
+    // RATE PERIODS THROTTLED THROTTLED-s LOCAL-s BURSTS BURST-s USE QUOTA/PERIOD ...
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cells[8], "50ms/100ms+40ms", "{line}");
+    let s = &r["cpu_stat"];
+    let (Some(bursts), Some(burst_ns)) = (truth.nr_bursts, truth.burst_ns) else {
+        assert!(s["nr_bursts"].is_null() && s["burst_ns"].is_null(), "{r}");
+        common::applies(Err("cpu.stat has no nr_bursts / burst time (5.16+)"));
+        return;
+    };
+    println!(
+        "burst 40 ms at 50 ms / 100 ms: cpu.stat nr_bursts {bursts} burst {burst_ns} ns, \
+         nr_periods {} nr_throttled {}; table: {line}",
+        truth.nr_periods, truth.nr_throttled
+    );
+    assert!(bursts > 0 && burst_ns > 0, "no burst was spent: {truth:?}");
+    assert_eq!(
+        (s["nr_bursts"].as_u64(), s["burst_ns"].as_u64()),
+        (Some(bursts), Some(burst_ns)),
+        "{r}"
+    );
+    assert_eq!(
+        (cells[5], cells[6]),
+        (
+            bursts.to_string().as_str(),
+            format!("{:.3}", burst_ns as f64 / 1e9).as_str()
+        ),
+        "{line}"
     );
 }
 

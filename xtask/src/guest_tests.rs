@@ -133,6 +133,10 @@ const PLANS: &[(&str, Plan)] = &[
                 "needs tmux, which the initramfs does not hold",
             ),
             (
+                "terminal_live_view_p_shows_the_held_process_by_pid_and_comm",
+                "needs tmux, which the initramfs does not hold",
+            ),
+            (
                 "piped_live_view_prints_timestamped_blocks_of_the_throttled_cgroup",
                 USERSPACE,
             ),

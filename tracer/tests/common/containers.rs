@@ -225,6 +225,17 @@ impl Engine {
         }
     }
 
+    /// The directory that holds the engine's state (its data-root, sockets, storage) while
+    /// it runs.
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.dir.as_ref().map(tempfile::TempDir::path)
+    }
+
+    /// The private dockerd's pid (podman has no daemon).
+    pub fn daemon_pid(&self) -> Option<u32> {
+        self.daemon.as_ref().map(|d| d.id())
+    }
+
     /// The engine's client, pointed at this engine.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.client[0]);
@@ -448,7 +459,8 @@ pub fn release_dir(dir: tempfile::TempDir) -> Vec<String> {
     left
 }
 
-fn processes_mentioning(needle: &str) -> Vec<u32> {
+/// The processes (but this one) whose command line holds `needle`.
+pub fn processes_mentioning(needle: &str) -> Vec<u32> {
     let me = std::process::id();
     fs::read_dir("/proc")
         .into_iter()

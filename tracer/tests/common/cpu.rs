@@ -36,6 +36,8 @@ pub struct CpuStat {
     pub nr_throttled: u64,
     /// v1 `throttled_time`; v2 `throttled_usec` × 1000 (the kernel truncates to µs).
     pub throttled_ns: u64,
+    /// Periods that spent burst (5.16+; `None` before).
+    pub nr_bursts: Option<u64>,
     /// v1 `burst_time`; v2 `burst_usec` × 1000 (5.16+; `None` before).
     pub burst_ns: Option<u64>,
 }
@@ -146,6 +148,20 @@ impl CpuHierarchy {
         write(dir, file, &burst_us.to_string());
     }
 
+    /// Whether the kernel lets `dir` carry runtime over (`cpu.cfs_burst_us` / `cpu.max.burst`,
+    /// 5.14+); `Err` says it does not.
+    pub fn has_burst(&self, dir: &Path) -> Result<(), String> {
+        let file = match self.version {
+            Version::V1 => "cpu.cfs_burst_us",
+            Version::V2 => "cpu.max.burst",
+        };
+        if dir.join(file).exists() {
+            Ok(())
+        } else {
+            Err(format!("this kernel has no burst ({file}, 5.14+)"))
+        }
+    }
+
     /// The most CPU weight the version allows (v1 cpu.shares 262144, the kernel's MAX_SHARES;
     /// v2 cpu.weight 10000): other runnable work on a CPU then cannot share it with the group
     /// while the group has quota, so its quota is spent in as little wall time as it can be.
@@ -191,6 +207,7 @@ impl CpuHierarchy {
             nr_periods: required("nr_periods"),
             nr_throttled: required("nr_throttled"),
             throttled_ns: self.throttled_ns(&text, "cpu.stat"),
+            nr_bursts: field(&text, "nr_bursts"),
             burst_ns: match self.version {
                 Version::V1 => field(&text, "burst_time"),
                 Version::V2 => field(&text, "burst_usec").map(|us| us * 1_000),

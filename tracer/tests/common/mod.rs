@@ -150,3 +150,35 @@ pub fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
         thread::sleep(POLL);
     }
 }
+
+/// The kernel's tick: the jiffies counter's pace against the monotonic clock, both read from
+/// /proc/timer_list 200 ms apart, rounded to the nearest of the HZ values Linux offers; 10 ms
+/// (HZ=100, the coarsest) if the file cannot be read.
+pub fn tick_ns() -> u64 {
+    let read = || -> Option<(u64, u64)> {
+        let list = std::fs::read_to_string("/proc/timer_list").ok()?;
+        let value = |prefix: &str| -> Option<u64> {
+            list.lines()
+                .find_map(|l| l.strip_prefix(prefix))?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        };
+        Some((value("now at ")?, value("jiffies: ")?))
+    };
+    let hz = (|| {
+        let (t0, j0) = read()?;
+        thread::sleep(Duration::from_millis(200));
+        let (t1, j1) = read()?;
+        let measured = (j1 - j0) as f64 * 1e9 / (t1 - t0) as f64;
+        [100u64, 250, 300, 1000]
+            .into_iter()
+            .min_by_key(|hz| (*hz as f64 - measured).abs() as u64)
+    })();
+    let hz = hz.unwrap_or_else(|| {
+        eprintln!("/proc/timer_list unreadable: taking the coarsest tick, HZ=100");
+        100
+    });
+    1_000_000_000 / hz
+}

@@ -33,18 +33,27 @@ impl Running {
         child.wait_with_output().expect("wait for the child")
     }
 
-    /// How many threads besides the main one are running or runnable (state R in
-    /// /proc/PID/task/TID/stat).
-    pub fn running_threads(&self) -> usize {
+    /// The ids of its threads besides the main one (/proc/PID/task).
+    pub fn thread_ids(&self) -> Vec<u32> {
         let pid = self.id();
         fs::read_dir(format!("/proc/{pid}/task"))
             .into_iter()
             .flatten()
             .flatten()
-            .filter(|task| task.file_name().to_str() != Some(&pid.to_string()))
-            .filter(|task| {
+            .filter_map(|task| task.file_name().to_str()?.parse().ok())
+            .filter(|&tid| tid != pid)
+            .collect()
+    }
+
+    /// How many threads besides the main one are running or runnable (state R in
+    /// /proc/PID/task/TID/stat).
+    pub fn running_threads(&self) -> usize {
+        let pid = self.id();
+        self.thread_ids()
+            .into_iter()
+            .filter(|tid| {
                 // `tid (comm) S ...`: the state follows the comm's closing parenthesis.
-                fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).is_ok_and(|stat| {
                     stat.rsplit_once(") ")
                         .is_some_and(|(_, rest)| rest.starts_with('R'))
                 })

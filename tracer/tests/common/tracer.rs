@@ -1,6 +1,7 @@
 //! The tracer as the fault tests run it: its NDJSON on stdout, read line by line as it comes
 //! (a test can wait for a line before it acts), stopped with SIGINT, its lines returned parsed.
 use std::{
+    path::Path,
     process::{Command, Stdio},
     sync::mpsc::{Receiver, RecvTimeoutError},
     time::{Duration, Instant},
@@ -103,4 +104,15 @@ pub fn kernel_ns(stops: &[&Value]) -> u64 {
                 .unwrap_or_else(|| panic!("no kernel_ns: {s}"))
         })
         .sum()
+}
+
+/// Waits until a tracer started with `--record recording` has written its `start` line there,
+/// which it does once its probes are attached (a guard of 60 s against hanging, not a timing
+/// assertion).
+pub fn wait_recorded_start(recording: &Path) {
+    super::wait_until(
+        Duration::from_secs(60),
+        "the tracer recording its start line (see its stderr above)",
+        || std::fs::read_to_string(recording).is_ok_and(|t| t.ends_with('\n')),
+    );
 }
