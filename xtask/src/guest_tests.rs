@@ -181,8 +181,8 @@ const PLANS: &[(&str, Plan)] = &[
 /// The tests every kernel's guest runs, not only the one that runs the host tests (kernels.rs
 /// `host_tests`): what differs from kernel to kernel. deploy/daemonset.yaml's two capabilities
 /// must trace with every backend root can use, and which backends a kernel lets them use is the
-/// kernel's (7.2 refuses the kprobe backend's perf events to them; 5.10 has no task-based
-/// throttle); about 30 s a boot under TCG, most of it the tracepoint programs' verification.
+/// kernel's (Debian's 6.1 and 7.2 refuse the kprobe backend's perf events to them); 8 s a boot
+/// on 6.1 under TCG.
 const EVERY_KERNEL: &[&str] = &["doctor::bpf_and_perfmon_alone_use_every_backend_root_can"];
 
 /// The tests the guest runs, and the ones it does not with why.
