@@ -354,16 +354,26 @@ impl Runner<'_> {
 
     /// Whether a rerun of `workload` at `b` in a fresh cgroup is stopped no more than allowed.
     fn passes(&self, workload: Workload, b: Bandwidth) -> Result<bool> {
-        let cgroup = Cgroup::create(CGROUP_NAME, b.quota_us, b.period_us)?;
-        cgroup.favour()?;
-        if b.burst_us > 0 {
-            cgroup.set_burst(b.burst_us)?;
-        }
         let outcome = match workload {
             Workload::Spiky { burn_ms, threads } => {
-                self.spiky(&cgroup, burn_ms, threads, self.rounds)?
+                // The workload finds the period boundary by a stop of 30 ms or more, which a
+                // quota above 70 % of the period does not make: it syncs at half the period,
+                // and `b`'s quota is written once it has (the period timer keeps its phase).
+                let cgroup = Cgroup::create(CGROUP_NAME, b.period_us / 2, b.period_us)?;
+                cgroup.favour()?;
+                if b.burst_us > 0 {
+                    cgroup.set_burst(b.burst_us)?;
+                }
+                self.spiky(&cgroup, b, burn_ms, threads, self.rounds)?
             }
-            Workload::Arrivals => self.arrivals(&cgroup)?,
+            Workload::Arrivals => {
+                let cgroup = Cgroup::create(CGROUP_NAME, b.quota_us, b.period_us)?;
+                cgroup.favour()?;
+                if b.burst_us > 0 {
+                    cgroup.set_burst(b.burst_us)?;
+                }
+                self.arrivals(&cgroup)?
+            }
         };
         let pass = outcome.throttled <= workload.allowed(outcome.periods);
         eprintln!(
@@ -379,10 +389,17 @@ impl Runner<'_> {
         Ok(pass)
     }
 
-    /// `throttle-workload spiky` in `cgroup` (see [`pin`]): cpu.stat from 50 ms before its
-    /// first round (the stops that found the boundary over) to
-    /// its exit.
-    fn spiky(&self, cgroup: &Cgroup, burn_ms: u32, threads: u32, rounds: u32) -> Result<Outcome> {
+    /// `throttle-workload spiky` in `cgroup` (see [`pin`]), synced at the cgroup's quota and then
+    /// run at `b`'s: cpu.stat from 50 ms before its first round (the stops that found the
+    /// boundary over) to its exit.
+    fn spiky(
+        &self,
+        cgroup: &Cgroup,
+        b: Bandwidth,
+        burn_ms: u32,
+        threads: u32,
+        rounds: u32,
+    ) -> Result<Outcome> {
         let mut cmd = self.spiky_command(burn_ms, threads, rounds);
         let mut child = spawn_in(&mut cmd, cgroup, pin(threads))?;
         let stdout = BufReader::new(child.child().stdout.take().context("workload stdout")?);
@@ -391,6 +408,7 @@ impl Runner<'_> {
             let line = line.context("reading the workload's lines")?;
             if let Some(r) = line.strip_prefix("synced refill_ns ") {
                 let refill_ns: u64 = r.trim().parse().context("refill_ns")?;
+                cgroup.set_quota(b.quota_us, b.period_us)?;
                 if rounds > 0 {
                     let due = refill_ns + EVERY_MS * MS - 50 * MS;
                     thread::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns())));
