@@ -31,8 +31,9 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
     // Context probes first: a stop that ends between the two attach steps is then never
     // reported with a reason we could have known.
     let blind_end_reasons = end_contexts::attach(ebpf, |ebpf, ctx, function| {
-        attach_kprobe(ebpf, ctx.kprobe_programs.0, function)?;
-        attach_kprobe(ebpf, ctx.kprobe_programs.1, function)
+        attach_kprobe(ebpf, ctx.kprobe_programs.0, function)
+            .and_then(|()| attach_kprobe(ebpf, ctx.kprobe_programs.1, function))
+            .map_err(|e| e.to_string())
     });
     for (program, function) in [
         ("unthrottle_cfs_rq", "unthrottle_cfs_rq"),
@@ -41,13 +42,20 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
         ("throttle_cfs_rq", "throttle_cfs_rq"),
     ] {
         attach_kprobe(ebpf, program, function).map_err(|e| {
-            Failure::environment(
-                format!("cannot attach a kprobe to {function}: {e}"),
+            let hint = if e.errno == Some(libc::EACCES) {
+                // Seen on Debian's 6.1, 6.12 and 7.2 with CAP_BPF + CAP_PERFMON alone: the
+                // kprobe's perf event is refused to them, not the function to the kprobe.
+                "this kernel refuses kprobe perf events to the capabilities this process has: \
+                 run as root (or add CAP_SYS_ADMIN), or use `--backend fentry` or \
+                 `--backend tracepoint`, which CAP_BPF + CAP_PERFMON run"
+                    .to_owned()
+            } else {
                 format!(
                     "the kernel must export {function} to kprobes \
-                         (check `grep -w {function} /proc/kallsyms`)"
-                ),
-            )
+                     (check `grep -w {function} /proc/kallsyms`)"
+                )
+            };
+            Failure::environment(format!("cannot attach a kprobe to {function}: {e}"), hint)
         })?;
     }
     if let Err(e) = attach_kprobe(ebpf, "sched_cfs_period_timer", "sched_cfs_period_timer") {
@@ -56,7 +64,32 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
     Ok(Attached { blind_end_reasons })
 }
 
-fn attach_kprobe(ebpf: &mut Ebpf, program: &str, function: &str) -> Result<(), String> {
+/// Why a kprobe did not attach, with the errno the kernel gave, if any.
+#[derive(Debug)]
+struct Refused {
+    message: String,
+    errno: Option<i32>,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.errno {
+            Some(errno) => write!(f, "{}: {}", self.message, super::errno::describe(errno)),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl From<String> for Refused {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            errno: None,
+        }
+    }
+}
+
+fn attach_kprobe(ebpf: &mut Ebpf, program: &str, function: &str) -> Result<(), Refused> {
     let probe: &mut KProbe = ebpf
         .program_mut(program)
         .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
@@ -65,12 +98,10 @@ fn attach_kprobe(ebpf: &mut Ebpf, program: &str, function: &str) -> Result<(), S
     if probe.fd().is_err() {
         probe.load().map_err(|e| format!("load {program}: {e}"))?;
     }
-    probe
-        .attach(function, 0)
-        .map_err(|e| match super::errno::of(&e) {
-            Some(errno) => format!("{e}: {}", super::errno::describe(errno)),
-            None => e.to_string(),
-        })?;
+    probe.attach(function, 0).map_err(|e| Refused {
+        errno: super::errno::of(&e),
+        message: e.to_string(),
+    })?;
     let kind = match probe.kind() {
         ProbeKind::Entry => "kprobe",
         ProbeKind::Return => "kretprobe",

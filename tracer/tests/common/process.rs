@@ -180,9 +180,27 @@ pub fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Runni
 const BPF_PERFMON: &[u32] = &[38, 39];
 
 /// A command that runs `bin` as nobody with CAP_BPF and CAP_PERFMON only, what
-/// deploy/daemonset.yaml grants.
+/// deploy/daemonset.yaml grants, and no locked-memory limit, as containerd and Docker start a
+/// container: before 5.11 the kernel charges BPF maps to RLIMIT_MEMLOCK (the 5.10 guest's
+/// default refused the first map), which the manifest leaves to the runtime.
 pub fn with_bpf_perfmon_only(bin: &str) -> Command {
-    as_nobody(bin, BPF_PERFMON)
+    let mut cmd = Command::new(bin);
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: one system call between fork and exec, before drop_on_exec's closure drops the
+    // capability (CAP_SYS_RESOURCE) that raising the hard limit needs.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        })
+    };
+    drop_on_exec(cmd, BPF_PERFMON)
 }
 
 /// A command that runs `bin` as nobody (uid and gid 65534, no supplementary groups) with the
@@ -191,11 +209,15 @@ pub fn with_bpf_perfmon_only(bin: &str) -> Command {
 /// --ambient-caps --bounding-set` does, done here because the VM guests' busybox setpriv
 /// cannot change uid.
 pub fn as_nobody(bin: &str, keep: &'static [u32]) -> Command {
+    drop_on_exec(Command::new(bin), keep)
+}
+
+/// `cmd`, made to drop to nobody with `keep` after what its earlier pre_exec closures do.
+fn drop_on_exec(mut cmd: Command, keep: &'static [u32]) -> Command {
     let last: u32 = fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .expect("/proc/sys/kernel/cap_last_cap");
-    let mut cmd = Command::new(bin);
     // SAFETY: between fork and exec the closure makes system calls only: no allocation, no
     // lock.
     unsafe { cmd.pre_exec(move || drop_to_nobody(keep, last)) };
