@@ -53,10 +53,11 @@ fn report(file: &Path) -> Result<(), Failure> {
             |ns| crate::wallclock::Utc::of_unix_ns(ns).to_string(),
         );
         eprintln!(
-            "warning: {} was cut short (no `end` line: the tracer was killed): it got as far as \
-             its last record at monotonic {} ns ({utc}) and holds {} stops; reported below as \
-             recorded: cgroups without a `summary` line have no cpu.stat comparison, open stops \
-             are measured to the last record, and the traced time is that of the records",
+            "warning: {} was cut short (no `end` line: the tracer was killed or the file cut): \
+             it got as far as its last record at monotonic {} ns ({utc}) and holds {} stops; \
+             reported below as recorded: cgroups without a `summary` line have no cpu.stat \
+             comparison, open stops are measured to the last record, and the traced time is that \
+             of the records",
             file.display(),
             cut.last_ns,
             cut.stops
