@@ -252,7 +252,11 @@ fn detail(out: &mut String, r: &CgroupReport) {
             "  cpu.stat delta    unavailable: the cgroup is unreadable to the tracer (permission \
              denied)\n",
         ),
-        None => out.push_str("  cpu.stat delta    unavailable: its cpu.stat could not be read\n"),
+        // Not read at the end of the run, or a recording cut before its `summary` lines.
+        None => out.push_str(
+            "  cpu.stat delta    unavailable: not read at the end of the trace (or not \
+             recorded)\n",
+        ),
     }
     for a in &s.stopped_by_ancestor {
         let _ = writeln!(
@@ -640,7 +644,10 @@ mod tests {
         };
         assert_eq!(
             said(&r).as_deref(),
-            Some("  cpu.stat delta    unavailable: its cpu.stat could not be read")
+            Some(
+                "  cpu.stat delta    unavailable: not read at the end of the trace (or not \
+                 recorded)"
+            )
         );
         r.unreadable = true;
         assert_eq!(
