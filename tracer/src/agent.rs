@@ -334,6 +334,7 @@ impl Session {
             &resolved.offsets,
             &kernel_filter,
             request.probes.ring_buffer_size,
+            &request.probes.btf,
         )?;
         debug!("startup: probes attached in {:.1} ms", ms(phase));
         // The kernel BTF parsed for the loads is freed now, below the objects that stay: give

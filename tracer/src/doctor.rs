@@ -156,7 +156,7 @@ fn diagnose() -> Diagnosis {
     let offsets = resolved.map_or(Offsets::ABSENT, |r| r.offsets);
 
     let caps = Capabilities::of_self();
-    let kernel_btf = probes::KernelBtf::parse();
+    let kernel_btf = probes::KernelBtf::parse(Path::new(BTF_PATH));
     let results: Vec<(Backend, Result<(), Failure>)> = Backend::AUTO_ORDER
         .iter()
         .map(|&b| {

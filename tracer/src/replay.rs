@@ -14,7 +14,9 @@
 //!
 //! A recording cut short (the tracer was killed) has no `end` line: the report is still made
 //! from the records, without cpu.stat for the cgroups that have no `summary`, with open stops
-//! measured to the last record, and a warning says so.
+//! measured to the last record, and a warning says how far it got: its last record's time
+//! (CLOCK_MONOTONIC and UTC) and the ended stops it holds. The exit status is still 0: what
+//! the file holds was reported; the warning on standard error is how a script tells.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -45,12 +47,20 @@ fn report(file: &Path) -> Result<(), Failure> {
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display()), hint))?;
     let recorded = Recorded::read(BufReader::new(input))
         .map_err(|e| Failure::environment(format!("{}: {e}", file.display()), hint))?;
-    if !recorded.complete {
+    if let Some(cut) = &recorded.cut {
+        let utc = cut.last_unix_ns.map_or_else(
+            || "no wall-clock time: recorded before the lines had it".to_owned(),
+            |ns| crate::wallclock::Utc::of_unix_ns(ns).to_string(),
+        );
         eprintln!(
-            "warning: {} ends before the run did (no `end` line): cgroups without a `summary` \
-             line have no cpu.stat comparison, open stops are measured to the last record, and \
-             the traced time is that of the records",
-            file.display()
+            "warning: {} was cut short (no `end` line: the tracer was killed or the file cut): \
+             it got as far as its last record at monotonic {} ns ({utc}) and holds {} stops; \
+             reported below as recorded: cgroups without a `summary` line have no cpu.stat \
+             comparison, open stops are measured to the last record, and the traced time is that \
+             of the records",
+            file.display(),
+            cut.last_ns,
+            cut.stops
         );
     }
     Report::new(recorded.start, vec![Box::new(Text::stdout())])
@@ -87,8 +97,20 @@ pub struct Recorded {
     /// The aggregate's summaries of the recorded events, with the recorded end-of-run readings.
     pub reports: Vec<CgroupReport>,
     pub totals: End,
-    /// The recording has its `end` line: the run finished.
-    pub complete: bool,
+    /// How far the recording got if it has no `end` line; `None` if the run finished.
+    pub cut: Option<Cut>,
+}
+
+/// How far a recording without its `end` line got.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Cut {
+    /// The latest CLOCK_MONOTONIC time of its records.
+    pub last_ns: u64,
+    /// That time as Unix time (ns), at the wall-clock offset of the `start` line or of the
+    /// last `clock_step` line; `None` in recordings made before the lines had wall-clock times.
+    pub last_unix_ns: Option<i64>,
+    /// Its `stop` lines: the ended stops it holds.
+    pub stops: usize,
 }
 
 impl Recorded {
@@ -103,6 +125,8 @@ impl Recorded {
         let mut totals = None;
         let mut end_of_trace = None;
         let mut span: Option<(u64, u64)> = None;
+        let mut realtime_offset_ns = None;
+        let mut stops = 0;
         for (i, text) in input.lines().enumerate() {
             let line = i + 1;
             let text = text?;
@@ -111,7 +135,10 @@ impl Recorded {
             }
             let record = Line::parse(&text).map_err(|source| ReadError::Json { line, source })?;
             match (record, start.is_some()) {
-                (Line::Start(s), false) => start = Some(s),
+                (Line::Start(s), false) => {
+                    realtime_offset_ns = s.realtime_offset_ns;
+                    start = Some(s);
+                }
                 (_, false) => return Err(ReadError::NotARecording),
                 (Line::Start(_), true) => {
                     return Err(ReadError::Invalid {
@@ -135,8 +162,9 @@ impl Recorded {
                 (Line::End(end), _) => totals = Some(end),
                 // The advice is made again from the periods, as the live run made it.
                 (Line::Other | Line::Advice(_), _) => {}
-                // The wall clock's steps change the lines' UTC times, which are in the lines.
-                (Line::ClockStep(_), _) => {}
+                // The wall clock's steps change the lines' UTC times, which are in the lines;
+                // the last one's offset dates a cut recording's last record.
+                (Line::ClockStep(step), _) => realtime_offset_ns = Some(step.realtime_offset_ns),
                 (Line::Period(p), _) => {
                     let period = p.record();
                     widen(
@@ -154,6 +182,7 @@ impl Recorded {
                     aggregate.credit_only(&end, |d| a.credited_cgroup_ids.contains(&d));
                 }
                 (record, _) => {
+                    stops += usize::from(matches!(record, Line::Stop(_)));
                     let (event, path) = record
                         .event()
                         .map_err(|source| ReadError::Record { line, source })?
@@ -176,7 +205,17 @@ impl Recorded {
             aggregate.watch(*id);
         }
         let (first_ns, last_ns) = span.unwrap_or_default();
-        let complete = totals.is_some();
+        let cut = totals.is_none().then(|| Cut {
+            last_ns,
+            last_unix_ns: realtime_offset_ns.map(|offset| {
+                crate::wallclock::Reading {
+                    at_ns: last_ns,
+                    offset_ns: offset,
+                }
+                .unix_ns(last_ns)
+            }),
+            stops,
+        });
         let totals = totals.unwrap_or(End {
             lost: 0,
             malformed: 0,
@@ -203,6 +242,7 @@ impl Recorded {
                         // cpu.max), so a null period means the settings were not read.
                         settings: end.settings.period_ns.is_some().then_some(end.settings),
                         gone: end.gone,
+                        unreadable: end.unreadable,
                         lost: end.lost,
                     },
                     None => CgroupReport {
@@ -211,6 +251,7 @@ impl Recorded {
                         cpu_stat: None,
                         settings: None,
                         gone: false,
+                        unreadable: false,
                         lost: Lost::default(),
                     },
                 }
@@ -220,7 +261,7 @@ impl Recorded {
             start,
             reports,
             totals,
-            complete,
+            cut,
         })
     }
 }
@@ -342,6 +383,7 @@ mod tests {
                         burst_ns: None,
                     }),
                     gone: !known,
+                    unreadable: false,
                     lost: Lost::default(),
                     summary,
                 }
@@ -417,7 +459,7 @@ mod tests {
         let reports = live(&events, 350 * MS);
         let (live_text, file) = record(&events, &reports);
         let recorded = Recorded::read(BufReader::new(File::open(&file).unwrap())).unwrap();
-        assert!(recorded.complete);
+        assert_eq!(recorded.cut, None);
         assert_eq!(recorded.reports, reports);
         assert_eq!(recorded.totals, totals());
         assert_eq!(replayed(recorded), live_text);
@@ -460,6 +502,7 @@ mod tests {
                     cpu_stat: None,
                     settings: None,
                     gone: false,
+                    unreadable: false,
                     lost: Lost::default(),
                 }
             })
@@ -494,7 +537,21 @@ mod tests {
             .map(|l| format!("{l}\n"))
             .collect();
         let recorded = Recorded::read(cut.as_bytes()).unwrap();
-        assert!(!recorded.complete);
+        // Four ended stops (one of them the untraced 99's), the last record the open stop's
+        // start at 300 ms; the test's start line has no wall-clock offset.
+        let stops = cut
+            .lines()
+            .filter(|l| l.contains(r#""type":"stop""#))
+            .count();
+        assert_eq!(stops, 4);
+        assert_eq!(
+            recorded.cut,
+            Some(Cut {
+                last_ns: 300 * MS,
+                last_unix_ns: None,
+                stops
+            })
+        );
         // Only the cgroups with records (77: a descendant a stop of 4242 stopped), no cpu.stat,
         // open stops measured to the last record.
         let ids: Vec<u64> = recorded

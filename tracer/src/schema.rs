@@ -626,6 +626,10 @@ pub struct Summary {
     /// is null); absent when it was not.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gone: bool,
+    /// Its cpu.stat or quota files could not be read for want of permission at the end (so
+    /// `cpu_stat` is null although it exists); absent when they could.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unreadable: bool,
     /// Its records lost (`lost_stop_begins`, `lost_stops`, `lost_periods`), each absent when 0.
     #[serde(flatten)]
     pub lost: Lost,

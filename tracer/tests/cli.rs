@@ -242,3 +242,124 @@ fn missing_cpu_hierarchy_and_read_only_bpffs() {
     assert!(stdout.starts_with(r#"{"type":"start""#), "{stdout}");
     assert!(stdout.contains(r#""type":"end""#), "{stdout}");
 }
+
+/// The tracer in a mount namespace of its own where /sys/kernel/btf/vmlinux is hidden, as on a
+/// kernel built without CONFIG_DEBUG_INFO_BTF: `Absent` mounts an empty tmpfs over
+/// /sys/kernel/btf (no file at all), `Empty(file)` bind-mounts the empty `file` over vmlinux (a
+/// file that is no BTF). The rest of the machine is the host's, and the host keeps its file.
+#[derive(Clone)]
+enum HiddenBtf {
+    Absent,
+    Empty(std::ffi::CString),
+}
+
+impl HiddenBtf {
+    fn command(self, bin: &str) -> Command {
+        use std::os::unix::process::CommandExt as _;
+        let dir = c"/sys/kernel/btf";
+        let vmlinux = c"/sys/kernel/btf/vmlinux";
+        let mut cmd = Command::new(bin);
+        let ok = |r: libc::c_int| {
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        // SAFETY: between fork and exec only system calls, on strings made before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                ok(libc::unshare(libc::CLONE_NEWNS))?;
+                // Private, or the mounts below would propagate to the host's namespace.
+                ok(libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ))?;
+                match &self {
+                    Self::Absent => ok(libc::mount(
+                        c"tmpfs".as_ptr(),
+                        dir.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        0,
+                        std::ptr::null(),
+                    )),
+                    Self::Empty(file) => ok(libc::mount(
+                        file.as_ptr(),
+                        vmlinux.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    )),
+                }
+            });
+        }
+        cmd
+    }
+}
+
+/// A kernel without /sys/kernel/btf/vmlinux (the file hidden in the tracer's own mount
+/// namespace, absent or empty): without `--btf` the tracer exits 1 with one error line naming
+/// the file and a hint naming `--btf`; with `--btf COPY` (the real file copied beforehand) it
+/// traces a throttled cgroup whole: the tracepoint backend's tp_btf programs attach by the
+/// kernel's own BTF, not by the file, and Σ kernel_ns equals the cpu.stat delta read here.
+#[test]
+fn a_kernel_without_sysfs_btf_is_named_and_btf_copy_traces() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("vmlinux");
+    std::fs::copy("/sys/kernel/btf/vmlinux", &copy).expect("copy the kernel's BTF");
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "").unwrap();
+    let empty = || HiddenBtf::Empty(std::ffi::CString::new(empty.to_str().unwrap()).unwrap());
+    for (what, hidden, error) in [
+        ("absent", HiddenBtf::Absent, "kernel BTF is missing"),
+        ("empty", empty(), "cannot parse kernel BTF"),
+    ] {
+        // The truth the tracer's answer is judged against: in such a namespace the file is
+        // not there, or holds nothing (`test -s` fails for both).
+        let seen = hidden
+            .clone()
+            .command("test")
+            .args(["-s", "/sys/kernel/btf/vmlinux"])
+            .status()
+            .expect("run test in the namespace");
+        assert_eq!(seen.code(), Some(1), "{what}: the file is still readable");
+        let out = hidden
+            .command(BIN)
+            .args(["--duration", "1s"])
+            .output()
+            .expect("run the tracer in the namespace");
+        assert_failure(&out, 1, error);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr
+                .lines()
+                .next()
+                .is_some_and(|l| l.contains("/sys/kernel/btf/vmlinux")),
+            "{what}: the error names the file: {stderr}"
+        );
+        assert_hint(&out, "--btf");
+        println!("{what}: {}", stderr.trim_end());
+    }
+
+    let cgroup = common::Cgroup::throttled(&host.cpu, "cli-btf", 50_000, 100_000);
+    let tracer = common::tracer::Tracer::start_as(
+        HiddenBtf::Absent.command(BIN),
+        &["--btf", copy.to_str().unwrap(), "--cgroup", cgroup.path()],
+    );
+    let before = cgroup.stat().throttled_ns;
+    let workload = common::spawn_in(&mut common::busy(2, 2), &cgroup, None).wait();
+    assert!(workload.expect("run throttle-workload").success());
+    cgroup.wait_refilled();
+    let truth = cgroup.stat().throttled_ns - before;
+    let lines = tracer.stop();
+    let (traced, stops) = common::tracer::accounted_ns(&lines, cgroup.id());
+    println!("--btf copy: {stops} stops, Σ kernel_ns {traced} vs cpu.stat {truth}");
+    assert!(truth > 0, "the group was never throttled");
+    assert_eq!(traced, truth);
+}

@@ -118,3 +118,126 @@ fn a_closed_output_pipe_ends_the_run_at_once() {
     assert!(status.success(), "after the pipe closed: {status}");
     assert_complete(&recording, "the pipe closed");
 }
+
+/// A recording cut short: the tracer SIGKILLed (nothing of it runs after the signal: no `end`
+/// line, no summary) while the group it records is being stopped. `report FILE` says how far
+/// the recording got, its last record's time (CLOCK_MONOTONIC and UTC, each within the test's
+/// own clock readings around the run) and the stops it holds (= its `stop` lines, counted
+/// here), reports those stops (the group's STOPS column = its `stop` lines) and exits 0.
+#[test]
+fn report_of_a_killed_recording_says_how_far_it_got() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let cgroup = Cgroup::throttled(&host.cpu, "endings-kill", 30_000, 100_000);
+    let dir = tempfile::tempdir().unwrap();
+    let recording = dir.path().join("killed.ndjson");
+    let began = (common::monotonic_ns(), jiff::Timestamp::now());
+    let mut tracer = tracer(&cgroup, &recording, Stdio::null());
+    common::tracer::wait_recorded_start(&recording);
+    let _workload = common::spawn_in(&mut common::busy(2, 10), &cgroup, None);
+    let stop_lines = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(r#"{"type":"stop","#))
+            .count()
+    };
+    common::wait_until(LIMIT, "five stops recorded", || {
+        stop_lines(&fs::read_to_string(&recording).unwrap()) >= 5
+    });
+    tracer.kill().expect("SIGKILL the tracer");
+    tracer.wait().expect("reap the tracer");
+    let killed = (common::monotonic_ns(), jiff::Timestamp::now());
+
+    let text = fs::read_to_string(&recording).unwrap();
+    assert!(
+        !text.contains(r#""type":"end""#),
+        "a killed run wrote its end"
+    );
+    let stops = stop_lines(&text);
+    let report = Command::new(TRACER)
+        .arg("report")
+        .arg(&recording)
+        .output()
+        .expect("run throttle-tracer report");
+    let stderr = String::from_utf8_lossy(&report.stderr);
+    let stdout = String::from_utf8_lossy(&report.stdout);
+    println!("{stops} stop lines; report's stderr: {stderr}{stdout}");
+    assert_eq!(report.status.code(), Some(0), "{stderr}");
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("warning: ") && l.contains("cut short"))
+        .unwrap_or_else(|| panic!("no warning of the cut: {stderr}"));
+    let after = |marker: &str| {
+        warning
+            .split_once(marker)
+            .and_then(|(_, rest)| rest.split([' ', ')']).next())
+            .unwrap_or_else(|| panic!("no {marker:?} in {warning}"))
+    };
+    assert_eq!(after("holds ").parse::<usize>(), Ok(stops), "{warning}");
+    let last_ns: u64 = after("at monotonic ").parse().expect("a time in ns");
+    let last_utc: jiff::Timestamp = after("ns (").parse().expect("an RFC 3339 time");
+    assert!(
+        (began.0..=killed.0).contains(&last_ns),
+        "last record at {last_ns}, the run from {} to {}",
+        began.0,
+        killed.0
+    );
+    // The UTC time is printed to the µs, truncated.
+    let micro = jiff::SignedDuration::from_micros(1);
+    assert!(
+        began.1 - micro <= last_utc && last_utc <= killed.1,
+        "last record at {last_utc}, the run from {} to {}",
+        began.1,
+        killed.1
+    );
+    // The group's row: `PATH  STOPS  GROUP ...`.
+    let row: Vec<&str> = stdout
+        .lines()
+        .find(|l| l.starts_with(cgroup.path()))
+        .unwrap_or_else(|| panic!("no row of {}: {stdout}", cgroup.path()))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[1].parse::<usize>(), Ok(stops), "{row:?}");
+}
+
+/// A second tracer started while one runs, on the same cgroup: both trace at once, each its own
+/// whole window. The first runs over two rounds of throttling, the second over the second
+/// round only; for each, Σ kernel_ns of its stops equals the cgroup's cpu.stat throttled-time
+/// delta over its own window (read here while the group is idle, between the rounds), and it
+/// ends with exit 0.
+#[test]
+fn two_tracers_at_once_each_trace_their_whole_window() {
+    use common::tracer::{Tracer, accounted_ns};
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let cgroup = Cgroup::throttled(&host.cpu, "endings-two", 50_000, 100_000);
+    let round = || {
+        let workload = common::spawn_in(&mut common::busy(2, 2), &cgroup, None).wait();
+        assert!(workload.expect("run throttle-workload").success());
+        cgroup.wait_refilled();
+        cgroup.stat().throttled_ns
+    };
+    let first = Tracer::start(&["--cgroup", cgroup.path()]);
+    let at_first = cgroup.stat().throttled_ns;
+    let after_one = round();
+    let second = Tracer::start(&["--cgroup", cgroup.path()]);
+    let at_second = cgroup.stat().throttled_ns;
+    let after_two = round();
+    let (first, second) = (first.stop(), second.stop());
+    let id = cgroup.id();
+    let (first_ns, first_stops) = accounted_ns(&first, id);
+    let (second_ns, second_stops) = accounted_ns(&second, id);
+    println!(
+        "first tracer: {first_stops} stops, {first_ns} ns vs cpu.stat {} ns; second: \
+         {second_stops} stops, {second_ns} ns vs cpu.stat {} ns",
+        after_two - at_first,
+        after_two - at_second
+    );
+    assert!(
+        after_one > at_first && after_two > at_second,
+        "not throttled"
+    );
+    assert_eq!(first_ns, after_two - at_first, "the first tracer");
+    assert_eq!(second_ns, after_two - at_second, "the second tracer");
+}

@@ -316,7 +316,7 @@ fn one_thread_stops_last_the_rest_of_the_period() {
 /// is what cpu.stat's throttled_time grew by, and its group stops are the throttled periods.
 #[test]
 fn kernel_accounted_time_matches_cpu_stat() {
-    kernel_time_matches_cpu_stat("two", Command::new(TRACER), &common::backend());
+    kernel_time_matches_cpu_stat("two", |_| Command::new(TRACER), &common::backend());
 }
 
 /// The same, traced as nobody with CAP_BPF + CAP_PERFMON only (what deploy/daemonset.yaml
@@ -325,18 +325,67 @@ fn kernel_accounted_time_matches_cpu_stat() {
 /// zeros. (The kprobe backend's perf events are refused to such a process on 7.2: doctor.rs.)
 #[test]
 fn bpf_and_perfmon_alone_trace_every_stop() {
-    kernel_time_matches_cpu_stat("caps", common::with_bpf_perfmon_only(TRACER), "auto");
+    kernel_time_matches_cpu_stat("caps", |_| common::with_bpf_perfmon_only(TRACER), "auto");
 }
 
-fn kernel_time_matches_cpu_stat(tag: &str, tracer: Command, backend: &str) {
-    let Some(host) = common::require(common::host()) else {
+/// A cgroup the tracer may not read (mode 700, as a runtime's private subtree can be), traced
+/// as nobody with CAP_BPF + CAP_PERFMON only: its stops are still traced whole (the kernel's
+/// records need no cgroupfs access; Σ kernel_ns = the cpu.stat delta read here as root), the
+/// run ends with exit 0, and its summary says that the cpu.stat delta is missing because the
+/// cgroup is unreadable: `unreadable` in the NDJSON summary and the text report's line, in
+/// `report` of the run's recording.
+#[test]
+fn a_cgroup_it_may_not_read_is_traced_and_its_missing_cpu_stat_explained() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    // Nobody writes the recording.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let recording = dir.path().join("private.ndjson");
+    let Some(lines) = kernel_time_matches_cpu_stat(
+        "private",
+        |cgroup| {
+            std::fs::set_permissions(cgroup.dir(), std::fs::Permissions::from_mode(0o700))
+                .expect("chmod 700 the cgroup");
+            let mut tracer = common::with_bpf_perfmon_only(TRACER);
+            tracer.arg("--record").arg(&recording);
+            tracer
+        },
+        "auto",
+    ) else {
         return;
     };
+    let summary = of_type(&lines, "summary")[0];
+    assert!(summary["cpu_stat"].is_null(), "{summary}");
+    assert_eq!(summary["unreadable"], true, "{summary}");
+    let report = Command::new(TRACER)
+        .arg("report")
+        .arg(&recording)
+        .output()
+        .expect("run throttle-tracer report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success(), "{report:?}");
+    println!("{text}");
+    assert!(
+        text.contains("cpu.stat delta    unavailable: the cgroup is unreadable to the tracer"),
+        "{text}"
+    );
+}
+
+/// Traces two busy threads at 50 ms / 100 ms with `tracer` (made for the cgroup, which it may
+/// change first) and `--backend backend`: Σ kernel_ns = the cpu.stat delta, group stops = the
+/// throttled periods. Returns the run's lines; `None` if this machine cannot run it.
+fn kernel_time_matches_cpu_stat(
+    tag: &str,
+    tracer: impl FnOnce(&Cgroup) -> Command,
+    backend: &str,
+) -> Option<Vec<Value>> {
+    let host = common::require(common::host())?;
     // The most CPU weight: without it, other work on the machine can keep the group under its
     // quota (few stops).
     let mut scene = Scene::new(&host.cpu, tag, 50_000, 100_000);
     // The tracer runs before the workload enters the cgroup, and after the workload is gone
     // the last refill ends every stop before cpu.stat is read: both windows hold every stop.
+    let tracer = tracer(&scene.cgroup);
     let rx = scene.start_tracer_with(tracer, backend);
     let before = scene.cgroup.stat();
     scene.run_workload(2, 3, None);
@@ -394,6 +443,7 @@ fn kernel_time_matches_cpu_stat(tag: &str, tracer: Command, backend: &str) {
         (group_stops as f64 - periods as f64).abs() <= tolerance,
         "group stops {group_stops} vs nr_throttled {periods}"
     );
+    Some(lines)
 }
 
 /// Started in the middle of an incident: two busy threads at 50 ms / 100 ms have been stopped

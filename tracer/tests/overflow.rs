@@ -23,10 +23,6 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// half a CPU and wants one on every CPU.
 const FLOOD_PERIOD_US: u64 = 2_000;
 
-fn id_of(cgroup: &Cgroup) -> u64 {
-    std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(cgroup.dir()).unwrap())
-}
-
 fn summary(lines: &[Value], id: u64) -> &Value {
     let found = tracer::of(lines, "summary", id);
     assert_eq!(found.len(), 1, "one summary of cgroup {id}");
@@ -76,7 +72,7 @@ fn an_overflowing_ring_loses_counted_records_and_the_trace_recovers() {
     let flood_stats: Vec<CpuStat> = flood.iter().map(Cgroup::stat).collect();
 
     // After the flood: a new group's stops, all of them.
-    let fresh_id = id_of(&fresh);
+    let fresh_id = fresh.id();
     let mut run = common::spawn_in(&mut common::busy(1, 2), &fresh, Some(cpus - 1));
     assert!(run.wait().expect("wait for the workload").success());
     let fresh_stat = fresh.stat();
@@ -94,7 +90,7 @@ fn an_overflowing_ring_loses_counted_records_and_the_trace_recovers() {
 
     let mut attributed = 0;
     for (cgroup, stat) in flood.iter().zip(&flood_stats) {
-        let id = id_of(cgroup);
+        let id = cgroup.id();
         let s = summary(&lines, id);
         let what = format!("{} (id {id})", cgroup.path());
         let traced = count(s, "stops");

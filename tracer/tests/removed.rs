@@ -14,9 +14,7 @@
 //! `CI=true`).
 mod common;
 
-use std::{
-    fs, os::unix::fs::MetadataExt as _, path::Path, process::Command, thread, time::Duration,
-};
+use std::{fs, process::Command, thread, time::Duration};
 
 use common::{
     Cgroup, CpuStat,
@@ -29,12 +27,6 @@ const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 /// A guard against hanging, not a timing assertion.
 const LIMIT: Duration = Duration::from_secs(60);
 
-fn id_of(dir: &Path) -> u64 {
-    fs::metadata(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .ino()
-}
-
 #[test]
 fn cgroup_ids_are_never_reused_within_the_cpu_hierarchy() {
     let Some(host) = common::require(common::host()) else {
@@ -46,7 +38,7 @@ fn cgroup_ids_are_never_reused_within_the_cpu_hierarchy() {
     for i in 0..100 {
         let tag = if i % 2 == 0 { "ids" } else { "ids-other" };
         let cgroup = Cgroup::new(&host.cpu, tag);
-        ids.push(id_of(cgroup.dir()));
+        ids.push(cgroup.id());
     }
     assert!(
         ids.windows(2).all(|w| w[0] < w[1]),
@@ -97,7 +89,7 @@ fn a_cgroup_removed_while_stopped_keeps_its_summary_marked_gone_and_new_ones_are
     // has time to act inside a stop once the tracer has said that one began.
     let old = Cgroup::throttled(&host.cpu, "removed", 10_000, 500_000);
     let path = old.path().to_owned();
-    let old_id = id_of(old.dir());
+    let old_id = old.id();
     let dir = tempfile::tempdir().unwrap();
     let recording = dir.path().join("removed.ndjson");
     let mut tracer = Tracer::start(&["--record", recording.to_str().unwrap()]);
@@ -187,7 +179,7 @@ fn a_cgroup_removed_while_stopped_keeps_its_summary_marked_gone_and_new_ones_are
 
     // The new groups: new ids, each one's stops its own cpu.stat, none gone.
     for (cgroup, stat) in new.iter().zip(new_stats) {
-        let id = id_of(cgroup.dir());
+        let id = cgroup.id();
         assert!(id > old_id, "{} got id {id} after {old_id}", cgroup.path());
         let what = format!("the new {} (id {id})", cgroup.path());
         assert_matches(&tracer::of(&lines, "stop", id), stat, &what);

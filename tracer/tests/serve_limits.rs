@@ -1,11 +1,12 @@
 //! `serve` under a flood of bad clients on loopback: malformed, oversized, slow (a byte a
 //! second) and many idle connections at once, while a well-behaved scrape keeps being answered
-//! in its normal time and only GET and HEAD are served.
+//! in its normal time, its memory stays bounded and only GET and HEAD are served; and what it
+//! serves tells no more than cgroup names and counts.
 mod common;
 
 use std::{
     io::{Read, Write},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     process::{Command, Stdio},
     sync::{
         Arc,
@@ -15,20 +16,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::Running;
+use common::{Cgroup, Running, http::free_port};
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
 
 /// The status of `request` sent whole, and how long the answer took; `None` if the server
 /// closed without one.
 fn send(port: u16, request: &[u8]) -> Option<(u16, Duration)> {
+    answer(port, request).map(|(status, took, _)| (status, took))
+}
+
+/// [`send`], with the whole response.
+fn answer(port: u16, request: &[u8]) -> Option<(u16, Duration, Vec<u8>)> {
     let began = Instant::now();
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
@@ -41,29 +40,51 @@ fn send(port: u16, request: &[u8]) -> Option<(u16, Duration)> {
         .split(' ')
         .nth(1)
         .and_then(|s| s.parse().ok())?;
-    Some((status, began.elapsed()))
+    Some((status, began.elapsed(), response))
 }
+
+/// The resident memory of process `pid` (VmRSS in /proc/PID/status), KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS: {status}"))
+}
+
+/// How much the flood may add to the resident memory of a quiet `serve`: it keeps 64
+/// connections open at most (serve.rs MAX_CONNECTIONS), each with an 8 KiB head buffer, its
+/// write buffer and its task; 128 KiB each is four times that, and 8 MiB in all is still far
+/// below what an unbounded server would take from 100 idle, 40 slow and a stream of oversized
+/// clients.
+const FLOOD_RSS_KIB: u64 = 8 * 1024;
 
 const SCRAPE: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
 
 #[test]
 fn a_flood_of_bad_clients_leaves_scrapes_answered_in_normal_time() {
-    let Some(_host) = common::require(common::host()) else {
+    let Some(host) = common::require(common::host()) else {
         return;
     };
+    // A group throttled throughout: its series are what a scrape holds.
+    let cgroup = Cgroup::throttled(&host.cpu, "serve-flood", 20_000, 100_000);
     let port = free_port();
-    let _serve = Running::spawn(
+    let serve = Running::spawn(
         Command::new(TRACER)
             .args(["serve", "--backend", &common::backend(), "--listen"])
             .arg(format!("127.0.0.1:{port}"))
+            .args(["--cgroup", cgroup.path()])
             .stdout(Stdio::null()),
     );
+    let _workload = common::spawn_in(&mut common::busy(1, 60), &cgroup, None);
     common::wait_until(Duration::from_secs(60), "serve answering /metrics", || {
         send(port, SCRAPE).is_some_and(|(s, _)| s == 200)
     });
     let mut quiet: Vec<Duration> = (0..5).map(|_| send(port, SCRAPE).unwrap().1).collect();
     quiet.sort();
     let normal = quiet[2];
+    let quiet_rss = rss_kib(serve.id());
 
     // What is refused, each on its own.
     let oversized = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
@@ -120,7 +141,9 @@ fn a_flood_of_bad_clients_leaves_scrapes_answered_in_normal_time() {
     let mut slowest = Duration::ZERO;
     let deadline = Instant::now() + Duration::from_secs(6);
     let mut scrapes = 0;
+    let mut peak_rss = quiet_rss;
     while Instant::now() < deadline {
+        peak_rss = peak_rss.max(rss_kib(serve.id()));
         let answer = send(port, SCRAPE);
         let (status, took) = answer.unwrap_or_else(|| panic!("scrape {scrapes}: no answer"));
         assert_eq!(status, 200, "scrape {scrapes}");
@@ -133,10 +156,116 @@ fn a_flood_of_bad_clients_leaves_scrapes_answered_in_normal_time() {
         t.join().unwrap();
     }
     drop(idle);
-    println!("{scrapes} scrapes during the flood, slowest {slowest:?}; quiet median {normal:?}");
+    let after_rss = rss_kib(serve.id());
+    println!(
+        "{scrapes} scrapes during the flood, slowest {slowest:?}; quiet median {normal:?}; \
+         VmRSS {quiet_rss} KiB quiet, {peak_rss} KiB at most during the flood, {after_rss} KiB \
+         after"
+    );
+    assert!(
+        peak_rss.max(after_rss) <= quiet_rss + FLOOD_RSS_KIB,
+        "VmRSS grew from {quiet_rss} KiB to {peak_rss} KiB (after: {after_rss} KiB)"
+    );
     // Normal time: a scrape is milliseconds here; what a Prometheus would notice is seconds.
     assert!(
         slowest < Duration::from_secs(1).max(normal * 20),
         "slowest scrape {slowest:?} (quiet: {normal:?})"
     );
+}
+
+/// HEAD is answered as GET without a body, an unknown path is a 404, and a scrape holds only
+/// the exporter's own families: every line a `throttle_tracer_*` sample or its `# HELP` /
+/// `# TYPE` / `# UNIT` (and OpenMetrics' `# EOF`), every label a cgroup's path or a part of its name, a
+/// family's bucket or reason; nothing of the host beyond that: not its name, the tracer's
+/// environment or working directory, nor a path outside the cgroup tree.
+#[test]
+fn head_unknown_paths_and_a_scrape_that_tells_only_cgroups_and_counts() {
+    let Some(host) = common::require(common::host()) else {
+        return;
+    };
+    let cgroup = Cgroup::throttled(&host.cpu, "serve-reveal", 20_000, 100_000);
+    let port = free_port();
+    let _serve = Running::spawn(
+        Command::new(TRACER)
+            .args(["serve", "--backend", &common::backend(), "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["--cgroup", cgroup.path()])
+            .stdout(Stdio::null()),
+    );
+    common::http::wait_ready(port, "/metrics", "serve");
+    let workload = common::spawn_in(&mut common::busy(1, 1), &cgroup, None).wait();
+    assert!(workload.expect("run throttle-workload").success());
+    cgroup.wait_refilled();
+
+    let head = b"HEAD /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let (status, _, response) = answer(port, head).expect("an answer to HEAD");
+    let response = String::from_utf8_lossy(&response);
+    assert_eq!(status, 200, "{response}");
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    assert!(body.is_empty(), "HEAD answered with a body: {response}");
+    let (status, body) = common::http::get(port, "/no/such/path").expect("GET an unknown path");
+    assert_eq!(status, 404, "{body}");
+
+    let (status, scrape) = common::http::get(port, "/metrics").expect("scrape");
+    assert_eq!(status, 200, "{scrape}");
+    assert!(
+        scrape.contains(&format!("cgroup=\"{}\"", cgroup.path())),
+        "no series of the throttled group: {scrape}"
+    );
+    for line in scrape.lines().filter(|l| !l.is_empty()) {
+        let family = line
+            .strip_prefix("# HELP ")
+            .or_else(|| line.strip_prefix("# TYPE "))
+            .or_else(|| line.strip_prefix("# UNIT "))
+            .unwrap_or(line);
+        assert!(
+            family.starts_with("throttle_tracer_") || line == "# EOF",
+            "not the exporter's own: {line}"
+        );
+    }
+    // What the host would give away: its name, the environment the tracer ran in (the test's,
+    // values long enough to be recognised), its working directory, paths beyond the cgroups.
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let cwd = std::env::current_dir().unwrap();
+    let secrets: Vec<String> = std::env::vars()
+        .map(|(_, v)| v)
+        .chain([
+            hostname.trim().to_owned(),
+            cwd.display().to_string(),
+            TRACER.to_owned(),
+        ])
+        .filter(|v| v.len() >= 8)
+        .collect();
+    for value in labels(&scrape) {
+        assert!(
+            !secrets.iter().any(|s| value.contains(s.as_str())),
+            "a label tells of the host: {value:?}"
+        );
+        assert!(
+            !value.starts_with('/') || value.starts_with(cgroup.path()),
+            "a path beyond the traced cgroup: {value:?}"
+        );
+    }
+    for forbidden in ["/sys/", "/proc/", "/home/", "/root", "/tmp/"] {
+        assert!(
+            !scrape.contains(forbidden),
+            "{forbidden} in the scrape: {scrape}"
+        );
+    }
+    println!(
+        "{} lines, {} label values, all the exporter's own",
+        scrape.lines().count(),
+        labels(&scrape).len()
+    );
+}
+
+/// Every label value of a text exposition's samples.
+fn labels(scrape: &str) -> Vec<&str> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| Some(l.split_once('{')?.1.rsplit_once('}')?.0))
+        .flat_map(|labels| labels.split("\","))
+        .filter_map(|pair| Some(pair.split_once("=\"")?.1.trim_end_matches('"')))
+        .collect()
 }

@@ -55,7 +55,11 @@ const PLANS: &[(&str, Plan)] = &[
     ),
     (
         "cli",
-        Plan::HostOnly("argument parsing and usage errors, no cgroup"),
+        Plan::HostOnly(
+            "argument parsing, usage errors and machines that cannot trace (made on the host in \
+             mount namespaces of their own: the cpu hierarchy unmounted, the kernel's BTF file \
+             hidden), the same userspace checks on every kernel",
+        ),
     ),
     (
         "cpu_files",
@@ -102,12 +106,23 @@ const PLANS: &[(&str, Plan)] = &[
     ),
     (
         "endings",
-        Plan::Run(&[(
-            "signals_end_the_run_with_its_summary_and_a_complete_recording",
-            "the agent's signal handling and recording, the same on every kernel; \
-             a_closed_output_pipe_ends_the_run_at_once detaches the probes there (12 s of CI's \
-             20 minutes)",
-        )]),
+        Plan::Run(&[
+            (
+                "signals_end_the_run_with_its_summary_and_a_complete_recording",
+                "the agent's signal handling and recording, the same on every kernel; \
+                 a_closed_output_pipe_ends_the_run_at_once detaches the probes there (12 s of \
+                 CI's 20 minutes)",
+            ),
+            (
+                "report_of_a_killed_recording_says_how_far_it_got",
+                USERSPACE,
+            ),
+            (
+                "two_tracers_at_once_each_trace_their_whole_window",
+                "not run in a guest yet: checked on the host's tracepoint backend only; two \
+                 kprobe or fentry tracers on one function under TCG are still to be run",
+            ),
+        ]),
     ),
     (
         "image",
@@ -120,7 +135,14 @@ const PLANS: &[(&str, Plan)] = &[
         "golden",
         Plan::HostOnly("recordings in tracer/tests/data, no cgroup"),
     ),
-    ("host_tracepoint", Plan::Run(&[])),
+    (
+        "host_tracepoint",
+        Plan::Run(&[(
+            "a_cgroup_it_may_not_read_is_traced_and_its_missing_cpu_stat_explained",
+            "not run in a guest yet: checked on the host (v1, tracepoint as `auto` picks it) \
+             only; the guests' v2 hierarchy and their `auto` backends are still to be run",
+        )]),
+    ),
     (
         "live",
         Plan::Run(&[

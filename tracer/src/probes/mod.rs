@@ -31,6 +31,7 @@ use crate::{
 };
 use errno::Cause;
 use std::os::fd::AsRawFd as _;
+use std::path::Path;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
 
@@ -205,8 +206,9 @@ impl Probes {
         offsets: &Offsets,
         cgroup_filter: &[u64],
         ring_bytes: u32,
+        btf_path: &Path,
     ) -> Result<Self, Failure> {
-        let btf = KernelBtf::parse();
+        let btf = KernelBtf::parse(btf_path);
         let selected = select(choice.candidates(), |backend| {
             try_backend(backend, &btf, offsets, cgroup_filter, ring_bytes)
         })?;
@@ -311,9 +313,14 @@ impl Probes {
 pub struct KernelBtf(Result<Btf, String>);
 
 impl KernelBtf {
-    pub fn parse() -> Self {
+    /// Parses `path`: /sys/kernel/btf/vmlinux, or the copy `--btf` names where that file is
+    /// missing. The kernel resolves the programs' attach points in its own vmlinux BTF, not in
+    /// the file, so a copy made from the running kernel loads and attaches them the same
+    /// (tracer/tests/cli.rs proves it with sysfs's file hidden).
+    pub fn parse(path: &Path) -> Self {
         let phase = std::time::Instant::now();
-        let btf = Btf::from_sys_fs().map_err(|e| e.to_string());
+        let btf = Btf::parse_file(path, aya::Endianness::default())
+            .map_err(|e| format!("{}: {e}", path.display()));
         debug!(
             "startup: kernel BTF parsed in {:.1} ms",
             crate::agent::ms(phase)

@@ -59,6 +59,10 @@ pub struct CgroupReport {
     /// this cgroup (none at its path, or one made again there, with another id). Its figures
     /// are the trace's to its removal; it has no cpu.stat delta.
     pub gone: bool,
+    /// Its cpu.stat or quota files could not be read for want of permission at the end (a
+    /// private subtree, mode 700, traced by a process without root): why it has no cpu.stat
+    /// delta although it exists.
+    pub unreadable: bool,
     /// Its records the kernel could not put in the ring buffer: which of its figures are
     /// incomplete.
     pub lost: Lost,
@@ -90,12 +94,14 @@ impl CgroupReport {
         // No path now (after a fresh walk, if the last is a second old) or a sample that found
         // another directory, or none, at the path: no directory is this cgroup any more.
         let gone = !end.is_some_and(|e| e.exists);
+        let unreadable = end.is_some_and(|e| e.denied);
         Self {
             summary,
             path,
             cpu_stat,
             settings,
             gone,
+            unreadable,
             lost,
         }
     }
@@ -214,6 +220,7 @@ impl CgroupReport {
                 .collect(),
             threads_unlisted: s.held.unlisted,
             gone: self.gone,
+            unreadable: self.unreadable,
             lost: self.lost,
         }
     }
@@ -438,6 +445,7 @@ pub(crate) mod tests {
                 burst_ns: Some(0),
             }),
             gone: false,
+            unreadable: false,
             lost: Lost::default(),
         }
     }

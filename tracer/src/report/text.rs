@@ -248,7 +248,15 @@ fn detail(out: &mut String, r: &CgroupReport) {
         None if r.gone => out.push_str(
             "  cpu.stat delta    unavailable: the cgroup was removed, its cpu.stat with it\n",
         ),
-        None => out.push_str("  cpu.stat delta    unavailable (cgroup unreadable)\n"),
+        None if r.unreadable => out.push_str(
+            "  cpu.stat delta    unavailable: the cgroup is unreadable to the tracer (permission \
+             denied)\n",
+        ),
+        // Not read at the end of the run, or a recording cut before its `summary` lines.
+        None => out.push_str(
+            "  cpu.stat delta    unavailable: not read at the end of the trace (or not \
+             recorded)\n",
+        ),
     }
     for a in &s.stopped_by_ancestor {
         let _ = writeln!(
@@ -619,6 +627,35 @@ mod tests {
         assert!(
             text.contains("\n/system.slice/nginx.service (id 7)\n"),
             "{text}"
+        );
+    }
+
+    /// Why a cgroup that exists has no cpu.stat delta: the tracer may not read it, or not.
+    #[test]
+    fn a_missing_cpu_stat_says_why() {
+        let mut r = demo_report();
+        r.cpu_stat = None;
+        let totals = End::default();
+        let said = |r: &CgroupReport| {
+            render(&info(), std::slice::from_ref(r), &totals)
+                .lines()
+                .find(|l| l.starts_with("  cpu.stat delta"))
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            said(&r).as_deref(),
+            Some(
+                "  cpu.stat delta    unavailable: not read at the end of the trace (or not \
+                 recorded)"
+            )
+        );
+        r.unreadable = true;
+        assert_eq!(
+            said(&r).as_deref(),
+            Some(
+                "  cpu.stat delta    unavailable: the cgroup is unreadable to the tracer \
+                 (permission denied)"
+            )
         );
     }
 

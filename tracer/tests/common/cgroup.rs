@@ -73,6 +73,14 @@ impl Cgroup {
         &self.dir
     }
 
+    /// The cgroup's id, as the tracer's lines give it (`cgroup_id`): its directory's inode.
+    pub fn id(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt as _;
+        fs::metadata(&self.dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.dir.display()))
+            .ino()
+    }
+
     /// The cgroup's path as the tracer names it: `--cgroup` takes it, reports print it.
     pub fn path(&self) -> &str {
         &self.path

@@ -26,8 +26,14 @@ impl Tracer {
     /// `throttle-tracer --backend <common::backend()> --json` with `args`, once its `start`
     /// line has come.
     pub fn start(args: &[&str]) -> Self {
+        Self::start_as(Command::new(TRACER), args)
+    }
+
+    /// [`Tracer::start`] through `tracer`, a command that runs the tracer in a changed
+    /// environment (a mount namespace of its own, fewer privileges).
+    pub fn start_as(mut tracer: Command, args: &[&str]) -> Self {
         let mut child = Running::spawn(
-            Command::new(TRACER)
+            tracer
                 .args(["--backend", &super::backend(), "--json"])
                 .args(args)
                 .stdout(Stdio::piped())
@@ -104,6 +110,19 @@ pub fn kernel_ns(stops: &[&Value]) -> u64 {
                 .unwrap_or_else(|| panic!("no kernel_ns: {s}"))
         })
         .sum()
+}
+
+/// The trace's account of cgroup `id`'s cpu.stat throttled-time delta in `lines` (a run's,
+/// with its `summary`): Σ `kernel_ns` of its stops plus the kernel time of the stops that began
+/// before tracing; and how many stops it has.
+pub fn accounted_ns(lines: &[Value], id: u64) -> (u64, usize) {
+    let stops = of(lines, "stop", id);
+    let summary = of(lines, "summary", id);
+    assert_eq!(summary.len(), 1, "one summary of cgroup {id}: {lines:#?}");
+    let unseen = summary[0]["unseen_start_kernel_ns"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no unseen_start_kernel_ns: {}", summary[0]));
+    (kernel_ns(&stops) + unseen, stops.len())
 }
 
 /// Waits until a tracer started with `--record recording` has written its `start` line there,
