@@ -468,7 +468,8 @@ impl Judge {
     /// main thread starts them under the quota, and they exit at its end) lists every one of
     /// them (and at most the main thread beside them), none unlisted, each held for 80 – 100 %
     /// of the stop (it waits from the throttle, or on 6.18+ with the tracepoint backend from
-    /// its park), and names at most one of them as the running task.
+    /// its park), and the running task, if any, is of their process: at most one of them runs,
+    /// the others are found queued.
     fn queued_threads(&mut self, run: &Run) -> String {
         self.check(run.tids.len() == 3, || {
             format!("the workload printed thread ids {:?}, expected 3", run.tids)
@@ -835,7 +836,8 @@ fn held_the_thread(stops: &[&Value]) -> usize {
 
 /// Whether `stop` lists every one of the threads `tids`, once, and otherwise only threads of
 /// their process (its main thread, runnable while it starts them), none unlisted, each held
-/// 80 – 100 % of the stop, with the running task (`tid`), if any, among them.
+/// 80 – 100 % of the stop, the running task (`pid`, `tid`), if any, of their process: one of
+/// them, or the main thread going to sleep (whose switch away ran the throttle: not held).
 fn lists_every_thread(stop: &Value, tids: &[u64]) -> bool {
     let threads = stop["threads"].as_array().map_or(&[][..], Vec::as_slice);
     let listed: Vec<u64> = threads.iter().filter_map(|t| t["tid"].as_u64()).collect();
@@ -849,13 +851,13 @@ fn lists_every_thread(stop: &Value, tids: &[u64]) -> bool {
         let held = ns(&t["held_ns"]);
         held <= length && held >= 0.8 * length
     });
-    let running_among = stop["tid"].as_u64().is_none_or(|t| tids.contains(&t));
+    let running_of_process = stop["pid"].as_u64().is_none_or(|p| Some(p) == pid);
     !tids.is_empty()
         && each_once
         && one_process
         && stop["threads_unlisted"].as_u64().unwrap_or(0) == 0
         && held_whole
-        && running_among
+        && running_of_process
 }
 
 fn credits_the_stopped_children(stop: &Value, children: &[u64]) -> bool {
@@ -950,7 +952,7 @@ mod tests {
         let tids = [11, 12, 13];
         let stop = |threads: &str, extra: &str| -> Value {
             serde_json::from_str(&format!(
-                r#"{{"duration_ns":80,"tid":11,"threads":[{threads}]{extra}}}"#
+                r#"{{"duration_ns":80,"pid":10,"tid":11,"threads":[{threads}]{extra}}}"#
             ))
             .unwrap()
         };
