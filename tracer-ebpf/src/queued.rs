@@ -24,8 +24,9 @@ use crate::stops::{hold, read, read_bits};
 /// loop once per bound.
 const MAX_NODES: usize = 16;
 /// Nodes waiting to be visited; a power of two, so that a mask bounds every index for the
-/// verifier. The search pushes at most three per visit and pops one, so 16 visits never need
-/// more than this; a push past it is dropped (its tasks counted through `tasks`).
+/// verifier. Two roots, then each visit pops one and pushes at most three (two children and a
+/// child group's root): only the last visit's pushes can find it full, and those would not be
+/// visited anyway. A push past it is dropped (its tasks counted through `tasks`).
 const STACK: usize = 32;
 /// The tag on a stacked node (rb_node pointers are 8-byte aligned): it lies in a child group's
 /// tree, whose group entities are not descended into.
