@@ -294,6 +294,19 @@ pub struct Offsets {
     /// `cfs_rq.runtime_remaining` (`s64`): positive on a throttled cfs_rq once a refill has
     /// paid it, until its unthrottle (queued as a CSD, or run by another CPU's refill).
     pub cfs_rq_runtime_remaining: u32,
+    // Appended for the threads queued at a throttle (kprobe, fentry).
+    /// `cfs_rq.tasks_timeline.rb_root.rb_node`: the root of the runqueue's red-black tree of
+    /// queued entities (every one but the running `curr`).
+    pub cfs_rq_tasks_root: u32,
+    /// `cfs_rq.curr`: the running entity, which the tree does not hold.
+    pub cfs_rq_curr: u32,
+    /// `sched_entity.run_node`: an entity's node in its runqueue's tree.
+    pub se_run_node: u32,
+    /// `sched_entity.my_q`: a group entity's own runqueue; NULL for a task's entity.
+    pub se_my_q: u32,
+    /// `rb_node.rb_left`, `rb_node.rb_right`.
+    pub rb_left: u32,
+    pub rb_right: u32,
 }
 
 impl Offsets {
@@ -350,6 +363,12 @@ impl Offsets {
         tg_state_cfs_rq: ABSENT,
         tg_state_se: ABSENT,
         cfs_rq_runtime_remaining: ABSENT,
+        cfs_rq_tasks_root: ABSENT,
+        cfs_rq_curr: ABSENT,
+        se_run_node: ABSENT,
+        se_my_q: ABSENT,
+        rb_left: ABSENT,
+        rb_right: ABSENT,
     };
 
     /// Whether the group entities are 7.x's, each in its CPU's `cfs_tg_state` beside the

@@ -19,6 +19,7 @@ mod demand;
 mod end_reason;
 mod fentry;
 mod kprobe;
+mod queued;
 mod stops;
 mod tracepoint;
 

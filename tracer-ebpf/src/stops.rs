@@ -13,7 +13,7 @@ use tracer_common::{
 
 use crate::{
     CGROUP_FILTER, EVENTS, FILTER_CGROUPS, LOST, LOST_BY_CGROUP, OPEN, OPEN_FULL, WAKEUP_BYTES,
-    end_reason,
+    end_reason, queued,
 };
 
 /// Scratch space for the record `begin` and `finish` build: with the child list a `StopEvent`
@@ -253,6 +253,17 @@ pub fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> Option<u64>
     Some(task)
 }
 
+/// Whether the running `task` is still queued: `schedule()` dequeues a task going to sleep
+/// (`on_rq` cleared; 6.12+ may instead delay the dequeue, `sched_delayed` set) before the pick
+/// that can throttle its group. Where the kernel's BTF lacks the flags it counts as queued.
+#[inline(always)]
+fn still_queued(o: &Offsets, task: u64) -> bool {
+    let on_rq = read_bits(task, &o.task_on_rq).is_none_or(|q| q != 0);
+    let delayed = o.task_se != ABSENT
+        && read_bits(task + u64::from(o.task_se), &o.se_sched_delayed).is_some_and(|d| d != 0);
+    on_rq && !delayed
+}
+
 /// Lists `task` among the threads the stop `ev` holds, waiting since `since_ns`, unless it is
 /// listed already; past `MAX_THREADS` it is counted in `threads_unlisted`. A thread waits once
 /// per stop (it cannot run again before the unthrottle), so an entry is never updated.
@@ -437,11 +448,16 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
         return;
     }
     ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
-    // The running task is the one the throttle takes off the CPU; the others queued with it
-    // are counted in `tasks`, not named (docs/design.md, "threads held").
-    if let Some(task) = running_task(o, cfs_rq, ev) {
+    // The running task is the one the throttle takes off the CPU, unless it is going to sleep
+    // (a throttle in the switch away from it); the others are queued in the runqueue's tree
+    // (docs/design.md, "threads held").
+    let running = running_task(o, cfs_rq, ev);
+    if let Some(task) = running
+        && still_queued(o, task)
+    {
         hold(o, task, ev.start_ns, ev);
     }
+    queued::list(o, cfs_rq, running.unwrap_or(0), ev);
     stopped_children(o, cfs_rq, ev);
     // By reference, not a stack copy (see tracepoint::stop::start).
     let record: &StopEvent = ev;

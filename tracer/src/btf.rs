@@ -101,6 +101,10 @@ pub enum Feature {
     /// `task_struct.on_rq` (and 6.12+'s `sched_entity.sched_delayed`): which tasks a stop
     /// holds, as the tracepoint backend sees them switched out before 6.18.
     HeldThreads,
+    /// The runqueue's tree of queued entities (`cfs_rq.tasks_timeline`, `sched_entity.run_node`
+    /// and `.my_q`, `rb_node`'s children, `cfs_rq.curr`): the threads queued at a throttle,
+    /// which the kprobe and fentry backends list beside the running one.
+    QueuedThreads,
 }
 
 impl fmt::Display for Feature {
@@ -119,6 +123,7 @@ impl fmt::Display for Feature {
             Feature::Demand => "per-period CPU demand",
             Feature::BurstSpent => "burst spent per period",
             Feature::HeldThreads => "threads held by a stop",
+            Feature::QueuedThreads => "threads queued at a throttle",
         })
     }
 }
@@ -141,6 +146,7 @@ impl Feature {
             Feature::Demand => return o.has_entities(),
             Feature::BurstSpent => o.cfsb_runtime_snap,
             Feature::HeldThreads => o.task_on_rq.offset,
+            Feature::QueuedThreads => o.se_run_node,
         };
         field != tracer_common::ABSENT
     }
@@ -516,6 +522,30 @@ const TABLE: &[Group] = &[
         ],
     },
     Group {
+        need: Need::AllOf(Feature::QueuedThreads),
+        // The kprobe and fentry backends' walk of the stopped runqueue's tree at the throttle
+        // (tracer-ebpf/src/queued.rs). Every kernel since 4.14 has them (`rb_root_cached`).
+        fields: &[
+            at!(
+                cfs_rq_tasks_root,
+                "cfs_rq",
+                "tasks_timeline.rb_root.rb_node",
+                Shape::Ptr("rb_node")
+            ),
+            at!(cfs_rq_curr, "cfs_rq", "curr", Shape::Ptr("sched_entity")),
+            at!(
+                se_run_node,
+                "sched_entity",
+                "run_node",
+                Shape::Struct("rb_node")
+            ),
+            at!(se_my_q, "sched_entity", "my_q", Shape::Ptr("cfs_rq")),
+            at!(rb_left, "rb_node", "rb_left", Shape::Ptr("rb_node")),
+            at!(rb_right, "rb_node", "rb_right", Shape::Ptr("rb_node")),
+            TASK_SE,
+        ],
+    },
+    Group {
         need: Need::Newer(Feature::Tracepoint),
         fields: &[
             at!(
@@ -840,7 +870,18 @@ mod tests {
         assert_eq!(o.rq_curr, 24);
         assert_eq!(
             (o.task_pid, o.task_tgid, o.task_comm, o.task_se),
-            (4, 8, 40, 16)
+            (4, 8, 80, 16)
+        );
+        assert_eq!(
+            (
+                o.cfs_rq_tasks_root,
+                o.cfs_rq_curr,
+                o.se_run_node,
+                o.se_my_q,
+                o.rb_left,
+                o.rb_right
+            ),
+            (48, 64, 24, 48, 16, 8)
         );
         assert_eq!((o.se_parent, o.se_cfs_rq), (0, 8));
         assert_eq!(r.throttle_return, ThrottleReturn::Void);
@@ -928,7 +969,7 @@ mod tests {
         let o = per_cpu.offsets;
         assert_eq!(
             (o.tg_se, o.tg_cfs_rq, o.tg_state_cfs_rq, o.tg_state_se),
-            (ABSENT, 48, 0, 64)
+            (ABSENT, 48, 0, 80)
         );
         assert_eq!((o.cfsb_runtime, o.cfsb_period_timer), (32, 40));
         assert!(o.entities_per_cpu() && Feature::Demand.in_kernel(&o));
@@ -1166,6 +1207,9 @@ mod tests {
         assert!(
             r.functions.contains(&"throttle_cfs_rq") && r.functions.contains(&"unthrottle_cfs_rq")
         );
+        // include/linux/rbtree_types.h: `unsigned long __rb_parent_color; struct rb_node
+        // *rb_right; struct rb_node *rb_left;`, unchanged since 2.6.
+        assert_eq!((o.rb_right, o.rb_left), (8, 16));
     }
 
     /// Expected values from `pahole -C task_group /sys/kernel/btf/vmlinux` and `pahole -C

@@ -19,7 +19,7 @@ use crate::{
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// Every optional probe feature, in the order the report lists them.
-const FEATURES: [Feature; 13] = [
+const FEATURES: [Feature; 14] = [
     Feature::KernelDuration,
     Feature::TaskCount,
     Feature::Bandwidth,
@@ -33,6 +33,7 @@ const FEATURES: [Feature; 13] = [
     Feature::Demand,
     Feature::BurstSpent,
     Feature::HeldThreads,
+    Feature::QueuedThreads,
 ];
 
 #[derive(Serialize)]
@@ -342,7 +343,8 @@ mod tests {
                 | Feature::StoppedChildren
                 | Feature::Demand
                 | Feature::BurstSpent
-                | Feature::HeldThreads => {}
+                | Feature::HeldThreads
+                | Feature::QueuedThreads => {}
             }
         }
     }

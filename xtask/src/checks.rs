@@ -57,6 +57,14 @@ struct Run {
     delta: HashMap<String, i64>,
     /// The spiky workload's rounds.
     rounds: Vec<Round>,
+    /// The busy workload's thread ids (its `tids` line).
+    tids: Vec<u64>,
+    /// When all of them spin (its `spinning from_ns S until_ns D` line), CLOCK_MONOTONIC ns.
+    spinning: Option<(u64, u64)>,
+    /// The backend lists the threads queued at a throttle: kprobe and fentry walk the
+    /// runqueue's tree there, the tracepoint backend sees each task parked on 6.18+; before
+    /// 6.18 it lists only the tasks switched out or woken while the stop lasts.
+    lists_queued: bool,
     /// The group's `period` records (per-period demand).
     periods: Vec<Value>,
     /// Every cgroup's summary record (the children's too).
@@ -154,10 +162,23 @@ impl Run {
                 });
             }
         }
-        let rounds = section("workload")?
+        let workload = section("workload")?;
+        let rounds = workload.iter().filter_map(|l| Round::parse(l)).collect();
+        let tids = workload
             .iter()
-            .filter_map(|l| Round::parse(l))
-            .collect();
+            .find_map(|l| l.strip_prefix("tids "))
+            .map(|ids| {
+                ids.split_whitespace()
+                    .filter_map(|t| t.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let spinning = workload.iter().find_map(|l| {
+            let mut words = l.strip_prefix("spinning from_ns ")?.split_whitespace();
+            let from = words.next()?.parse().ok()?;
+            let until = words.nth(1)?.parse().ok()?;
+            Some((from, until))
+        });
         let summaries = of_type("summary").cloned().collect();
         let task_based = start["kernel"].as_str().is_some_and(task_based_throttle);
         Ok(Self {
@@ -166,6 +187,9 @@ impl Run {
             end,
             delta,
             rounds,
+            tids,
+            spinning,
+            lists_queued: backend != "tracepoint" || task_based,
             periods,
             summaries,
             children,
@@ -239,6 +263,7 @@ impl Judge {
             Expect::RoundsStopped => self.rounds(run, scenario, true),
             Expect::RoundsNotStopped => self.rounds(run, scenario, false),
             Expect::AncestorStops => self.ancestor(run),
+            Expect::QueuedThreads => self.queued_threads(run),
         }
     }
 
@@ -436,6 +461,70 @@ impl Judge {
             expected_ms + 10.0,
             steady.len()
         )
+    }
+
+    /// Busy threads pinned to one CPU never sleep, so at every throttle one runs and the others
+    /// are queued: each stop inside the span in which the workload says all of them spin (its
+    /// main thread starts them under the quota, and they exit at its end) lists every one of
+    /// them (and at most the main thread beside them), none unlisted, each held for 80 – 100 %
+    /// of the stop (it waits from the throttle, or on 6.18+ with the tracepoint backend from
+    /// its park), and the running task, if any, is of their process: at most one of them runs,
+    /// the others are found queued.
+    fn queued_threads(&mut self, run: &Run) -> String {
+        self.check(run.tids.len() == 3, || {
+            format!("the workload printed thread ids {:?}, expected 3", run.tids)
+        });
+        self.check(run.spinning.is_some(), || {
+            "the workload printed no `spinning` line".to_owned()
+        });
+        let (from, until) = run.spinning.unwrap_or((u64::MAX, 0));
+        let steady: Vec<&Value> = run
+            .stops
+            .iter()
+            .filter(|s| {
+                s["start_ns"].as_u64().is_some_and(|t| t >= from)
+                    && s["end_ns"].as_u64().is_some_and(|t| t <= until)
+            })
+            .collect();
+        let every: Vec<&Value> = steady
+            .iter()
+            .copied()
+            .filter(|s| lists_every_thread(s, &run.tids))
+            .collect();
+        let listed: Vec<usize> = steady
+            .iter()
+            .map(|s| s["threads"].as_array().map_or(0, Vec::len))
+            .collect();
+        let mut figures = format!(
+            "{} of {} stops while all spin list all {} threads (threads listed per stop: {:?})",
+            every.len(),
+            steady.len(),
+            run.tids.len(),
+            listed
+        );
+        self.check(steady.len() >= 10, || {
+            format!("{} stops while all spin, expected ≥ 10", steady.len())
+        });
+        if run.lists_queued {
+            self.check(every.len() == steady.len(), || {
+                format!(
+                    "{} of {} stops while all spin list every one of the threads {:?} (no other \
+                     process's, none unlisted, each held 80 – 100 % of the stop), expected all; \
+                     e.g. {}",
+                    every.len(),
+                    steady.len(),
+                    run.tids,
+                    steady
+                        .iter()
+                        .find(|s| !lists_every_thread(s, &run.tids))
+                        .map_or(String::new(), |s| s.to_string())
+                )
+            });
+        } else {
+            figures += " (not judged: the tracepoint backend before 6.18 lists only the threads \
+                        switched out or woken during a stop)";
+        }
+        figures
     }
 
     /// A pinned busy thread on each vCPU: the stops' kernel time is cpu.stat's throttled time
@@ -710,14 +799,20 @@ impl Judge {
 
 /// Whether `stop` credits as many of `children` (sorted) as it had tasks queued, and nothing
 /// else: what a stop counts for is the children listed and the group of the task seen stopped.
-/// How many of `stops` (of the one-thread workload) name one thread of the workload's process
-/// and no other, held for 80 % to 100 % of the stop: the whole stop before 6.18, from its park
-/// (a few ms at most after the throttle) on the task-based throttle. The thread is the spinner,
-/// or in the first periods the main thread starting it; the process is the one most stops name.
+/// How many of `stops` (of the one-thread workload) name threads of the workload's process
+/// and of no other, each held for 80 % to 100 % of the stop: the whole stop before 6.18, from
+/// its park (a few ms at most after the throttle) on the task-based throttle. The thread is the
+/// spinner, or in the first periods the main thread starting it; where the main thread is
+/// runnable beside the spinner (while it starts it, and at the end), the backends that list the
+/// threads queued at the throttle name both. The process is the one most stops name.
 fn held_the_thread(stops: &[&Value]) -> usize {
-    let pid_of = |s: &Value| match s["threads"].as_array().map(Vec::as_slice) {
-        Some([t]) => t["pid"].as_u64(),
-        _ => None,
+    let pid_of = |s: &Value| {
+        let threads = s["threads"].as_array()?;
+        let pid = threads.first()?["pid"].as_u64()?;
+        threads
+            .iter()
+            .all(|t| t["pid"].as_u64() == Some(pid))
+            .then_some(pid)
     };
     let mut counts: HashMap<u64, usize> = HashMap::new();
     for pid in stops.iter().filter_map(|s| pid_of(s)) {
@@ -729,11 +824,40 @@ fn held_the_thread(stops: &[&Value]) -> usize {
     stops
         .iter()
         .filter(|s| {
-            let held = ns(&s["threads"][0]["held_ns"]);
             let length = ns(&s["duration_ns"]);
-            pid_of(s) == Some(workload) && held <= length && held >= 0.8 * length
+            pid_of(s) == Some(workload)
+                && s["threads"].as_array().into_iter().flatten().all(|t| {
+                    let held = ns(&t["held_ns"]);
+                    held <= length && held >= 0.8 * length
+                })
         })
         .count()
+}
+
+/// Whether `stop` lists every one of the threads `tids`, once, and otherwise only threads of
+/// their process (its main thread, runnable while it starts them), none unlisted, each held
+/// 80 – 100 % of the stop, the running task (`pid`, `tid`), if any, of their process: one of
+/// them, or the main thread going to sleep (whose switch away ran the throttle: not held).
+fn lists_every_thread(stop: &Value, tids: &[u64]) -> bool {
+    let threads = stop["threads"].as_array().map_or(&[][..], Vec::as_slice);
+    let listed: Vec<u64> = threads.iter().filter_map(|t| t["tid"].as_u64()).collect();
+    let each_once = tids
+        .iter()
+        .all(|tid| listed.iter().filter(|&l| l == tid).count() == 1);
+    let pid = threads.first().and_then(|t| t["pid"].as_u64());
+    let one_process = threads.iter().all(|t| t["pid"].as_u64() == pid);
+    let length = ns(&stop["duration_ns"]);
+    let held_whole = threads.iter().all(|t| {
+        let held = ns(&t["held_ns"]);
+        held <= length && held >= 0.8 * length
+    });
+    let running_of_process = stop["pid"].as_u64().is_none_or(|p| Some(p) == pid);
+    !tids.is_empty()
+        && each_once
+        && one_process
+        && stop["threads_unlisted"].as_u64().unwrap_or(0) == 0
+        && held_whole
+        && running_of_process
 }
 
 fn credits_the_stopped_children(stop: &Value, children: &[u64]) -> bool {
@@ -824,19 +948,55 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_holds_one_thread_of_the_process_most_stops_name_for_most_of_it() {
+    fn a_stop_lists_every_busy_thread_once_and_no_other_process() {
+        let tids = [11, 12, 13];
+        let stop = |threads: &str, extra: &str| -> Value {
+            serde_json::from_str(&format!(
+                r#"{{"duration_ns":80,"pid":10,"tid":11,"threads":[{threads}]{extra}}}"#
+            ))
+            .unwrap()
+        };
+        let t = |pid, tid, held| format!(r#"{{"pid":{pid},"tid":{tid},"held_ns":{held}}}"#);
+        let all = [t(10, 11, 80), t(10, 12, 80), t(10, 13, 80)].join(",");
+        assert!(lists_every_thread(&stop(&all, ""), &tids));
+        let with_main = format!("{all},{}", t(10, 10, 80));
+        assert!(lists_every_thread(&stop(&with_main, ""), &tids));
+        assert!(!lists_every_thread(
+            &stop(&format!("{all},{}", t(9, 9, 80)), ""),
+            &tids
+        ));
+        assert!(!lists_every_thread(
+            &stop(&format!("{all},{}", t(10, 12, 80)), ""),
+            &tids
+        ));
+        let two = [t(10, 11, 80), t(10, 12, 80)].join(",");
+        assert!(!lists_every_thread(&stop(&two, ""), &tids));
+        assert!(!lists_every_thread(
+            &stop(&all, r#","threads_unlisted":1"#),
+            &tids
+        ));
+        let brief = [t(10, 11, 80), t(10, 12, 50), t(10, 13, 80)].join(",");
+        assert!(!lists_every_thread(&stop(&brief, ""), &tids));
+    }
+
+    #[test]
+    fn a_stop_holds_threads_of_the_process_most_stops_name_for_most_of_it() {
         let stops: Vec<Value> = [
             r#"{"duration_ns":80,"threads":[{"pid":7,"tid":7,"held_ns":80}]}"#,
             r#"{"duration_ns":80,"threads":[{"pid":7,"tid":8,"held_ns":70}]}"#,
             r#"{"duration_ns":80,"threads":[{"pid":7,"tid":8,"held_ns":60}]}"#,
             r#"{"duration_ns":80,"threads":[{"pid":9,"tid":9,"held_ns":80}]}"#,
             r#"{"duration_ns":80,"threads":[{"pid":7,"tid":8,"held_ns":80},{"pid":7,"tid":7,"held_ns":80}]}"#,
+            r#"{"duration_ns":80,"threads":[{"pid":7,"tid":8,"held_ns":80},{"pid":7,"tid":7,"held_ns":50}]}"#,
+            r#"{"duration_ns":80,"threads":[{"pid":7,"tid":8,"held_ns":80},{"pid":9,"tid":9,"held_ns":80}]}"#,
             r#"{"duration_ns":80}"#,
         ]
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-        assert_eq!(held_the_thread(&stops.iter().collect::<Vec<_>>()), 2);
+        // The first two, and the main thread listed beside the spinner; not a thread held too
+        // briefly, nor another process's, nor a stop that lists one of each.
+        assert_eq!(held_the_thread(&stops.iter().collect::<Vec<_>>()), 3);
     }
 
     #[test]

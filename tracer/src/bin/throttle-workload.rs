@@ -10,8 +10,9 @@
 //! throttle-workload idle --seconds S
 //! ```
 //!
-//! `busy` spins N threads for S seconds of wall time. `spiky` first finds its group's period
-//! boundary (it burns until stopped: it resumes at a refill), then starts a round every MS
+//! `busy` spins N threads for S seconds of wall time and prints their thread ids. `spiky`
+//! first finds its group's period boundary (it burns until stopped: it resumes at a refill),
+//! then starts a round every MS
 //! after it (a multiple of the period, so every round starts at the same point of the period,
 //! just after a refill), in which each of K threads burns the given CPU time
 //! (CLOCK_THREAD_CPUTIME_ID, so time spent stopped does not count), and idles for the rest. It
@@ -224,11 +225,21 @@ fn sleep_until_ns(ns: u64) {
     {}
 }
 
+/// N spinning threads for `length`; once all run, prints their thread ids (`tids A B …`) and
+/// the CLOCK_MONOTONIC span in which every one of them is runnable (`spinning from_ns S
+/// until_ns D`: they never sleep), so a check can tell which threads a stop held.
 fn busy(threads: usize, length: Duration) {
+    // Read before the deadline's clock (Instant is CLOCK_MONOTONIC too): the span printed
+    // ends no later than the threads do.
+    let until_ns = workload::clock_ns(libc::CLOCK_MONOTONIC) + length.as_nanos() as u64;
     let deadline = Instant::now() + length;
+    let (tx, rx) = std::sync::mpsc::channel();
     let spinners: Vec<_> = (0..threads)
         .map(|_| {
+            let tx = tx.clone();
             thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                let _ = tx.send(unsafe { libc::gettid() });
                 let mut n = 0u64;
                 while Instant::now() < deadline {
                     n = std::hint::black_box(n.wrapping_add(1));
@@ -236,6 +247,10 @@ fn busy(threads: usize, length: Duration) {
             })
         })
         .collect();
+    let tids: Vec<String> = rx.iter().take(threads).map(|t| t.to_string()).collect();
+    let from_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
+    println!("tids {}", tids.join(" "));
+    println!("spinning from_ns {from_ns} until_ns {until_ns}");
     for spinner in spinners {
         spinner.join().expect("a busy thread panicked");
     }

@@ -267,6 +267,32 @@ pub fn kernel(v: Variant) -> Vec<u8> {
         &[("next", p_list_head, 0, 0), ("prev", p_list_head, 64, 0)],
     );
 
+    // The runqueue's tree of queued entities, as every kernel since 4.14 has it.
+    let rb_node = b.reserve();
+    let p_rb_node = b.ptr(rb_node);
+    b.structure(
+        rb_node,
+        "rb_node",
+        24,
+        &[
+            ("__rb_parent_color", ulong, 0, 0),
+            ("rb_right", p_rb_node, 8 * 8, 0),
+            ("rb_left", p_rb_node, 16 * 8, 0),
+        ],
+    );
+    let rb_root = b.reserve();
+    b.structure(rb_root, "rb_root", 8, &[("rb_node", p_rb_node, 0, 0)]);
+    let rb_root_cached = b.reserve();
+    b.structure(
+        rb_root_cached,
+        "rb_root_cached",
+        16,
+        &[
+            ("rb_root", rb_root, 0, 0),
+            ("rb_leftmost", p_rb_node, 8 * 8, 0),
+        ],
+    );
+
     let throttled = match v.throttled_bitfield_at {
         None => ("throttled", int, 36 * 8, 0),
         Some(bit) => ("throttled", bool_t, bit, 1),
@@ -279,7 +305,7 @@ pub fn kernel(v: Variant) -> Vec<u8> {
     b.structure(
         cfs_rq,
         "cfs_rq",
-        64,
+        80,
         &[
             (
                 if v.nr_queued {
@@ -297,6 +323,8 @@ pub fn kernel(v: Variant) -> Vec<u8> {
             ("throttled_clock", u64_t, 24 * 8, 0),
             throttled,
             ("throttle_count", int, 40 * 8, 0),
+            ("tasks_timeline", rb_root_cached, 48 * 8, 0),
+            ("curr", p_se, 64 * 8, 0),
         ],
     );
     // `curr` inside an anonymous union, as in 6.x's struct rq.
@@ -356,8 +384,8 @@ pub fn kernel(v: Variant) -> Vec<u8> {
         b.structure(
             state,
             "cfs_tg_state",
-            96,
-            &[("cfs_rq", cfs_rq, 0, 0), ("se", sched_entity, 64 * 8, 0)],
+            136,
+            &[("cfs_rq", cfs_rq, 0, 0), ("se", sched_entity, 80 * 8, 0)],
         );
     }
     let kn_members: &[Member] = if v.with_cgroup_kn {
@@ -382,17 +410,22 @@ pub fn kernel(v: Variant) -> Vec<u8> {
     let mut task = vec![
         ("pid", pid_t, 4 * 8, 0),
         ("tgid", pid_t, 8 * 8, 0),
-        ("comm", comm, 40 * 8, 0),
+        ("comm", comm, 80 * 8, 0),
     ];
     if v.with_task_se {
         task.push(("se", sched_entity, 16 * 8, 0));
     }
-    b.structure(task_struct, "task_struct", 64, &task);
-    let mut se = vec![("parent", p_se, 0, 0), ("cfs_rq", p_cfs_rq, 8 * 8, 0)];
+    b.structure(task_struct, "task_struct", 96, &task);
+    let mut se = vec![
+        ("parent", p_se, 0, 0),
+        ("cfs_rq", p_cfs_rq, 8 * 8, 0),
+        ("run_node", rb_node, 24 * 8, 0),
+        ("my_q", p_cfs_rq, 48 * 8, 0),
+    ];
     if v.with_demand {
         se.push(("sum_exec_runtime", u64_t, 16 * 8, 0));
     }
-    b.structure(sched_entity, "sched_entity", 24, &se);
+    b.structure(sched_entity, "sched_entity", 56, &se);
     match v.throttle {
         Throttle::Void => _ = b.func("throttle_cfs_rq", 0, p_cfs_rq),
         Throttle::Bool => _ = b.func("throttle_cfs_rq", bool_t, p_cfs_rq),
