@@ -61,10 +61,6 @@ struct Run {
     tids: Vec<u64>,
     /// When all of them spin (its `spinning from_ns S until_ns D` line), CLOCK_MONOTONIC ns.
     spinning: Option<(u64, u64)>,
-    /// The backend lists the threads queued at a throttle: kprobe and fentry walk the
-    /// runqueue's tree there, the tracepoint backend sees each task parked on 6.18+; before
-    /// 6.18 it lists only the tasks switched out or woken while the stop lasts.
-    lists_queued: bool,
     /// The group's `period` records (per-period demand).
     periods: Vec<Value>,
     /// Every cgroup's summary record (the children's too).
@@ -189,7 +185,6 @@ impl Run {
             rounds,
             tids,
             spinning,
-            lists_queued: backend != "tracepoint" || task_based,
             periods,
             summaries,
             children,
@@ -495,7 +490,7 @@ impl Judge {
             .iter()
             .map(|s| s["threads"].as_array().map_or(0, Vec::len))
             .collect();
-        let mut figures = format!(
+        let figures = format!(
             "{} of {} stops while all spin list all {} threads (threads listed per stop: {:?})",
             every.len(),
             steady.len(),
@@ -505,25 +500,20 @@ impl Judge {
         self.check(steady.len() >= 10, || {
             format!("{} stops while all spin, expected ≥ 10", steady.len())
         });
-        if run.lists_queued {
-            self.check(every.len() == steady.len(), || {
-                format!(
-                    "{} of {} stops while all spin list every one of the threads {:?} (no other \
-                     process's, none unlisted, each held 80 – 100 % of the stop), expected all; \
-                     e.g. {}",
-                    every.len(),
-                    steady.len(),
-                    run.tids,
-                    steady
-                        .iter()
-                        .find(|s| !lists_every_thread(s, &run.tids))
-                        .map_or(String::new(), |s| s.to_string())
-                )
-            });
-        } else {
-            figures += " (not judged: the tracepoint backend before 6.18 lists only the threads \
-                        switched out or woken during a stop)";
-        }
+        self.check(every.len() == steady.len(), || {
+            format!(
+                "{} of {} stops while all spin list every one of the threads {:?} (no other \
+                 process's, none unlisted, each held 80 – 100 % of the stop), expected all; \
+                 e.g. {}",
+                every.len(),
+                steady.len(),
+                run.tids,
+                steady
+                    .iter()
+                    .find(|s| !lists_every_thread(s, &run.tids))
+                    .map_or(String::new(), |s| s.to_string())
+            )
+        });
         figures
     }
 

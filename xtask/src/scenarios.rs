@@ -134,8 +134,9 @@ pub const SCENARIOS: &[Scenario] = &[
         },
         expect: Expect::AncestorStops,
     },
-    // The kprobe and fentry backends see only the throttle: the threads queued behind the
-    // running one are found in the runqueue's tree there (docs/design.md, "Threads held").
+    // The threads queued behind the running one at a throttle: the kprobe and fentry backends
+    // and, before 6.18, the tracepoint backend find them in the runqueue's tree; on 6.18+ the
+    // tracepoint backend lists each as it is parked (docs/design.md, "Threads held").
     Scenario {
         name: "s5-three-threads",
         quota_us: 20_000,

@@ -234,6 +234,13 @@ fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
             if how & TASK_HELD != 0 {
                 stops::hold(o, task, now, &mut st.ev);
             }
+            // Before 6.18 the tasks queued when the group was throttled are neither switched
+            // out nor woken during the stop: the first observation lists them from the
+            // runqueue's tree, as the function-probe backends do at the throttle. From 6.18
+            // each is listed when it is parked, which is when its wait is counted.
+            if o.task_throttled.offset == ABSENT {
+                crate::queued::list(o, cfs_rq, task, &mut st.ev);
+            }
         } else {
             stops::running_task(o, cfs_rq, &mut st.ev);
             st.children_unlisted = 1;
