@@ -203,8 +203,8 @@ const PLANS: &[(&str, Plan)] = &[
 /// The tests every kernel's guest runs, not only the one that runs the host tests (kernels.rs
 /// `host_tests`): what differs from kernel to kernel. deploy/daemonset.yaml's two capabilities
 /// must trace with every backend root can use, and which backends a kernel lets them use is the
-/// kernel's (Debian's 6.1, 6.12 and 7.2 refuse the kprobe backend's perf events to them; 5.10
-/// charges maps to RLIMIT_MEMLOCK); 8 to 16 s a boot under TCG.
+/// kernel's (Debian's 5.10, 6.1, 6.12 and 7.2 refuse the kprobe backend's perf events to them;
+/// 5.10 charges maps to RLIMIT_MEMLOCK); 8 to 16 s a boot under TCG.
 const EVERY_KERNEL: &[&str] = &["doctor::bpf_and_perfmon_alone_use_every_backend_root_can"];
 
 /// The tests the guest runs, and the ones it does not with why.

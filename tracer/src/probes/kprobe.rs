@@ -43,7 +43,7 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
     ] {
         attach_kprobe(ebpf, program, function).map_err(|e| {
             let hint = if e.errno == Some(libc::EACCES) {
-                // Seen on Debian's 6.1, 6.12 and 7.2 with CAP_BPF + CAP_PERFMON alone: the
+                // Seen on Debian's 5.10, 6.1, 6.12 and 7.2 with CAP_BPF + CAP_PERFMON alone: the
                 // kprobe's perf event is refused to them, not the function to the kprobe.
                 "this kernel refuses kprobe perf events to the capabilities this process has: \
                  run as root (or add CAP_SYS_ADMIN), or use `--backend fentry` or \
