@@ -503,11 +503,7 @@ fn the_live_view_of_a_glob_shows_whose_quota_stopped_the_children() {
             assert_eq!(row[row.len() - 2], run.parent_path, "QUOTA OF: {row:?}");
         }
     }
-    let offline = Command::new(TRACER)
-        .arg("report")
-        .arg(dir.path().join("run.ndjson"))
-        .output()
-        .expect("run throttle-tracer report");
+    let offline = common::tracer::report(&dir.path().join("run.ndjson"));
     assert!(offline.status.success(), "report: {offline:?}");
     let offline = String::from_utf8(offline.stdout).unwrap();
     assert!(

@@ -52,11 +52,7 @@ fn assert_complete(recording: &Path, why: &str) {
         last.starts_with(r#"{"type":"end""#),
         "after {why}, the recording ends with `{last}`"
     );
-    let replay = Command::new(TRACER)
-        .arg("report")
-        .arg(recording)
-        .output()
-        .expect("run throttle-tracer report");
+    let replay = common::tracer::report(recording);
     let stderr = String::from_utf8_lossy(&replay.stderr);
     assert!(replay.status.success(), "report after {why}: {stderr}");
     assert!(stderr.is_empty(), "report after {why} warns: {stderr}");
@@ -154,11 +150,7 @@ fn report_of_a_killed_recording_says_how_far_it_got() {
         "a killed run wrote its end"
     );
     let stops = stop_lines(&text);
-    let report = Command::new(TRACER)
-        .arg("report")
-        .arg(&recording)
-        .output()
-        .expect("run throttle-tracer report");
+    let report = common::tracer::report(&recording);
     let stderr = String::from_utf8_lossy(&report.stderr);
     let stdout = String::from_utf8_lossy(&report.stdout);
     println!("{stops} stop lines; report's stderr: {stderr}{stdout}");

@@ -357,11 +357,7 @@ fn a_cgroup_it_may_not_read_is_traced_and_its_missing_cpu_stat_explained() {
     let summary = of_type(&lines, "summary")[0];
     assert!(summary["cpu_stat"].is_null(), "{summary}");
     assert_eq!(summary["unreadable"], true, "{summary}");
-    let report = Command::new(TRACER)
-        .arg("report")
-        .arg(&recording)
-        .output()
-        .expect("run throttle-tracer report");
+    let report = common::tracer::report(&recording);
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(report.status.success(), "{report:?}");
     println!("{text}");
@@ -502,11 +498,7 @@ fn started_in_the_middle_of_an_incident_the_cross_check_is_exact() {
     let resolution = summary["cpu_stat"]["resolution_ns"].as_u64().unwrap_or(0);
     assert!(traced.abs_diff(window) <= resolution, "{summary}");
 
-    let offline = Command::new(TRACER)
-        .arg("report")
-        .arg(&recording)
-        .output()
-        .expect("run throttle-tracer report");
+    let offline = common::tracer::report(&recording);
     let text = String::from_utf8_lossy(&offline.stdout);
     assert!(offline.status.success(), "report: {text}");
     let cross_check = text

@@ -52,11 +52,7 @@ fn report_of_a_recording_is_what_the_run_printed() {
     assert!(live.status.success(), "tracer: {}", live.status);
     let live = String::from_utf8(live.stdout).unwrap();
 
-    let offline = Command::new(TRACER)
-        .arg("report")
-        .arg(&recording)
-        .output()
-        .expect("run throttle-tracer report");
+    let offline = common::tracer::report(&recording);
     let stderr = String::from_utf8_lossy(&offline.stderr);
     assert!(offline.status.success(), "report: {stderr}");
     assert!(

@@ -14,15 +14,13 @@
 //! `CI=true`).
 mod common;
 
-use std::{fs, process::Command, thread, time::Duration};
+use std::{fs, thread, time::Duration};
 
 use common::{
     Cgroup, CpuStat,
     tracer::{self, Tracer},
 };
 use serde_json::Value;
-
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
 /// A guard against hanging, not a timing assertion.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -194,11 +192,7 @@ fn a_cgroup_removed_while_stopped_keeps_its_summary_marked_gone_and_new_ones_are
     }
 
     // The text report of the recording names the removed group as such.
-    let report = Command::new(TRACER)
-        .arg("report")
-        .arg(&recording)
-        .output()
-        .expect("run throttle-tracer report");
+    let report = common::tracer::report(&recording);
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(report.status.success(), "{text}");
     assert!(

@@ -2,7 +2,7 @@
 //! (a test can wait for a line before it acts), stopped with SIGINT, its lines returned parsed.
 use std::{
     path::Path,
-    process::{Command, Stdio},
+    process::{Command, Output, Stdio},
     sync::mpsc::{Receiver, RecvTimeoutError},
     time::{Duration, Instant},
 };
@@ -134,4 +134,13 @@ pub fn wait_recorded_start(recording: &Path) {
         "the tracer recording its start line (see its stderr above)",
         || std::fs::read_to_string(recording).is_ok_and(|t| t.ends_with('\n')),
     );
+}
+
+/// `throttle-tracer report RECORDING`, run to its end.
+pub fn report(recording: &Path) -> Output {
+    Command::new(TRACER)
+        .arg("report")
+        .arg(recording)
+        .output()
+        .expect("run throttle-tracer report")
 }
