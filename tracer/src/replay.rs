@@ -139,6 +139,14 @@ impl Recorded {
                 (Line::ClockStep(_), _) => {}
                 (Line::Period(p), _) => {
                     let period = p.record();
+                    // The decoder never makes one (`Period::from_raw`), and the aggregate
+                    // measures each period as end - start.
+                    if period.start_ns.is_some_and(|start| start > period.end_ns) {
+                        return Err(ReadError::Invalid {
+                            line,
+                            what: "a period that ends before it starts",
+                        });
+                    }
                     widen(
                         &mut span,
                         (period.start_ns.unwrap_or(period.end_ns), period.end_ns),
@@ -599,6 +607,27 @@ mod tests {
         assert!(err.contains("line 2: stop on cpu 0 ends at 9 ns"), "{err}");
         // Line types from a newer tracer are skipped.
         assert!(read(&format!("{start}\n{{\"type\":\"future\",\"x\":1}}\n")).is_none());
+    }
+
+    /// Found when the `recording` fuzz target was given the line type the golden recordings
+    /// lack (`period`): a `period` line whose start is after its end made the aggregate
+    /// subtract with overflow (a panic in a debug build, a wrapped length in a release one).
+    /// The live run's decoder never makes such a period.
+    #[test]
+    fn a_period_that_ends_before_it_starts_is_an_error() {
+        let (_, file) = record(&[], &[]);
+        let start = std::fs::read_to_string(&file).unwrap();
+        let start = start.lines().next().unwrap();
+        let period = r#"{"type":"period","cgroup_id":1,"start_ns":200,"end_ns":100,"usage_ns":0,"max_cpu_ns":0,"cpus_used":0,"throttled_cpus":0,"quota_ns":null,"period_ns":null,"burst_ns":null,"runtime_ns":null,"burst_spent_ns":null}"#;
+        let err = Recorded::read(format!("{start}\n{period}\n").as_bytes())
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("line 2: a period that ends before it starts")
+        );
+        let equal = period.replace(r#""start_ns":200"#, r#""start_ns":100"#);
+        assert!(Recorded::read(format!("{start}\n{equal}\n").as_bytes()).is_ok());
     }
 
     proptest::proptest! {
