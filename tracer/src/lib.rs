@@ -1,6 +1,6 @@
 //! `throttle-tracer`: traces every CFS bandwidth stop and reports what the quota really did.
-//! The program is [`main`]; the binary (main.rs) only calls it. It is a library so that other
-//! crates (the fuzz targets) can call its parts.
+//! The program is [`main`]; the binary (main.rs) only calls it. It is a library so that the fuzz
+//! targets (fuzz/, the `fuzzing` feature) can call the parsers through `fuzz`.
 //!
 //! Data flows one way: kernel probes (`probes`) → ring-buffer records (`records`) → per-cgroup
 //! state (`aggregate`) → reports (`report`), with `btf`, `cgroups` and `cpustat` as inputs.
@@ -18,6 +18,8 @@ mod doctor;
 mod error;
 mod feed;
 mod filter;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 mod names;
 mod opening;
 mod privileges;

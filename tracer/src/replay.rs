@@ -53,14 +53,12 @@ fn report(file: &Path) -> Result<(), Failure> {
             file.display()
         );
     }
-    Report::new(recorded.start, vec![Box::new(Text::stdout())])
-        .finish(&recorded.reports, &recorded.totals)
-        .map_err(|e| {
-            Failure::environment(
-                format!("cannot write the report: {e}"),
-                "check that standard output can be written",
-            )
-        })
+    recorded.print(io::stdout()).map_err(|e| {
+        Failure::environment(
+            format!("cannot write the report: {e}"),
+            "check that standard output can be written",
+        )
+    })
 }
 
 /// Why a recording could not be read.
@@ -231,6 +229,11 @@ impl Recorded {
             complete,
         })
     }
+
+    /// Writes the text report the recorded run printed at its end.
+    pub fn print(self, out: impl io::Write + Send) -> io::Result<()> {
+        Report::new(self.start, vec![Box::new(Text::to(out))]).finish(&self.reports, &self.totals)
+    }
 }
 
 /// Widens the recording's time span to hold `(first, last)`.
@@ -239,7 +242,7 @@ fn widen(span: &mut Option<(u64, u64)>, (first, last): (u64, u64)) {
 }
 
 /// The earliest and latest CLOCK_MONOTONIC time in a record.
-fn timestamps(event: &Event) -> (u64, u64) {
+pub(crate) fn timestamps(event: &Event) -> (u64, u64) {
     match event {
         Event::Start(stop) => (stop.start_ns, stop.start_ns),
         Event::End(end) => (end.stop.start_ns, end.end_ns),
@@ -390,9 +393,7 @@ mod tests {
     /// The text report of a recording read back.
     fn replayed(recorded: Recorded) -> String {
         let mut text = Vec::new();
-        Report::new(recorded.start, vec![Box::new(Text::to(&mut text))])
-            .finish(&recorded.reports, &recorded.totals)
-            .unwrap();
+        recorded.print(&mut text).unwrap();
         String::from_utf8(text).unwrap()
     }
 
