@@ -50,7 +50,7 @@ pub enum CgroupError {
 
 /// One line of /proc/self/mountinfo, the fields this module needs.
 #[derive(Debug, PartialEq, Eq)]
-struct Mount {
+pub(crate) struct Mount {
     /// The directory of the filesystem that is mounted (`/` unless a subtree is bind-mounted,
     /// e.g. inside a container).
     root: String,
@@ -61,7 +61,7 @@ struct Mount {
 
 /// Parses mountinfo (proc(5)): `id parent maj:min root mount_point opts [optional...] - fstype
 /// source super_opts`. Lines that do not have that shape are skipped.
-fn parse_mountinfo(text: &str) -> Vec<Mount> {
+pub(crate) fn parse_mountinfo(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
@@ -176,7 +176,7 @@ pub fn mode() -> Result<Mode, CgroupError> {
     Ok(mode_of(&parse_mountinfo(&text)))
 }
 
-fn mode_of(mounts: &[Mount]) -> Mode {
+pub(crate) fn mode_of(mounts: &[Mount]) -> Mode {
     let v1 = mounts.iter().any(|m| m.fstype == "cgroup");
     let v2 = mounts.iter().any(|m| m.fstype == "cgroup2");
     match (v1, v2) {

@@ -176,7 +176,8 @@ impl CpuStat {
         Ok(stat)
     }
 
-    fn parse(text: &str, unit: TimeUnit, path: &Path) -> Result<Self, CpuStatError> {
+    /// One `cpu.stat`'s text (`path` is the file's, for the errors).
+    pub(crate) fn parse(text: &str, unit: TimeUnit, path: &Path) -> Result<Self, CpuStatError> {
         let f = Fields::parse(text);
         let suffix = unit.suffix();
         let missing = |field| CpuStatError::Missing {
@@ -294,22 +295,10 @@ pub fn read_v2_usage(dir: &Path) -> Result<u64, CpuStatError> {
 /// v2: `cpu.max` ("max 100000" or "20000 100000"), `cpu.max.burst` (5.14+). The v2 root cgroup
 /// has neither (an error here).
 pub fn read_bandwidth(dir: &Path, version: Version) -> Result<Bandwidth, CpuStatError> {
-    let us = |path: &Path, text: &str| -> Result<Option<u64>, CpuStatError> {
-        match text.trim() {
-            "max" | "-1" => Ok(None),
-            v => v
-                .parse::<u64>()
-                .map(|v| Some(v.saturating_mul(NS_PER_US)))
-                .map_err(|_| CpuStatError::Parse {
-                    path: path.to_owned(),
-                    line: text.trim().to_owned(),
-                }),
-        }
-    };
     let optional = |name: &str| -> Result<Option<u64>, CpuStatError> {
         let path = dir.join(name);
         match fs::read_to_string(&path) {
-            Ok(text) => us(&path, &text),
+            Ok(text) => parse_us(&path, &text),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(CpuStatError::Read { path, source }),
         }
@@ -319,28 +308,51 @@ pub fn read_bandwidth(dir: &Path, version: Version) -> Result<Bandwidth, CpuStat
             let quota = dir.join("cpu.cfs_quota_us");
             let period = dir.join("cpu.cfs_period_us");
             Ok(Bandwidth {
-                quota_ns: us(&quota, &read(&quota)?)?,
-                period_ns: us(&period, &read(&period)?)?,
+                quota_ns: parse_us(&quota, &read(&quota)?)?,
+                period_ns: parse_us(&period, &read(&period)?)?,
                 burst_ns: optional("cpu.cfs_burst_us")?,
             })
         }
         Version::V2 => {
             let path = dir.join("cpu.max");
-            let text = read(&path)?;
-            let (quota, period) =
-                text.trim()
-                    .split_once(' ')
-                    .ok_or_else(|| CpuStatError::Parse {
-                        path: path.clone(),
-                        line: text.trim().to_owned(),
-                    })?;
+            let (quota_ns, period_ns) = parse_max(&path, &read(&path)?)?;
             Ok(Bandwidth {
-                quota_ns: us(&path, quota)?,
-                period_ns: us(&path, period)?,
+                quota_ns,
+                period_ns,
                 burst_ns: optional("cpu.max.burst")?,
             })
         }
     }
+}
+
+/// One µs setting (`cpu.cfs_*_us`, a half of `cpu.max`, `cpu.max.burst`) in ns; `None` for
+/// no limit (`max`, v1's `-1`). `path` is the file's, for the error.
+pub(crate) fn parse_us(path: &Path, text: &str) -> Result<Option<u64>, CpuStatError> {
+    match text.trim() {
+        "max" | "-1" => Ok(None),
+        v => v
+            .parse::<u64>()
+            .map(|v| Some(v.saturating_mul(NS_PER_US)))
+            .map_err(|_| CpuStatError::Parse {
+                path: path.to_owned(),
+                line: text.trim().to_owned(),
+            }),
+    }
+}
+
+/// v2 `cpu.max`, `"<quota|max> <period>"`: the quota and period in ns.
+pub(crate) fn parse_max(
+    path: &Path,
+    text: &str,
+) -> Result<(Option<u64>, Option<u64>), CpuStatError> {
+    let (quota, period) = text
+        .trim()
+        .split_once(' ')
+        .ok_or_else(|| CpuStatError::Parse {
+            path: path.to_owned(),
+            line: text.trim().to_owned(),
+        })?;
+    Ok((parse_us(path, quota)?, parse_us(path, period)?))
 }
 
 #[cfg(test)]

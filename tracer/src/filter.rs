@@ -115,6 +115,11 @@ impl Selection {
         Ok(Self { selectors })
     }
 
+    /// Whether the cgroup at `path` is selected: any selector matches it.
+    pub fn matches(&self, path: &str) -> bool {
+        self.selectors.iter().any(|s| s.matches(path))
+    }
+
     /// True when nothing was selected: every cgroup is traced.
     pub fn is_all(&self) -> bool {
         self.selectors.is_empty()
@@ -136,7 +141,7 @@ impl Selection {
     /// the ids selected so far.
     pub fn into_filter(self, hierarchy: &mut Hierarchy) -> (Filter, Vec<u64>) {
         let mut filter = Filter {
-            selectors: self.selectors,
+            selection: self,
             decided: HashMap::new(),
         };
         let existing: Vec<(u64, String)> = hierarchy
@@ -156,13 +161,13 @@ impl Selection {
 /// The userspace side of a selection: decides each cgroup id once, by its path.
 #[derive(Debug)]
 pub struct Filter {
-    selectors: Vec<Selector>,
+    selection: Selection,
     decided: HashMap<u64, bool>,
 }
 
 impl Filter {
     fn decide(&mut self, id: u64, path: &str) -> bool {
-        let keep = self.selectors.iter().any(|s| s.matches(path));
+        let keep = self.selection.matches(path);
         self.decided.insert(id, keep);
         keep
     }
@@ -254,7 +259,7 @@ impl Traced {
 }
 
 /// `/a/b/c` → `/a/b`, `/a`: every ancestor path but the root's.
-fn proper_ancestors(path: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn proper_ancestors(path: &str) -> impl Iterator<Item = &str> {
     path.match_indices('/')
         .map(|(i, _)| &path[..i])
         .filter(|p| !p.is_empty())

@@ -1,5 +1,5 @@
 //! Project tasks for throttle-tracer: `cargo xtask setup | demo | test | vm-test | vm-demo | bench |
-//! bench-exporter | image | advise-check | soak`.
+//! bench-exporter | image | advise-check | soak | fuzz`.
 mod advise_check;
 mod apt;
 mod bench;
@@ -11,6 +11,7 @@ mod console;
 mod cpio;
 mod demo;
 mod exporter_memory;
+mod fuzz;
 mod guest;
 mod guest_tests;
 mod image;
@@ -61,6 +62,9 @@ enum Cli {
     /// The tracer left running over throttling groups for `--minutes`: its memory, CPU time
     /// and descriptors sampled, its totals against cpu.stat (root; not part of `test`).
     Soak(soak::Args),
+    /// The fuzz targets (fuzz/), each for `--seconds` from its kept corpus, which is then
+    /// minimised (cargo-fuzz; not part of `test`, whose unit tests replay the corpora).
+    Fuzz(fuzz::Args),
 }
 
 /// A failed task prints its cause chain on one line, without the backtrace anyhow would add
@@ -79,6 +83,7 @@ fn main() -> std::process::ExitCode {
         Cli::AdviseCheck(args) => advise_check::run(&args),
         Cli::GuestProgramCost(args) => bench::vm_cost::guest(&args),
         Cli::Soak(args) => soak::run(&args),
+        Cli::Fuzz(args) => fuzz::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
