@@ -241,7 +241,9 @@ impl Run {
     /// child's stop from its first task parked (docs/definitions.md, "stopped by ancestor"): a
     /// stop during which its queued task never ran to its park is credited while the kernel
     /// counts nothing, so the credit may exceed cpu.stat.local by one stop too (a 7.2 guest
-    /// under TCG: one of 61, 73.7 ms). Returns the stops credited.
+    /// under TCG: one of 61, 73.7 ms), and each stop by the time its task took to reach the
+    /// park after the parent's first, up to a tick a stop (a 7.2 guest under TCG: 148.5 ms
+    /// over 62 stops, 2.4 ms a stop at 4 ms a tick). Never under. Returns the stops credited.
     fn check_child(&self, i: usize, parent_gap: Option<u64>) -> u64 {
         let path = self.child_path(i);
         let s = self
@@ -270,7 +272,7 @@ impl Run {
             "{path}: local {local} ns, {stops} stops"
         );
         let unparked = if common::task_based_throttle() {
-            self.longest_stop_ns()
+            self.longest_stop_ns() + stops * common::tick_ns()
         } else {
             0
         };
@@ -281,8 +283,10 @@ impl Run {
                      checked within that instead of 1%"
                 );
                 assert!(
-                    credited.abs_diff(local) <= gap + local / 100,
-                    "{path}: credited {credited} ns vs cpu.stat.local {local} ns"
+                    credited.abs_diff(local) <= gap + local / 100
+                        || (credited > local && credited - local <= gap + unparked + local / 100),
+                    "{path}: credited {credited} ns vs cpu.stat.local {local} ns (6.18+: up to \
+                     {unparked} ns more)"
                 );
             }
             None => assert!(
@@ -428,7 +432,8 @@ fn every_parent_stop_credits_both_children() {
     let incomplete = count("unmatched_ends") + count("restarted") + count("kernel_unknown_stops")
         > 0
         || count("open") > 0
-        || gap > 0;
+        // cpu.stat counts in its own unit (v2: µs), the trace in ns.
+        || gap >= parent["cpu_stat"]["resolution_ns"].as_u64().unwrap_or(1);
     for (i, id) in ids.iter().enumerate() {
         let credited = run.check_child(i, incomplete.then_some(gap));
         let listing = stops.iter().filter(|s| listed(s).contains(id)).count();
