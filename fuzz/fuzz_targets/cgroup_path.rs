@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tracer::fuzz::cgroup_path(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| throttle_tracer::fuzz::cgroup_path(data));

@@ -1,5 +1,5 @@
 //! The `throttle-tracer` binary: the program is the library's (lib.rs).
 
 fn main() {
-    tracer::main();
+    throttle_tracer::main();
 }
