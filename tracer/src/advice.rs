@@ -8,7 +8,10 @@
 //! - Every advised value has a margin of 5 % (at least 1 ms) over what the runs needed, rounded
 //!   up to 1 ms: the kernel hands out runtime in slices and keeps up to 1 ms per CPU, so an
 //!   exact fit can still stop.
-//! - **quota**: the largest run's need (and the p99 run's), in one period at today's period.
+//! - **quota**: the largest run's need, in one period at today's period; and for a load that
+//!   may be stopped in 1 % of its periods (random arrivals), the **p99 period**'s: the demand
+//!   that at most 1 % of the periods measured would meet unstopped, with each run's periods
+//!   given [`arrived`] demand.
 //! - **burst** (5.14+): the smallest burst with quota + burst ≥ the largest need (the margin on
 //!   the burst, need − quota, not on the need), then grown
 //!   until a replay of the runs in order with the kernel's refill rule (each period the pool
@@ -16,7 +19,9 @@
 //!   above the quota (the ceiling rule), so no burst is advised past it. A configured burst
 //!   with which no stopped run would have fitted buys nothing.
 //! - **period**: the shortest period (≤ 1 s, the kernel's maximum) in which, at today's
-//!   quota/period ratio, every window of that length holds no more demand than its quota.
+//!   quota/period ratio, every window of that length holds no more demand than its quota; and
+//!   the shortest in which at most 1 % of such windows, laid over the periods' arrived demand
+//!   at every period boundary, hold more.
 
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +87,10 @@ pub struct Advice {
     pub largest_run_ns: u64,
     pub largest_run_cpus: u32,
     pub p99_run_ns: u64,
+    /// The arrived demand that at most 1 % of the periods exceed (the ⌊periods ÷ 100⌋ + 1-th
+    /// largest).
+    #[serde(default)]
+    pub p99_period_ns: u64,
     /// The settings the advice starts from.
     #[serde(flatten)]
     pub current: Bandwidth,
@@ -89,13 +98,17 @@ pub struct Advice {
     pub fits: bool,
     /// The quota that fits the largest run (`None` when it fits already).
     pub quota: Option<Setting>,
-    /// The quota that fits the p99 run.
+    /// The quota that fits the p99 period: at most 1 % of the periods would have been stopped.
     pub quota_p99: Option<Setting>,
     pub burst: BurstAdvice,
     /// The period that fits the runs at today's ratio (`None` when it fits already, or no
     /// period up to 1 s does: `period_why_not`).
     pub period: Option<Setting>,
     pub period_why_not: Option<String>,
+    /// The period in which at most 1 % of the windows hold more than its quota (`None` when the
+    /// p99 period fits already, or no period up to 1 s does).
+    #[serde(default)]
+    pub period_p99: Option<Setting>,
     /// The run still stopped when the trace ended is larger than every run that ended: the
     /// advice is a lower bound.
     pub unfinished_larger: bool,
@@ -144,19 +157,26 @@ pub fn advise(demand: &DemandSummary, current: Bandwidth, kernel: Kernel) -> Opt
     } else {
         longer_period(&runs, quota, period, top.cpus)
     };
+    let arrived = arrived(&runs, demand.periods, quota, period);
+    let p99_period = top_percent(&arrived, 1);
+    let period_p99 = (p99_period > quota)
+        .then(|| p99_longer_period(&arrived, quota, period, top.cpus))
+        .flatten();
     Some(Advice {
         covered_ns: demand.covered_ns,
         runs: demand.runs.count,
         largest_run_ns: top.demand_ns,
         largest_run_cpus: top.cpus,
         p99_run_ns: p99,
+        p99_period_ns: p99_period,
         current,
         fits,
         quota: quota_for(need),
-        quota_p99: quota_for(p99),
+        quota_p99: quota_for(p99_period),
         burst,
         period: period_advice,
         period_why_not,
+        period_p99,
         unfinished_larger,
     })
 }
@@ -297,6 +317,100 @@ fn longer_period(
     )
 }
 
+/// Each measured period's demand as it arrived, in order (docs/definitions.md, "arrived
+/// demand"). A stopped period shows only the quota it spent, and a run's demand is the work
+/// of every period it spans, so a run's periods after its first are taken to receive what a
+/// **calm** period (one outside every run of two or more periods) uses on average, and its
+/// first period the rest: at least what it spent (the quota), at most the whole run. A load
+/// whose work all comes at once (a spiky burn, idle between rounds) has calm periods of no
+/// use, and its first period the whole run; random arrivals get their excess over the usual
+/// rate. The periods between runs (idle, or of a run left out) have none.
+fn arrived(runs: &[Run], periods: u64, quota: u64, period: u64) -> Vec<u64> {
+    let in_long_runs: u64 = runs
+        .iter()
+        .filter(|r| r.periods > 1)
+        .map(|r| u64::from(r.periods))
+        .sum();
+    let calm_usage: u64 = runs
+        .iter()
+        .filter(|r| r.periods == 1)
+        .map(|r| r.demand_ns)
+        .sum();
+    let calm = calm_usage
+        .checked_div(periods.saturating_sub(in_long_runs))
+        .unwrap_or(0);
+    let mut out = Vec::new();
+    let mut next_ns = runs.first().map_or(0, |r| r.start_ns);
+    for run in runs {
+        let idle = run.start_ns.saturating_sub(next_ns) / period.max(1);
+        out.extend(std::iter::repeat_n(0, usize::try_from(idle).unwrap_or(0)));
+        let rest = u64::from(run.periods.saturating_sub(1));
+        let first = run
+            .demand_ns
+            .saturating_sub(rest.saturating_mul(calm))
+            .max(run.demand_ns.min(quota));
+        out.push(first);
+        if let Some(share) = (run.demand_ns - first).checked_div(rest) {
+            out.extend(std::iter::repeat_n(
+                share,
+                usize::try_from(rest).unwrap_or(0),
+            ));
+        }
+        next_ns = run.end_ns;
+    }
+    let short = usize::try_from(periods)
+        .unwrap_or(0)
+        .saturating_sub(out.len());
+    out.extend(std::iter::repeat_n(0, short));
+    out
+}
+
+/// The value that at most `percent` % of `values` exceed: the ⌊n × percent ÷ 100⌋ + 1-th
+/// largest.
+fn top_percent(values: &[u64], percent: usize) -> u64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    sorted
+        .get(values.len() * percent / 100)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The shortest period up to 1 s at today's ratio in which at most 1 % of the windows of its
+/// length, one at every period boundary of `arrived` (a partly covered period counting its
+/// covered share), hold more than its quota less the margin.
+fn p99_longer_period(arrived: &[u64], quota: u64, period: u64, cpus: u32) -> Option<Setting> {
+    let mut sums = Vec::with_capacity(arrived.len() + 1);
+    sums.push(0u128);
+    for &u in arrived {
+        sums.push(sums[sums.len() - 1] + u128::from(u));
+    }
+    // Σ arrived over `whole` periods from period i, and `part` ns of the next.
+    let window = |i: usize, whole: usize, part: u128| {
+        let last = arrived.get(i + whole).map_or(0, |&u| u128::from(u));
+        sums[i + whole] - sums[i] + last * part / u128::from(period)
+    };
+    let mut candidate = (period / MS + 1) * MS;
+    while candidate <= MAX_PERIOD_NS {
+        let q = quota_at(quota, period, candidate);
+        let allowed = u128::from(q.saturating_sub((q / 20).max(MS)));
+        let whole = usize::try_from(candidate / period).ok()?;
+        let part = u128::from(candidate % period);
+        let windows = arrived.len().saturating_sub(whole);
+        if windows == 0 {
+            return None;
+        }
+        let over = (0..windows)
+            .filter(|&i| window(i, whole, part) > allowed)
+            .count();
+        if over <= windows / 100 {
+            return Some(Setting::new(q, candidate, cpus));
+        }
+        candidate += MS;
+    }
+    None
+}
+
 /// The quota at `period_ns` with the ratio `quota` / `period`.
 fn quota_at(quota: u64, period: u64, period_ns: u64) -> u64 {
     let q = u128::from(quota) * u128::from(period_ns) / u128::from(period.max(1));
@@ -401,6 +515,10 @@ mod tests {
         assert_eq!(a.burst.for_largest_ns, Some(21 * MS));
         assert_eq!(a.burst.burst_ns, Some(21 * MS));
         assert!(!a.burst.configured_useless);
+        // Calm periods use nothing: the whole round arrived at once, and stopping 1 % of the
+        // periods needs what the largest run does.
+        assert_eq!(a.p99_period_ns, 60 * MS);
+        assert_eq!(a.quota_p99, a.quota);
         // Period: 40 % of p' ≥ 63 ms → 158 ms (quota 63.2 ms).
         let p = a.period.unwrap();
         assert_eq!(p.period_ns, 158 * MS);
@@ -474,5 +592,49 @@ mod tests {
             (q.quota_ns, q.millicpus, q.longest_stop_ns),
             (100 * MS, 1000, 0)
         );
+    }
+
+    #[test]
+    fn random_arrivals_get_the_quota_and_period_that_stop_one_period_in_a_hundred() {
+        // 197 periods of 100 ms at quota 50 ms: 191 calm ones hold 20 ms each; three runs of
+        // two periods hold 150, 130 and 120 ms, of which 20 ms each arrived in their second
+        // period at the calm rate.
+        let mut all = Vec::new();
+        let mut t = 0;
+        let mut push = |periods: u32, demand_ms: u64| {
+            all.push(Run {
+                start_ns: t,
+                end_ns: t + u64::from(periods) * 100 * MS,
+                periods,
+                throttled_periods: periods - 1,
+                demand_ns: demand_ms * MS,
+                cpus: 2,
+            });
+            t += u64::from(periods) * 100 * MS;
+        };
+        for i in 0..194 {
+            match i {
+                50 => push(2, 150),
+                100 => push(2, 130),
+                150 => push(2, 120),
+                _ => push(1, 20),
+            }
+        }
+        let mut s = summary(all);
+        s.periods = 197;
+        let a = advise(&s, bandwidth(50, 100, 0), BURST).unwrap();
+        // At most 1 % of 197 periods (one) may exceed: the second largest first period,
+        // 130 − 20 = 110 ms, + 5.5 ms.
+        assert_eq!(a.p99_period_ns, 110 * MS);
+        assert_eq!(a.quota_p99.unwrap().quota_ns, 116 * MS);
+        // The largest run still gets a quota for its whole demand in one period.
+        assert_eq!(a.quota.unwrap().quota_ns, 158 * MS);
+        // Windows over the arrived demand (… 20 20 130 20 20 …): at 400 ms (quota 200 ms, 190
+        // with the margin) none holds more than 130 + 3 × 20 = 190 ms; at 399 ms three windows
+        // hold 130 + 20 + 20 + 0.99 × 20 = 189.8 ms > 199.5 − 9.975, and 1 % of 194 windows is
+        // one. The period fitting every run whole at its start is longer.
+        let p = a.period_p99.unwrap();
+        assert_eq!((p.period_ns, p.quota_ns), (400 * MS, 200 * MS));
+        assert_eq!(a.period.unwrap().period_ns, 485 * MS);
     }
 }

@@ -158,9 +158,10 @@ fn advice(out: &mut String, a: &Advice, version: Option<Version>) {
     if let Some(q) = a.quota_p99 {
         let _ = writeln!(
             out,
-            "                    {} fits the p99 run ({}): {}",
+            "                    {} stops at most 1 % of the periods (the p99 period would have \
+             used {} unheld): {}",
             ms(q.quota_ns),
-            ms(a.p99_run_ns),
+            ms(a.p99_period_ns),
             quota_files(&q, version)
         );
     }
@@ -217,6 +218,17 @@ fn advice(out: &mut String, a: &Advice, version: Option<Version>) {
         );
     } else if let Some(why) = &a.period_why_not {
         let _ = writeln!(out, "    period          none: {why}");
+    }
+    if let Some(p) = a.period_p99 {
+        let _ = writeln!(
+            out,
+            "                    {} (quota {}) stops at most 1 % of the periods: {}; the longest \
+             stop becomes {}",
+            ms(p.period_ns),
+            ms(p.quota_ns),
+            period_files(&p, version),
+            ms(p.longest_stop_ns)
+        );
     }
 }
 
