@@ -32,7 +32,7 @@ use crate::{
     records::{self, Event, Record},
     report::{self, AdviceOnly, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
     sampler::{Baseline, Sampler, Snapshot, Target},
-    schema::{CgroupRef, End, RefusedBackend, Start},
+    schema::{CgroupRef, End, PidComm, RefusedBackend, Start},
     terminal::Keys,
     wallclock::{self, Tracker},
 };
@@ -376,6 +376,17 @@ impl Session {
             cgroup_root: hierarchy.root().to_owned(),
             cgroups: request.cgroups.clone(),
             pids: request.pids.clone(),
+            pid_comms: request
+                .pids
+                .iter()
+                .filter_map(|&pid| {
+                    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+                    Some(PidComm {
+                        pid,
+                        comm: comm.trim_end().to_owned(),
+                    })
+                })
+                .collect(),
             disabled: resolved.disabled.iter().map(ToString::to_string).collect(),
             blind_end_reasons: probes
                 .blind_end_reasons

@@ -154,6 +154,14 @@ pub enum Clock {
     Monotonic,
 }
 
+/// A `--pid` process and its name.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PidComm {
+    pub pid: u32,
+    pub comm: String,
+}
+
 /// `start`: what the run is, printed first (also the text report's header).
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +187,10 @@ pub struct Start {
     /// The processes asked for with `--pid`, whose waits the report gives directly.
     #[serde(default, rename = "pid_filter", skip_serializing_if = "Vec::is_empty")]
     pub pids: Vec<u32>,
+    /// Each `--pid` process's name (/proc/PID/comm) when tracing started: a process whose main
+    /// thread never waits would otherwise be named by a worker thread's comm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pid_comms: Vec<PidComm>,
     /// Probe features this kernel cannot support, so their fields are absent or 0.
     #[serde(rename = "disabled_features")]
     pub disabled: Vec<String>,

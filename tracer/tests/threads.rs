@@ -270,6 +270,7 @@ fn the_text_summary_and_the_pid_line_show_the_stops_and_the_wait_the_kernel_coun
     let pair = Pair::start(&group);
     let pid = pair.pid;
     let spinner_comm = comm(pid, pair.spinner);
+    let process_comm = comm(pid, pid);
     let dir = tempfile::tempdir().unwrap();
     let recording = dir.path().join("threads.ndjson");
     let mut tracer = Running::spawn(
@@ -319,10 +320,11 @@ fn the_text_summary_and_the_pid_line_show_the_stops_and_the_wait_the_kernel_coun
         !text.contains(&format!("tid {} ", pair.sleeper)) && !text.contains(&format!("tid {pid} ")),
         "the sleeping or the main thread was named:\n{text}"
     );
-    // `pid N (comm): X stops, Y held, p99 Z`.
+    // `pid N (comm): X stops, Y held, p99 Z`, named as the process is (its main thread's
+    // comm), though only its spinner waits.
     let asked = text
         .lines()
-        .find_map(|l| l.strip_prefix(&format!("pid {pid} ({spinner_comm}): ")))
+        .find_map(|l| l.strip_prefix(&format!("pid {pid} ({process_comm}): ")))
         .unwrap_or_else(|| panic!("no --pid line for {pid}:\n{text}"));
     let words: Vec<&str> = asked.split([' ', ',']).filter(|w| !w.is_empty()).collect();
     let ["stops", "held", "p99"] = [words[1], words[4], words[5]] else {

@@ -403,7 +403,10 @@ fn asked_pids(out: &mut String, info: &Start, reports: &[CgroupReport]) {
             let _ = writeln!(
                 out,
                 "pid {pid} ({}): {} stops, {} held{p99}",
-                first.comm,
+                info.pid_comms
+                    .iter()
+                    .find(|p| p.pid == pid)
+                    .map_or(&first.comm, |p| &p.comm),
                 p.waits.count,
                 ns(p.waits.sum_ns)
             );
