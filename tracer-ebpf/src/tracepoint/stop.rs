@@ -134,6 +134,13 @@ struct Gone {
 #[map]
 static TP_GONE: LruHashMap<Gone, u8> = LruHashMap::with_max_entries(1024, 0);
 
+/// `TP_GONE`'s inserts so far (atomic adds, from any CPU). Nothing deletes from `TP_GONE`, so
+/// its inserts less its entries are the removed cgroups it evicted, which the agent reports
+/// (the `end` line's `evicted_removed_cgroups`): a throttled cfs_rq of such a cgroup seen after
+/// its eviction would start a stop.
+#[map]
+static TP_GONE_INSERTED: Array<u64> = Array::with_max_entries(1, 0);
+
 /// Most CPUs swept at a cgroup's removal (`nr_cpus` is the real count).
 const MAX_CPUS: u64 = 1024;
 
@@ -416,7 +423,12 @@ pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
     let Some(cgroup_id) = stops::cgroup_id(o, cgroup) else {
         return;
     };
-    let _ = TP_GONE.insert(Gone { cgroup, cgroup_id }, 1, 0);
+    if TP_GONE.insert(Gone { cgroup, cgroup_id }, 1, 0).is_ok()
+        && let Some(p) = TP_GONE_INSERTED.get_ptr_mut(0)
+    {
+        // SAFETY: a valid, aligned map value; every update is this atomic add.
+        unsafe { stops::atomic_add(p, 1) };
+    }
     sweep(o, cgroup, cgroup_id, true);
 }
 
