@@ -290,7 +290,7 @@ impl Probes {
     }
 
     /// Removed cgroups that the tracepoint backend's map of them (`TP_GONE`, an LRU map of 1024)
-    /// evicted so far: its inserts less its entries, as nothing deletes from it. `None` for the
+    /// evicted so far: its new entries less the entries it holds, as nothing deletes from it. `None` for the
     /// other backends, which keep no such map.
     pub fn evicted_removed_cgroups(&self) -> Result<Option<u64>, Failure> {
         if self.backend != Backend::Tracepoint {
