@@ -23,6 +23,11 @@ pub const EVENT_UNSEEN_START_END: u32 = 3;
 /// Shares the first field with `StopEvent::kind`, so a record's kind tells its type.
 pub const EVENT_PERIOD: u32 = 4;
 
+/// Not a record's kind: under this kind `LOST_BY_CGROUP` sums the `kernel_ns` of a cgroup's
+/// lost ends (those whose kernel time was read), so that its traced kernel time plus this sum
+/// is the kernel's own throttled time however many ends were lost.
+pub const LOST_KERNEL_NS: u32 = 5;
+
 /// The key of a cgroup's count of lost records of one kind (`EVENT_*`) in the programs'
 /// `LOST_BY_CGROUP` map: the kind in the top 4 bits, the cgroup id below (kernfs ids are an
 /// inode number in the low 32 bits and a wrap generation above it, far below 2^60).

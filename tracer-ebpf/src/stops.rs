@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     ABSENT, BitField, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN,
-    MAX_CHILDREN, MAX_THREADS, Offsets, PeriodEvent, StopEvent, lost_key,
+    LOST_KERNEL_NS, MAX_CHILDREN, MAX_THREADS, Offsets, PeriodEvent, StopEvent, lost_key,
 };
 
 use crate::{
@@ -138,6 +138,10 @@ pub trait Record {
     /// `EVENT_*`.
     fn kind(&self) -> u32;
     fn cgroup_id(&self) -> u64;
+    /// The kernel time of the stop an end record carries, if it was read.
+    fn ended_kernel_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl Record for StopEvent {
@@ -147,6 +151,12 @@ impl Record for StopEvent {
 
     fn cgroup_id(&self) -> u64 {
         self.cgroup_id
+    }
+
+    fn ended_kernel_ns(&self) -> Option<u64> {
+        (matches!(self.kind, EVENT_END | EVENT_UNSEEN_START_END)
+            && self.kernel_ns != KERNEL_NS_UNKNOWN)
+            .then_some(self.kernel_ns)
     }
 }
 
@@ -161,7 +171,8 @@ impl Record for PeriodEvent {
 }
 
 /// Puts one record (a `StopEvent` or a `PeriodEvent`) on the ring buffer; one that finds it
-/// full is counted in `LOST` and, by its cgroup and kind, in `LOST_BY_CGROUP`.
+/// full is counted in `LOST` and, by its cgroup and kind, in `LOST_BY_CGROUP`, where a lost
+/// end's kernel time is added up too (`LOST_KERNEL_NS`).
 pub fn emit<T: Record>(event: &T) {
     let flags = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES.load() {
         BPF_RB_FORCE_WAKEUP
@@ -170,25 +181,28 @@ pub fn emit<T: Record>(event: &T) {
     };
     if EVENTS.output::<T>(event, flags.into()).is_err() {
         bump(&LOST);
-        count_lost(lost_key(event.cgroup_id(), event.kind()));
+        count_lost(lost_key(event.cgroup_id(), event.kind()), 1);
+        if let Some(ns) = event.ended_kernel_ns() {
+            count_lost(lost_key(event.cgroup_id(), LOST_KERNEL_NS), ns);
+        }
     }
 }
 
-/// One more lost record under `key` in `LOST_BY_CGROUP`. Several CPUs may lose records of
-/// one cgroup at once: the count is only ever added to atomically, and the entry is made
-/// with BPF_NOEXIST, so that a CPU that finds it made already adds to it instead.
+/// Adds `n` under `key` in `LOST_BY_CGROUP`. Several CPUs may lose records of one cgroup at
+/// once: the count is only ever added to atomically, and the entry is made with BPF_NOEXIST,
+/// so that a CPU that finds it made already adds to it instead.
 #[inline(never)]
-fn count_lost(key: u64) {
+fn count_lost(key: u64, n: u64) {
     if let Some(p) = LOST_BY_CGROUP.get_ptr_mut(key) {
         // SAFETY: a valid, aligned map value; every update after its insert is this add.
-        unsafe { atomic_add(p, 1) };
+        unsafe { atomic_add(p, n) };
         return;
     }
-    if LOST_BY_CGROUP.insert(key, 1, BPF_NOEXIST.into()).is_err()
+    if LOST_BY_CGROUP.insert(key, n, BPF_NOEXIST.into()).is_err()
         && let Some(p) = LOST_BY_CGROUP.get_ptr_mut(key)
     {
         // SAFETY: as above.
-        unsafe { atomic_add(p, 1) };
+        unsafe { atomic_add(p, n) };
     }
 }
 

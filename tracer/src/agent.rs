@@ -609,12 +609,6 @@ impl Session {
         let end = self
             .sampler
             .read_now(&Sampler::targets(&mut self.hierarchy, ids));
-        if self.hierarchy.forgotten() > 0 {
-            debug!(
-                "the paths of {} removed cgroups were forgotten (only the last ones are kept)",
-                self.hierarchy.forgotten()
-            );
-        }
         let lost = self.probes.lost_by_cgroup()?;
         let reports = report::collect(summaries, &mut self.hierarchy, &self.baseline, &end, &lost);
         let totals = End {
@@ -622,6 +616,8 @@ impl Session {
             malformed: self.reader.intake.malformed,
             elapsed_ns: now_ns.saturating_sub(self.started_ns),
             missed_runs: self.probes.missed_runs(),
+            evicted_removed_cgroups: self.probes.evicted_removed_cgroups()?,
+            forgotten_paths: Some(self.hierarchy.forgotten()),
         };
         drop(self.reader);
         drop(self.probes);

@@ -14,8 +14,8 @@ use std::mem::size_of;
 
 use tracer_common::{
     END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, EVENT_END, EVENT_PERIOD,
-    EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, MAX_CHILDREN, MAX_THREADS, PeriodEvent,
-    StopEvent,
+    EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, LOST_KERNEL_NS, MAX_CHILDREN,
+    MAX_THREADS, PeriodEvent, StopEvent,
 };
 
 /// Why a ring-buffer record could not be turned into an [`Event`].
@@ -381,6 +381,14 @@ pub struct Lost {
     /// Periods: missing from the demand and the advice.
     #[serde(default, rename = "lost_periods", skip_serializing_if = "is_zero")]
     pub periods: u64,
+    /// Σ kernel time (ns) of the lost ends whose kernel time was read: what the cross-check
+    /// falls short by, so that the traced kernel time plus this is cpu.stat's.
+    #[serde(
+        default,
+        rename = "lost_stop_kernel_ns",
+        skip_serializing_if = "is_zero"
+    )]
+    pub kernel_ns: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -388,17 +396,20 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Lost {
-    /// Counts `n` lost records of kind `kind` (`EVENT_*`); an unknown kind counts nowhere.
+    /// Counts `n` lost records of kind `kind` (`EVENT_*`), or `n` ns of lost ends' kernel time
+    /// (`LOST_KERNEL_NS`); an unknown kind counts nowhere.
     pub fn add(&mut self, kind: u32, n: u64) {
         let slot = match kind {
             EVENT_START => &mut self.starts,
             EVENT_END | EVENT_UNSEEN_START_END => &mut self.ends,
             EVENT_PERIOD => &mut self.periods,
+            LOST_KERNEL_NS => &mut self.kernel_ns,
             _ => return,
         };
         *slot = slot.saturating_add(n);
     }
 
+    /// The lost records.
     pub fn total(&self) -> u64 {
         self.starts
             .saturating_add(self.ends)

@@ -227,6 +227,8 @@ impl Recorded {
             malformed: 0,
             elapsed_ns: last_ns - first_ns,
             missed_runs: None,
+            evicted_removed_cgroups: None,
+            forgotten_paths: None,
         });
         let reports = aggregate
             .finish(end_of_trace.unwrap_or(last_ns))
@@ -408,6 +410,8 @@ mod tests {
             malformed: 1,
             elapsed_ns: 12_300 * MS,
             missed_runs: None,
+            evicted_removed_cgroups: None,
+            forgotten_paths: None,
         }
     }
 

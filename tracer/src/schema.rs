@@ -821,6 +821,15 @@ pub struct End {
     /// 5.12+); absent where the kernel does not count them, and in recordings made before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed_runs: Option<u64>,
+    /// Removed cgroups the tracepoint backend's map of removed cgroups (LRU, 1024) evicted to
+    /// stay bounded: a throttled cfs_rq of one seen after its eviction would start a stop.
+    /// Absent on the other backends, and in recordings made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evicted_removed_cgroups: Option<u64>,
+    /// Removed cgroups whose paths the agent forgot to stay bounded (it keeps the last 4096):
+    /// a later line about one has no path. Absent in recordings made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forgotten_paths: Option<u64>,
 }
 
 #[cfg(test)]
@@ -948,11 +957,13 @@ mod tests {
             malformed: 1,
             elapsed_ns: 5 * MS,
             missed_runs: Some(0),
+            evicted_removed_cgroups: Some(3),
+            forgotten_paths: Some(4),
         }));
         assert_eq!(
             v,
             serde_json::json!({"type": "end", "lost": 2, "malformed": 1, "elapsed_ns": 5 * MS,
-                "missed_runs": 0})
+                "missed_runs": 0, "evicted_removed_cgroups": 3, "forgotten_paths": 4})
         );
     }
 

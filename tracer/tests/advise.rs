@@ -9,7 +9,7 @@ mod common;
 
 use std::{
     io::{BufRead, BufReader},
-    process::{Command, Stdio},
+    process::Stdio,
     sync::{
         atomic::{AtomicBool, Ordering},
         mpsc,
@@ -22,7 +22,6 @@ use common::{Cgroup, CpuHierarchy, Running};
 use serde_json::Value;
 use tracer_common::round::Round;
 
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const PERIOD_US: u64 = 100_000;
 const QUOTA_US: u64 = 50_000;
 /// Round spacing: a multiple of every period used here (the workload's phase lock), with
@@ -249,7 +248,7 @@ struct Tracer {
 impl Tracer {
     fn start(cgroup: &Cgroup) -> Self {
         let mut child = Running::spawn(
-            Command::new(TRACER)
+            common::tracer::command()
                 .args(["--backend", &common::backend(), "--json", "--cgroup"])
                 .arg(cgroup.path())
                 .stdout(Stdio::piped())
@@ -555,7 +554,7 @@ fn advise_prints_only_the_advice_and_measures_the_rounds() {
     let cgroup = Cgroup::throttled(&host.cpu, "advise-cmd", QUOTA_US, PERIOD_US).with_cpuacct();
     let boundary_ns = run_spiky(&cgroup, 80, 0, 1).refill_ns;
     let advise = Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["advise", "--json", "--backend", &common::backend()])
             .args(["--duration", "5s", "--cgroup"])
             .arg(cgroup.path())

@@ -15,7 +15,7 @@ use std::{
     fs,
     io::{BufRead, BufReader},
     path::Path,
-    process::{Command, Stdio},
+    process::Stdio,
     sync::mpsc,
     thread,
     time::Duration,
@@ -23,8 +23,6 @@ use std::{
 
 use common::{Cgroup, Host, Running};
 use serde_json::Value;
-
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
 /// The host for one test at a time, or `None` (having said why) when the test cannot run here.
 fn machine() -> Option<Host> {
@@ -69,7 +67,7 @@ impl Family {
     /// Starts the tracer filtered on `cgroup`: NDJSON on stdout, or with `live` the live view
     /// recording to that file. Returns its stdout lines, after `start` for NDJSON.
     fn start_tracer(&mut self, cgroup: &str, live: Option<&Path>) -> mpsc::Receiver<String> {
-        let mut tracer = Command::new(TRACER);
+        let mut tracer = common::tracer::command();
         tracer.args(["--backend", &common::backend(), "--cgroup", cgroup]);
         match live {
             Some(file) => tracer.args(["--interval", "1s", "--record"]).arg(file),
@@ -146,7 +144,7 @@ impl Run {
         let mut family = Family::new(host);
         let parent_path = family.parent.path().to_owned();
         let filter = below.map_or(parent_path.clone(), |c| format!("{parent_path}/{c}"));
-        let dir = live.then(|| tempfile::tempdir().expect("temporary directory"));
+        let dir = live.then(common::tracer::output_dir);
         let recording = dir.as_ref().map(|d| d.path().join("run.ndjson"));
         let rx = family.start_tracer(&filter, recording.as_deref());
         // The children are new and empty: every stop of their tasks falls inside the trace.

@@ -1,11 +1,14 @@
 //! Cgroups made and removed by the hundred per second while the tracer traces every cgroup, on
-//! this host (tracepoint backend, or [`common::backend`]'s), for 6 s (the issue asks for a
-//! minute; 6 s keeps `cargo xtask test` within its budget, and `cargo xtask soak` runs longer):
-//! each churned cgroup gets a quota, one in 50 a task that it stops once, then it is removed.
+//! this host (tracepoint backend, or [`common::backend`]'s), for 6 s, or for
+//! `TT_CHURN_SECONDS`: `cargo xtask soak` runs it beside its own load for the soak's length (a
+//! minute in `cargo xtask test`, which leaves the 6 s run out): each churned cgroup gets a
+//! quota, one in 50 a task that it stops once, then it is removed.
 //! Two groups throttle the whole time. What must hold: the two groups' traces are complete
 //! (Σ kernel_ns = their cpu.stat throttled time, one stop per throttled period), no stop of a
 //! churned group begins after its removal and each is marked gone, the programs' maps of open
-//! stops hold only what is open (no stop of a removed group left behind), and the tracer's
+//! stops hold only what is open (no stop of a removed group left behind), the map of removed
+//! cgroups stays within its capacity and the `end` line counts what it evicted (at least the
+//! cgroups removed here beyond its capacity), and the tracer's
 //! memory stays flat after warm-up but for the summaries of the cgroups that stopped, which a
 //! plain run keeps for its report. Needs root, kernel BTF and a cpu hierarchy, otherwise it
 //! says why it cannot run (a failure under `CI=true`).
@@ -30,7 +33,15 @@ use common::{
     tracer::{self, Tracer},
 };
 
-const CHURN: Duration = Duration::from_secs(6);
+/// How long the churn lasts: `TT_CHURN_SECONDS` (the soak's length), else 6 s.
+fn churn_for() -> Duration {
+    let seconds = std::env::var("TT_CHURN_SECONDS").map_or(6, |s| {
+        s.parse()
+            .unwrap_or_else(|e| panic!("TT_CHURN_SECONDS={s:?}: {e}"))
+    });
+    Duration::from_secs(seconds)
+}
+
 /// Cgroups made (and removed) per second, at least.
 const RATE: u64 = 200;
 /// Most memory one stopped cgroup's summary may take (its two histograms dominate).
@@ -172,13 +183,14 @@ fn churning_cgroups_leave_the_live_ones_traced_whole_and_nothing_behind() {
     let live: Vec<Cgroup> = (0..2)
         .map(|i| Cgroup::throttled(&host.cpu, &format!("churn-live-{i}"), 20_000, 100_000))
         .collect();
+    let churn_for = churn_for();
     let tracer = Tracer::start(&[]);
     let pid = tracer.pid();
     let mut runs: Vec<_> = live
         .iter()
         .enumerate()
         .map(|(i, cg)| {
-            let seconds = u32::try_from(CHURN.as_secs() + 2).unwrap();
+            let seconds = u32::try_from(churn_for.as_secs() + 2).unwrap();
             common::spawn_in(&mut common::busy(1, seconds), cg, Some(i % cpus))
         })
         .collect();
@@ -189,7 +201,7 @@ fn churning_cgroups_leave_the_live_ones_traced_whole_and_nothing_behind() {
     };
     let mut rss = Vec::new();
     let started = Instant::now();
-    while started.elapsed() < CHURN {
+    while started.elapsed() < churn_for {
         thread::sleep(Duration::from_secs(1));
         rss.push(rss_kib(pid));
     }
@@ -249,6 +261,25 @@ fn churning_cgroups_leave_the_live_ones_traced_whole_and_nothing_behind() {
             "{name} holds {n} entries after the churn"
         );
     }
+    // The map of removed cgroups is bounded by its capacity, and what it evicted is counted:
+    // every cgroup removed here was inserted, so at least those beyond its capacity went.
+    let (gone, gone_capacity) = maps[2].1;
+    let end = lines.last().expect("an end line");
+    assert_eq!(end["type"], "end", "{end}");
+    let evicted = end["evicted_removed_cgroups"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no evicted_removed_cgroups: {end}"));
+    println!(
+        "removed cgroups: {gone} of {gone_capacity} in the map at the end, {evicted} evicted \
+         (at least {} of the {made} removed here); paths forgotten: {}",
+        made.saturating_sub(u64::from(gone_capacity)),
+        end["forgotten_paths"]
+    );
+    assert!(gone <= gone_capacity as usize, "{gone} > {gone_capacity}");
+    assert!(
+        evicted >= made.saturating_sub(u64::from(gone_capacity)),
+        "{evicted} evicted, {made} removed into a map of {gone_capacity}: {end}"
+    );
     let warm = rss[rss.len() / 3];
     let last = *rss.last().unwrap();
     println!(

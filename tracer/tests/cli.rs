@@ -10,7 +10,7 @@ use std::{
 const BIN: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
+    common::tracer::command()
         .args(args)
         .output()
         .expect("run throttle-tracer")
@@ -170,7 +170,7 @@ fn advise_refuses_a_bad_or_empty_duration_and_an_unknown_cgroup() {
 /// panic's 101.
 #[test]
 fn unusable_btf_files_are_environment_errors() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tracer::output_dir();
     let other = dir.path().join("hostname");
     std::fs::write(&other, "not btf\n").unwrap();
     let cut = dir.path().join("vmlinux-cut");
@@ -184,7 +184,7 @@ fn unusable_btf_files_are_environment_errors() {
         let out = run(&["--btf", path.to_str().unwrap(), "--duration", "1s"]);
         assert_failure(&out, 1, error);
         assert_hint(&out, "--btf");
-        let closed = Command::new(BIN)
+        let closed = common::tracer::command()
             .args(["--btf", path.to_str().unwrap(), "--duration", "1s"])
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -211,7 +211,10 @@ fn missing_cpu_hierarchy_and_read_only_bpffs() {
             "-m",
             "sh",
             "-c",
-            &format!("umount -l {root} && exec {BIN} --duration 1s"),
+            &format!(
+                "umount -l {root} && exec {} --duration 1s",
+                common::tracer::shell_command()
+            ),
         ])
         .output()
         .expect("run unshare");
@@ -228,7 +231,8 @@ fn missing_cpu_hierarchy_and_read_only_bpffs() {
             "-c",
             &format!(
                 "mount -t bpf -o ro bpf /sys/fs/bpf && touch /sys/fs/bpf/x 2>/dev/null; \
-                 test ! -e /sys/fs/bpf/x && exec {BIN} --json --duration 1s --cgroup /"
+                 test ! -e /sys/fs/bpf/x && exec {} --json --duration 1s --cgroup /",
+                common::tracer::shell_command()
             ),
         ])
         .output()
@@ -310,7 +314,7 @@ fn a_kernel_without_sysfs_btf_is_named_and_btf_copy_traces() {
     let Some(host) = common::require(common::host()) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tracer::output_dir();
     let copy = dir.path().join("vmlinux");
     std::fs::copy("/sys/kernel/btf/vmlinux", &copy).expect("copy the kernel's BTF");
     let empty = dir.path().join("empty");
@@ -329,8 +333,7 @@ fn a_kernel_without_sysfs_btf_is_named_and_btf_copy_traces() {
             .status()
             .expect("run test in the namespace");
         assert_eq!(seen.code(), Some(1), "{what}: the file is still readable");
-        let out = hidden
-            .command(BIN)
+        let out = common::tracer::unprivileged(hidden.command(BIN))
             .args(["--duration", "1s"])
             .output()
             .expect("run the tracer in the namespace");
@@ -349,7 +352,7 @@ fn a_kernel_without_sysfs_btf_is_named_and_btf_copy_traces() {
 
     let cgroup = common::Cgroup::throttled(&host.cpu, "cli-btf", 50_000, 100_000);
     let tracer = common::tracer::Tracer::start_as(
-        HiddenBtf::Absent.command(BIN),
+        common::tracer::unprivileged(HiddenBtf::Absent.command(BIN)),
         &["--btf", copy.to_str().unwrap(), "--cgroup", cgroup.path()],
     );
     let before = cgroup.stat().throttled_ns;

@@ -13,17 +13,13 @@
 //! run (a failure under `CI=true`).
 mod common;
 
-use std::{
-    fs,
-    process::{Command, Stdio},
-};
+use std::{fs, process::Stdio};
 
 use common::containers::{self, Container, Engine, Kind};
 use common::http::{free_port, get, sample, wait_ready};
 use common::{CpuStat, Running, Version};
 use serde_json::Value;
 
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 /// How long each container's load runs.
 const LOAD_SECONDS: u32 = 3;
 
@@ -84,7 +80,7 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
             quota.trim()
         );
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tracer::output_dir();
     let recording = dir.path().join("run.ndjson");
     let selection: Vec<String> = containers
         .iter()
@@ -92,7 +88,7 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
         .collect();
     // The text report on stdout, the NDJSON in the recording, the exporter beside them.
     let tracer = Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["--backend", &common::backend(), "--record"])
             .arg(&recording)
             .args(&selection)
@@ -101,7 +97,7 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
     );
     let port = free_port();
     let _serve = Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["serve", "--backend", &common::backend(), "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .args(&selection)
@@ -124,12 +120,15 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
     }
     let after: Vec<CpuStat> = containers.iter().map(|c| host.cpu.stat(&c.dir)).collect();
     let (_, scrape) = get(port, "/metrics").expect("scrape the exporter");
-    let scan = Command::new(TRACER)
+    let scan = common::tracer::command()
         .args(["scan", "--json"])
         .output()
         .expect("run scan");
     assert!(scan.status.success(), "scan: {scan:?}");
-    let table = Command::new(TRACER).arg("scan").output().expect("run scan");
+    let table = common::tracer::command()
+        .arg("scan")
+        .output()
+        .expect("run scan");
     assert!(table.status.success(), "scan: {table:?}");
     let table = String::from_utf8(table.stdout).unwrap();
     println!("{table}");

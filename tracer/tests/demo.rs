@@ -182,13 +182,20 @@ fn check_demo_output(out: &Output, pid: u32, root: &Path) -> String {
     stdout
 }
 
+/// `throttle-tracer demo` as root: the demo makes a cgroup of its own and sets its quota, which
+/// cgroupfs lets root alone do (without_privileges_the_demo_says_so_and_makes_nothing checks
+/// that it says so otherwise).
+fn demo() -> Command {
+    Command::new(TRACER)
+}
+
 #[test]
 fn demo_traces_explains_and_cleans_up() {
     let Some(host) = common::require(common::host()) else {
         return;
     };
     let child = Running::spawn(
-        Command::new(TRACER)
+        demo()
             .args(["demo", "--backend", &common::backend()])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
@@ -205,7 +212,7 @@ fn a_killed_demo_is_cleaned_up_by_the_next_one() {
         return;
     };
     let mut first = Running::spawn(
-        Command::new(TRACER)
+        demo()
             .args(["demo", "--duration", "20s", "--backend", &common::backend()])
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
@@ -249,7 +256,7 @@ fn a_killed_demo_is_cleaned_up_by_the_next_one() {
     );
 
     let second = Running::spawn(
-        Command::new(TRACER)
+        demo()
             .args(["demo", "--duration", "5s", "--backend", &common::backend()])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
@@ -277,7 +284,7 @@ fn a_killed_demo_is_cleaned_up_by_the_next_one() {
 
 #[test]
 fn bad_demo_options_are_usage_errors() {
-    let out = Command::new(TRACER)
+    let out = common::tracer::command()
         .args(["demo", "--duration", "soon"])
         .output()
         .expect("run throttle-tracer demo");

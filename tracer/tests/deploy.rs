@@ -8,11 +8,9 @@
 //! its queries.
 mod common;
 
-use std::{fs, path::Path, process::Command};
+use std::{fs, path::Path};
 
 use yaml_rust2::{Yaml, YamlLoader};
-
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
 fn deploy(file: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -168,7 +166,7 @@ fn daemonset_mounts_host_cgroups_and_btf_read_only() {
 fn daemonset_args_parse() {
     let m = manifest();
     let args = strings(&container(&m)["args"], "args");
-    let out = Command::new(TRACER)
+    let out = common::tracer::command()
         .args(&args)
         .args(["--max-cgroups", "0"])
         .output()

@@ -11,6 +11,9 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
+/// Root's doctor: these tests are about what each privilege allows, and root's answer is the
+/// reference the unprivileged ones are judged against (root is what the README's first line
+/// says runs every backend).
 fn doctor() -> (Value, Option<i32>) {
     doctor_as(&mut Command::new(BIN))
 }
@@ -131,6 +134,7 @@ fn fentry_refusal_is_one_line_with_the_cause_and_a_hint() {
     if !common::applies(fact) {
         return;
     }
+    // As root, as doctor() ran: the refusal is the kernel's even to root here.
     let out = Command::new(BIN)
         .args(["--backend", "fentry", "--duration", "1s"])
         .output()

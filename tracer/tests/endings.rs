@@ -10,13 +10,11 @@ use std::{
     fs,
     io::{BufRead as _, BufReader},
     path::Path,
-    process::{Command, ExitStatus, Stdio},
+    process::{ExitStatus, Stdio},
     time::Duration,
 };
 
 use common::{Cgroup, Running};
-
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
 /// Longer than a start-up on a loaded machine; a run that has not ended by then never will.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -24,7 +22,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// The tracer on `cgroup`, recording into `recording`, with `stdout` as its standard output.
 fn tracer(cgroup: &Cgroup, recording: &Path, stdout: Stdio) -> Running {
     Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["--backend", &common::backend(), "--json", "--cgroup"])
             .arg(cgroup.path())
             .arg("--record")
@@ -64,7 +62,7 @@ fn signals_end_the_run_with_its_summary_and_a_complete_recording() {
         return;
     };
     let cgroup = Cgroup::throttled(&host.cpu, "endings-signal", 30_000, 100_000);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tracer::output_dir();
     for (signal, name) in [
         (libc::SIGINT, "SIGINT"),
         (libc::SIGTERM, "SIGTERM"),
@@ -102,7 +100,7 @@ fn a_closed_output_pipe_ends_the_run_at_once() {
     // Nothing stops in this cgroup: the tracer has nothing to write after its start line, so
     // only watching the pipe can tell it that its reader is gone.
     let cgroup = Cgroup::new(&host.cpu, "endings-pipe");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tracer::output_dir();
     let recording = dir.path().join("pipe.ndjson");
     let mut tracer = tracer(&cgroup, &recording, Stdio::piped());
     let mut stdout = BufReader::new(tracer.stdout.take().expect("piped stdout"));
@@ -126,7 +124,7 @@ fn report_of_a_killed_recording_says_how_far_it_got() {
         return;
     };
     let cgroup = Cgroup::throttled(&host.cpu, "endings-kill", 30_000, 100_000);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tracer::output_dir();
     let recording = dir.path().join("killed.ndjson");
     let began = (common::monotonic_ns(), jiff::Timestamp::now());
     let mut tracer = tracer(&cgroup, &recording, Stdio::null());

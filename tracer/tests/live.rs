@@ -56,7 +56,7 @@ impl Throttled {
 /// Runs the tracer to its end (a guard of 60 s against hanging, not a timing assertion);
 /// returns its exit code, stdout and stderr.
 fn run_tracer(args: &[&str]) -> (i32, String, String) {
-    let mut child = Command::new(TRACER)
+    let mut child = common::tracer::command()
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -385,7 +385,8 @@ fn terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back() {
     );
     let (cg1, cg2) = (format!("/{}", one.name), format!("/{}", two.name));
     let top = format!(
-        "{TRACER} top --backend tracepoint --pid {} --pid {}",
+        "{} top --backend tracepoint --pid {} --pid {}",
+        common::tracer::shell_command(),
         one.workload.id(),
         two.workload.id()
     );
@@ -585,7 +586,8 @@ fn terminal_live_view_shows_the_largest_run_demand_of_the_interval() {
     assert!(synced.starts_with("synced"), "{synced}");
 
     let top = format!(
-        "{TRACER} top --backend tracepoint --cgroup {}; sleep 300",
+        "{} top --backend tracepoint --cgroup {}; sleep 300",
+        common::tracer::shell_command(),
         cgroup.path()
     );
     let tmux = Tmux::start("live-run", 230, 20, &top);
@@ -655,7 +657,10 @@ fn terminal_live_view_p_shows_the_held_process_by_pid_and_comm() {
     };
     let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
     let comm = comm.trim_end();
-    let top = format!("{TRACER} top --backend tracepoint --pid {pid}; sleep 300");
+    let top = format!(
+        "{} top --backend tracepoint --pid {pid}; sleep 300",
+        common::tracer::shell_command()
+    );
     let tmux = Tmux::start(&busy.name, 230, 30, &top);
     tmux.wait_for("1 stopped cgroup(s)");
     tmux.keys(&["p"]);

@@ -39,7 +39,6 @@ use common::http::{
 use common::{Cgroup, Host, Running};
 use serde_json::Value;
 
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
 /// How long the workload runs: long enough for both alerts to fire (a 5 s window, 2 s `for`,
 /// 1 s scrapes and evaluations) and the notification to arrive, with room for a slow start.
@@ -358,7 +357,7 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
     let exporter_port = free_port();
 
     scene.spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["serve", "--backend", "tracepoint", "--listen"])
             .arg(format!("127.0.0.1:{exporter_port}"))
             .args(["--cgroup", &cgroup, "--cgroup", &calm])

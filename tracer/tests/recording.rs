@@ -4,14 +4,9 @@
 //! and a cpu hierarchy, otherwise it says why it cannot run (a failure under `CI=true`).
 mod common;
 
-use std::{
-    fs,
-    process::{Command, Stdio},
-};
+use std::{fs, process::Stdio};
 
 use common::{Cgroup, Running};
-
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
 #[test]
 fn report_of_a_recording_is_what_the_run_printed() {
@@ -22,11 +17,11 @@ fn report_of_a_recording_is_what_the_run_printed() {
     // quota.
     let cgroup = Cgroup::throttled(&host.cpu, "record", 30_000, 100_000);
     let name = cgroup.path();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tracer::output_dir();
     let recording = dir.path().join("run.ndjson");
 
     let tracer = Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args([
                 "--backend",
                 &common::backend(),

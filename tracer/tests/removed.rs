@@ -88,7 +88,7 @@ fn a_cgroup_removed_while_stopped_keeps_its_summary_marked_gone_and_new_ones_are
     let old = Cgroup::throttled(&host.cpu, "removed", 10_000, 500_000);
     let path = old.path().to_owned();
     let old_id = old.id();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tracer::output_dir();
     let recording = dir.path().join("removed.ndjson");
     let mut tracer = Tracer::start(&["--record", recording.to_str().unwrap()]);
     let mut workload = common::spawn_in(&mut common::busy(1, 60), &old, Some(cpu));

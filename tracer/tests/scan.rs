@@ -28,6 +28,8 @@ fn rows(out: std::process::Output) -> Vec<Value> {
         .collect()
 }
 
+/// `scan --json` as root: the reading that the unprivileged ones below are compared with. (scan
+/// traces nothing: nobody without capabilities reads the same, nobody_can_scan_a_readable_tree.)
 fn scan(args: &[&str]) -> Vec<Value> {
     rows(
         Command::new(TRACER)
@@ -202,7 +204,7 @@ fn an_interval_has_the_windows_deltas_and_marks_what_came_and_went() {
         local(&host.cpu, &pod.busy),
     );
     let scan = Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["scan", "--json", "--interval", "4s"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
@@ -284,7 +286,10 @@ fn a_burst_and_the_burst_spent_are_the_cgroups_own() {
     cgroup.wait_refilled();
     let truth = cgroup.stat();
     let rows = scan(&[]);
-    let table = Command::new(TRACER).arg("scan").output().expect("run scan");
+    let table = common::tracer::command()
+        .arg("scan")
+        .output()
+        .expect("run scan");
     assert!(table.status.success(), "scan: {table:?}");
     let table = String::from_utf8(table.stdout).unwrap();
     assert_eq!(

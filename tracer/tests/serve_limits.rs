@@ -7,7 +7,7 @@ mod common;
 use std::{
     io::{Read, Write},
     net::TcpStream,
-    process::{Command, Stdio},
+    process::Stdio,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -71,7 +71,7 @@ fn a_flood_of_bad_clients_leaves_scrapes_answered_in_normal_time() {
     let cgroup = Cgroup::throttled(&host.cpu, "serve-flood", 20_000, 100_000);
     let port = free_port();
     let serve = Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["serve", "--backend", &common::backend(), "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .args(["--cgroup", cgroup.path()])
@@ -186,7 +186,7 @@ fn head_unknown_paths_and_a_scrape_that_tells_only_cgroups_and_counts() {
     let cgroup = Cgroup::throttled(&host.cpu, "serve-reveal", 20_000, 100_000);
     let port = free_port();
     let _serve = Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["serve", "--backend", &common::backend(), "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .args(["--cgroup", cgroup.path()])

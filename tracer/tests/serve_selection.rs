@@ -10,13 +10,11 @@ mod common;
 use std::{
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
-    process::{Command, Stdio},
+    process::Stdio,
     time::Duration,
 };
 
 use common::{Cgroup, Running};
-
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
 /// A cgroup with 20 ms of quota per 100 ms and one busy thread in it, throttled until dropped.
 struct Throttled {
@@ -88,7 +86,7 @@ fn serve_selects(selection: &[&str], selected: &[&Throttled], other: &Throttled)
     // it answers (its probes are attached by then), and after the scrape.
     let before_start = throttled();
     let _serve = Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["serve", "--backend", &common::backend(), "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .args(selection)

@@ -17,7 +17,7 @@ mod common;
 
 use std::{
     io::{BufRead, BufReader},
-    process::{Command, Stdio},
+    process::Stdio,
     thread,
     time::Duration,
 };
@@ -25,7 +25,6 @@ use std::{
 use common::{Cgroup, Running, tracer::Tracer};
 use serde_json::Value;
 
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 /// How soon after its stop ends the spinner, its group's only runnable thread, has run again.
 const SETTLE_NS: u64 = 20_000_000;
 
@@ -134,7 +133,7 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
     } = Pair::start(&group);
 
     let mut tracer = Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["--backend", &common::backend(), "--json"])
             .args(["--pid", &pid.to_string()])
             .stdout(Stdio::piped())
@@ -271,10 +270,10 @@ fn the_text_summary_and_the_pid_line_show_the_stops_and_the_wait_the_kernel_coun
     let pid = pair.pid;
     let spinner_comm = comm(pid, pair.spinner);
     let process_comm = comm(pid, pid);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tracer::output_dir();
     let recording = dir.path().join("threads.ndjson");
     let mut tracer = Running::spawn(
-        Command::new(TRACER)
+        common::tracer::command()
             .args(["--backend", &common::backend()])
             .args(["--pid", &pid.to_string(), "--record"])
             .arg(&recording)

@@ -3,7 +3,11 @@
 //! sampled every few seconds. It passes when the memory grew by less than 5 % after the
 //! warm-up (the first fifth of the run) and
 //! each group's traced kernel time is within 1 % of its own cpu.stat throttled-time delta,
-//! read here. `cargo xtask test` runs it for one minute; needs root.
+//! read here. Beside it for as long, the churn test (tracer/tests/churn.rs, its length from
+//! `TT_CHURN_SECONDS`): hundreds of cgroups a second made and removed under a second tracer
+//! of every cgroup, which must trace its two living groups whole (Σ kernel_ns = cpu.stat),
+//! keep its maps bounded with their evictions counted, and its memory flat. `cargo xtask test`
+//! runs it for one minute; needs root.
 use crate::bench::procs::{self, Busy, Memory, Traced};
 use crate::binaries::{self, Binaries};
 use crate::cgroup::Cgroup;
@@ -42,12 +46,31 @@ struct Sample {
     fds: usize,
 }
 
+/// The churn test that runs beside the soak, and its binary's name (tracer/tests/churn.rs).
+pub const CHURN_TEST: &str = "churning_cgroups_leave_the_live_ones_traced_whole_and_nothing_behind";
+const CHURN_BINARY: &str = "churn";
+
 pub fn run(args: &Args) -> Result<()> {
     if args.minutes == 0 || args.every == 0 {
         bail!("--minutes and --every must be at least 1");
     }
     setup::run(&[setup::Part::Build])?;
-    soak(&binaries::build()?, args)
+    soak(&binaries::build_with_tests()?, args)
+}
+
+/// [`CHURN_TEST`] for `minutes`, on a thread of its own, as CI runs the tests (`CI=true`: a
+/// test that cannot run fails).
+fn churn(binaries: &Binaries, minutes: u64) -> Result<thread::JoinHandle<Result<()>>> {
+    let (_, binary) = binaries
+        .tests
+        .iter()
+        .find(|(name, _)| name == CHURN_BINARY)
+        .context("the churn test was not built")?;
+    let mut test = std::process::Command::new(binary);
+    test.args(["--exact", CHURN_TEST, "--test-threads=1", "--nocapture"])
+        .env("CI", "true")
+        .env("TT_CHURN_SECONDS", (minutes * 60).to_string());
+    Ok(thread::spawn(move || crate::cmd::run(&mut test)))
 }
 
 /// CI's soak: one minute, on the programs `cargo xtask test` built.
@@ -84,6 +107,7 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
     for g in &groups {
         tracer_args.extend(["--cgroup", g.name()]);
     }
+    let churn = churn(binaries, args.minutes)?;
     let mut tracer = Traced::tracer(&binaries.tracer, &tracer_args, &[])?;
     let pid = tracer.pid();
     // The groups are idle until now: their counters stand still from here to the workloads.
@@ -183,6 +207,11 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
     }
     if samples.iter().any(|s| s.fds != samples[0].fds) {
         failures.push("the number of open fds changed".to_owned());
+    }
+    match churn.join() {
+        Ok(Ok(())) => println!("the churn beside it passed (its figures above)"),
+        Ok(Err(e)) => failures.push(format!("the churn beside it: {e:#}")),
+        Err(_) => failures.push("the churn beside it panicked".to_owned()),
     }
     if !failures.is_empty() {
         bail!("soak failed: {}", failures.join("; "));

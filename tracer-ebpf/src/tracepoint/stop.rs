@@ -134,6 +134,14 @@ struct Gone {
 #[map]
 static TP_GONE: LruHashMap<Gone, u8> = LruHashMap::with_max_entries(1024, 0);
 
+/// `TP_GONE`'s new entries so far (atomic adds, from any CPU; a cgroup's rmdir and its release
+/// both mark it gone, the second finds it there). Nothing deletes from `TP_GONE`, so its new
+/// entries less the entries it holds are the removed cgroups it evicted, which the agent
+/// reports (the `end` line's `evicted_removed_cgroups`): a throttled cfs_rq of such a cgroup
+/// seen after its eviction would start a stop.
+#[map]
+static TP_GONE_INSERTED: Array<u64> = Array::with_max_entries(1, 0);
+
 /// Most CPUs swept at a cgroup's removal (`nr_cpus` is the real count).
 const MAX_CPUS: u64 = 1024;
 
@@ -416,7 +424,14 @@ pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
     let Some(cgroup_id) = stops::cgroup_id(o, cgroup) else {
         return;
     };
-    let _ = TP_GONE.insert(Gone { cgroup, cgroup_id }, 1, 0);
+    if TP_GONE
+        .insert(Gone { cgroup, cgroup_id }, 1, BPF_NOEXIST.into())
+        .is_ok()
+        && let Some(p) = TP_GONE_INSERTED.get_ptr_mut(0)
+    {
+        // SAFETY: a valid, aligned map value; every update is this atomic add.
+        unsafe { stops::atomic_add(p, 1) };
+    }
     sweep(o, cgroup, cgroup_id, true);
 }
 

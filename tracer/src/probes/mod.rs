@@ -289,6 +289,37 @@ impl Probes {
         total
     }
 
+    /// Removed cgroups that the tracepoint backend's map of them (`TP_GONE`, an LRU map of 1024)
+    /// evicted so far: its new entries less the entries it holds, as nothing deletes from it. `None` for the
+    /// other backends, which keep no such map.
+    pub fn evicted_removed_cgroups(&self) -> Result<Option<u64>, Failure> {
+        if self.backend != Backend::Tracepoint {
+            return Ok(None);
+        }
+        let inserted = {
+            let name = "TP_GONE_INSERTED";
+            let m = self
+                .ebpf
+                .map(name)
+                .ok_or_else(|| internal(&format!("map {name} missing")))?;
+            let count: aya::maps::Array<_, u64> =
+                aya::maps::Array::try_from(m).map_err(|e| internal(&format!("{name}: {e}")))?;
+            count
+                .get(&0, 0)
+                .map_err(|e| internal(&format!("{name}: {e}")))?
+        };
+        let name = "TP_GONE";
+        let m = self
+            .ebpf
+            .map(name)
+            .ok_or_else(|| internal(&format!("map {name} missing")))?;
+        // The key is the eBPF side's `Gone`: a `struct cgroup *` and a cgroup id.
+        let gone: HashMap<_, [u64; 2], u8> =
+            HashMap::try_from(m).map_err(|e| internal(&format!("{name}: {e}")))?;
+        let entries = gone.keys().filter(Result::is_ok).count() as u64;
+        Ok(Some(inserted.saturating_sub(entries)))
+    }
+
     /// Records lost so far by cgroup (those the kernel could attribute: see `LOST_BY_CGROUP`).
     pub fn lost_by_cgroup(&self) -> Result<std::collections::HashMap<u64, Lost>, Failure> {
         let name = "LOST_BY_CGROUP";

@@ -446,8 +446,10 @@ fn lost(out: &mut String, lost: &Lost) {
         let _ = writeln!(
             out,
             "  lost              {} stop ends: its stops, stopped times, percentiles, histograms \
-             and group stops are lower bounds, the cross-check falls short by their kernel time",
-            lost.ends
+             and group stops are lower bounds, the cross-check falls short by their kernel time \
+             ({})",
+            lost.ends,
+            ns(lost.kernel_ns)
         );
     }
     if lost.starts > 0 {
@@ -490,6 +492,15 @@ fn footer(out: &mut String, reports: &[CgroupReport], totals: &End) {
              guard: an interrupt during a program's run on that CPU); a refill missed so ends \
              its stop at the next observation, as `unknown`.",
             missed
+        );
+    }
+    let evicted = totals.evicted_removed_cgroups.unwrap_or(0);
+    let forgotten = totals.forgotten_paths.unwrap_or(0);
+    if evicted + forgotten > 0 {
+        let _ = writeln!(
+            out,
+            "evicted to stay bounded: {evicted} removed cgroup(s) from the programs' map of \
+             removed cgroups (the last 1024 kept), the paths of {forgotten} (the last 4096 kept)."
         );
     }
 }
@@ -567,6 +578,8 @@ mod tests {
             malformed: 0,
             elapsed_ns: 12_300_000_000,
             missed_runs: None,
+            evicted_removed_cgroups: None,
+            forgotten_paths: None,
         };
         let text = render(&info(), &[demo_report()], &totals);
         println!("{text}");
@@ -609,6 +622,8 @@ mod tests {
             malformed: 0,
             elapsed_ns: 1,
             missed_runs: None,
+            evicted_removed_cgroups: None,
+            forgotten_paths: None,
         };
         let text = render(&info(), &[docker, service], &totals);
         let overview: Vec<&str> = text
@@ -673,6 +688,7 @@ mod tests {
             starts: 1,
             ends: 3,
             periods: 0,
+            kernel_ns: 240_000_000,
         };
         r.summary.unmatched_ends = 2;
         let totals = End {
@@ -680,6 +696,8 @@ mod tests {
             malformed: 1,
             elapsed_ns: 1,
             missed_runs: None,
+            evicted_removed_cgroups: None,
+            forgotten_paths: None,
         };
         let text = render(&info(), &[r], &totals);
         assert!(
@@ -693,6 +711,7 @@ mod tests {
             text.contains("  lost              3 stop ends: its stops"),
             "{text}"
         );
+        assert!(text.contains("by their kernel time (240.0 ms)"), "{text}");
         assert!(text.contains("  lost              1 stop starts: the figures are whole"));
         assert!(!text.contains("periods: its demand"), "{text}");
         assert!(

@@ -177,14 +177,24 @@ pub fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Runni
 }
 
 /// CAP_PERFMON and CAP_BPF (linux/capability.h): what deploy/daemonset.yaml grants.
-const BPF_PERFMON: &[u32] = &[38, 39];
+pub const BPF_PERFMON: &[u32] = &[38, 39];
+
+/// The same and CAP_SYS_ADMIN (21): what the README asks for the kprobe backend, whose perf
+/// events Debian's kernels refuse to CAP_BPF + CAP_PERFMON alone (EACCES: their
+/// perf_event_paranoid 3 wants CAP_SYS_ADMIN; doctor.rs's every-kernel test shows it).
+pub const BPF_PERFMON_SYS_ADMIN: &[u32] = &[21, 38, 39];
 
 /// A command that runs `bin` as nobody with CAP_BPF and CAP_PERFMON only, what
-/// deploy/daemonset.yaml grants, and no locked-memory limit, as containerd and Docker start a
+/// deploy/daemonset.yaml grants: [`least_privileged`].
+pub fn with_bpf_perfmon_only(bin: &str) -> Command {
+    least_privileged(Command::new(bin), BPF_PERFMON)
+}
+
+/// `cmd`, made to run as nobody with the capabilities `keep` only, after what its earlier
+/// pre_exec closures do, and with no locked-memory limit, as containerd and Docker start a
 /// container: before 5.11 the kernel charges BPF maps to RLIMIT_MEMLOCK (the 5.10 guest's
 /// default refused the first map), which the manifest leaves to the runtime.
-pub fn with_bpf_perfmon_only(bin: &str) -> Command {
-    let mut cmd = Command::new(bin);
+pub fn least_privileged(mut cmd: Command, keep: &'static [u32]) -> Command {
     let unlimited = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
         rlim_max: libc::RLIM_INFINITY,
@@ -198,7 +208,7 @@ pub fn with_bpf_perfmon_only(bin: &str) -> Command {
             Ok(())
         })
     };
-    drop_on_exec(cmd, BPF_PERFMON)
+    drop_on_exec(cmd, keep)
 }
 
 /// A command that runs `bin` as nobody (uid and gid 65534, no supplementary groups) with the
@@ -237,7 +247,7 @@ struct CapData {
     inheritable: u32,
 }
 
-const NOBODY: libc::uid_t = 65534;
+pub const NOBODY: libc::uid_t = 65534;
 
 fn drop_to_nobody(keep: &[u32], last: u32) -> std::io::Result<()> {
     let ok = |r: libc::c_long| {

@@ -1,5 +1,7 @@
-//! The tracer as the fault tests run it: its NDJSON on stdout, read line by line as it comes
-//! (a test can wait for a line before it acts), stopped with SIGINT, its lines returned parsed.
+//! The tracer as the host tests start it: as nobody with the least privilege its backend needs
+//! ([`command`], the one place that decides), and as the fault tests run it: its NDJSON on
+//! stdout, read line by line as it comes (a test can wait for a line before it acts), stopped
+//! with SIGINT, its lines returned parsed.
 use std::{
     path::Path,
     process::{Command, Output, Stdio},
@@ -13,6 +15,52 @@ use super::Running;
 
 const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
 
+/// The capabilities the tests' tracer keeps, as nobody: CAP_BPF + CAP_PERFMON, the set
+/// deploy/daemonset.yaml grants and the README states, for the tracepoint backend (this
+/// host's) and fentry; with CAP_SYS_ADMIN for the kprobe backend (the VM guests'), whose perf
+/// events Debian's kernels refuse to the two alone, as the README says. Nothing for cgroupfs:
+/// its files are world-readable, and a private (mode 700) cgroup is traced whole without
+/// reading it (host_tracepoint.rs proves both, and what CAP_DAC_READ_SEARCH would add).
+pub fn capabilities() -> &'static [u32] {
+    if super::backend() == "kprobe" {
+        super::BPF_PERFMON_SYS_ADMIN
+    } else {
+        super::BPF_PERFMON
+    }
+}
+
+/// The tracer as a host test starts it unless the test is about root: as nobody with
+/// [`capabilities`] only.
+pub fn command() -> Command {
+    unprivileged(Command::new(TRACER))
+}
+
+/// `tracer`, a command that runs the tracer in a changed environment (a mount namespace of its
+/// own, made as root), dropped to nobody with [`capabilities`] after that.
+pub fn unprivileged(tracer: Command) -> Command {
+    super::least_privileged(tracer, capabilities())
+}
+
+/// [`command`] as a shell command line (for a terminal multiplexer's pane): util-linux's
+/// setpriv dropping to nobody with [`capabilities`], then the tracer.
+pub fn shell_command() -> String {
+    let caps: Vec<String> = capabilities().iter().map(|c| format!("+cap_{c}")).collect();
+    let caps = caps.join(",");
+    let nobody = super::NOBODY;
+    format!(
+        "setpriv --reuid={nobody} --regid={nobody} --clear-groups --inh-caps=-all,{caps} \
+         --ambient-caps=-all,{caps} --bounding-set=-all,{caps} {TRACER}"
+    )
+}
+
+/// A temporary directory that the tracer, as nobody, may write its recording into.
+pub fn output_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::os::unix::fs::chown(dir.path(), Some(super::NOBODY), Some(super::NOBODY))
+        .expect("give the temporary directory to nobody");
+    dir
+}
+
 pub struct Tracer {
     child: Option<Running>,
     lines: Receiver<String>,
@@ -23,14 +71,14 @@ pub struct Tracer {
 }
 
 impl Tracer {
-    /// `throttle-tracer --backend <common::backend()> --json` with `args`, once its `start`
-    /// line has come.
+    /// `throttle-tracer --backend <common::backend()> --json` with `args`, run by [`command`],
+    /// once its `start` line has come.
     pub fn start(args: &[&str]) -> Self {
-        Self::start_as(Command::new(TRACER), args)
+        Self::start_as(command(), args)
     }
 
     /// [`Tracer::start`] through `tracer`, a command that runs the tracer in a changed
-    /// environment (a mount namespace of its own, fewer privileges).
+    /// environment (a mount namespace of its own, other privileges).
     pub fn start_as(mut tracer: Command, args: &[&str]) -> Self {
         let mut child = Running::spawn(
             tracer
@@ -136,9 +184,9 @@ pub fn wait_recorded_start(recording: &Path) {
     );
 }
 
-/// `throttle-tracer report RECORDING`, run to its end.
+/// `throttle-tracer report RECORDING`, run to its end (by [`command`]).
 pub fn report(recording: &Path) -> Output {
-    Command::new(TRACER)
+    command()
         .arg("report")
         .arg(recording)
         .output()
