@@ -604,6 +604,7 @@ impl Session {
         let now_ns = records::monotonic_now_ns();
         // cpu.stat is read while the probes are still attached, right after the last drain, so a
         // stop is in one and not the other only if it ended in the microseconds between the two.
+        let forgotten_demand = self.aggregate.forgotten_demand();
         let summaries = self.aggregate.finish(now_ns);
         let ids = summaries.iter().map(|s| s.cgroup_id);
         let end = self
@@ -618,6 +619,7 @@ impl Session {
             missed_runs: self.probes.missed_runs(),
             evicted_removed_cgroups: self.probes.evicted_removed_cgroups()?,
             forgotten_paths: Some(self.hierarchy.forgotten()),
+            forgotten_demand: Some(forgotten_demand),
         };
         drop(self.reader);
         drop(self.probes);

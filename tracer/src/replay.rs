@@ -229,6 +229,7 @@ impl Recorded {
             missed_runs: None,
             evicted_removed_cgroups: None,
             forgotten_paths: None,
+            forgotten_demand: None,
         });
         let reports = aggregate
             .finish(end_of_trace.unwrap_or(last_ns))
@@ -412,6 +413,7 @@ mod tests {
             missed_runs: None,
             evicted_removed_cgroups: None,
             forgotten_paths: None,
+            forgotten_demand: None,
         }
     }
 

@@ -830,6 +830,11 @@ pub struct End {
     /// a later line about one has no path. Absent in recordings made before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forgotten_paths: Option<u64>,
+    /// Cgroups that never stopped whose periods the agent forgot to stay bounded (it keeps
+    /// the 1024 latest to have one): if one stops later, its demand and advice cover only the
+    /// periods since. Absent in recordings made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forgotten_demand: Option<u64>,
 }
 
 #[cfg(test)]
@@ -959,11 +964,13 @@ mod tests {
             missed_runs: Some(0),
             evicted_removed_cgroups: Some(3),
             forgotten_paths: Some(4),
+            forgotten_demand: Some(5),
         }));
         assert_eq!(
             v,
             serde_json::json!({"type": "end", "lost": 2, "malformed": 1, "elapsed_ns": 5 * MS,
-                "missed_runs": 0, "evicted_removed_cgroups": 3, "forgotten_paths": 4})
+                "missed_runs": 0, "evicted_removed_cgroups": 3, "forgotten_paths": 4,
+                "forgotten_demand": 5})
         );
     }
 

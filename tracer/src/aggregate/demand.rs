@@ -91,12 +91,15 @@ pub(super) struct Demand {
     /// A run with a period of unknown usage is still open: its periods are no run's.
     broken: bool,
     burst_spent_ns: Option<u64>,
+    /// The end of the last period taken, ns.
+    last_end_ns: u64,
 }
 
 impl Demand {
     /// Takes one period; returns the run it ended, if any (with usage).
     pub(super) fn period(&mut self, p: &Period) -> Option<Run> {
         self.bandwidth = p.bandwidth;
+        self.last_end_ns = p.end_ns;
         if let Some(spent) = p.burst_spent_ns {
             self.burst_spent_ns = Some(self.burst_spent_ns.unwrap_or(0).saturating_add(spent));
         }
@@ -135,6 +138,11 @@ impl Demand {
         }
         let run = self.open.take()?;
         self.close(run)
+    }
+
+    /// The end of the last period taken, ns.
+    pub(super) fn last_end_ns(&self) -> u64 {
+        self.last_end_ns
     }
 
     fn close(&mut self, run: Run) -> Option<Run> {

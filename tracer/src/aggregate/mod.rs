@@ -65,7 +65,14 @@ pub struct Aggregate {
     attributed: HashMap<(u64, u64), Attributed>,
     /// Per cgroup, its periods (tracepoint backend); reported only for cgroups with a summary.
     demand: HashMap<u64, demand::Demand>,
+    /// Cgroups that never stopped whose periods were forgotten to stay bounded.
+    forgotten_demand: u64,
 }
+
+/// Cgroups that never stopped whose periods are kept (the latest to have one): a quota's
+/// period timer runs whether or not the group has a task, so cgroups made and removed by the
+/// hundred per second would otherwise each leave their periods behind.
+const QUIET_DEMAND: usize = 1024;
 
 impl Aggregate {
     /// An aggregate that reports `cgroups` even if they never stop: a cgroup the user named
@@ -79,6 +86,7 @@ impl Aggregate {
             attributed: HashMap::new(),
             window: None,
             demand: HashMap::new(),
+            forgotten_demand: 0,
         }
     }
 
@@ -138,6 +146,31 @@ impl Aggregate {
         if let (Some(window), Some(run)) = (&mut self.window, ended) {
             window.run(period.cgroup_id, run);
         }
+        if self.demand.len() > self.cgroups.len() + 2 * QUIET_DEMAND {
+            self.forget_quiet_demand();
+        }
+    }
+
+    /// Forgets the periods of the cgroups that never stopped, all but the `QUIET_DEMAND` that
+    /// had one last; amortised, since it runs once per `QUIET_DEMAND` new ones.
+    fn forget_quiet_demand(&mut self) {
+        let mut quiet: Vec<(u64, u64)> = self
+            .demand
+            .iter()
+            .filter(|(id, _)| !self.cgroups.contains_key(id))
+            .map(|(&id, d)| (d.last_end_ns(), id))
+            .collect();
+        quiet.sort_unstable();
+        let excess = quiet.len().saturating_sub(QUIET_DEMAND);
+        for &(_, id) in &quiet[..excess] {
+            self.demand.remove(&id);
+        }
+        self.forgotten_demand += excess as u64;
+    }
+
+    /// Cgroups that never stopped whose periods were forgotten to stay bounded.
+    pub fn forgotten_demand(&self) -> u64 {
+        self.forgotten_demand
     }
 
     /// Counts the ended stop `end` for each descendant it stopped that `keep` admits.
@@ -407,6 +440,28 @@ pub(crate) mod tests {
         let s = agg.finish(2 * MS);
         assert_eq!(s.len(), 1);
         assert!(s[0].descendants.is_empty());
+    }
+
+    #[test]
+    fn the_periods_of_cgroups_that_never_stop_are_bounded_and_the_forgotten_counted() {
+        let mut agg = Aggregate::watching(&[]);
+        // Cgroup 1 stops; 10,000 churned cgroups only send a period each, in turn.
+        agg.ingest(&end(1, 0, 0, 10 * MS));
+        for id in 2..10_002u64 {
+            let mut p = demand::tests::period(200 + id, 10, 1, false);
+            p.cgroup_id = id;
+            agg.ingest_period(&p);
+            let mut q = demand::tests::period(300 + id, 10, 1, false);
+            q.cgroup_id = 1;
+            agg.ingest_period(&q);
+        }
+        assert!(agg.demand.len() <= 1 + 2 * QUIET_DEMAND + 1);
+        // Forgotten in batches, the oldest first: the latest ones and the stopped one remain.
+        assert_eq!(agg.forgotten_demand() + agg.demand.len() as u64, 10_000 + 1);
+        assert!(agg.demand.contains_key(&1) && agg.demand.contains_key(&10_001));
+        assert!(!agg.demand.contains_key(&2));
+        let s = agg.finish(20_000 * MS);
+        assert_eq!(s[0].demand.as_ref().map(|d| d.periods), Some(10_000));
     }
 
     pub(super) fn run(events: &[Event], now_ns: u64) -> Vec<CgroupSummary> {

@@ -496,11 +496,13 @@ fn footer(out: &mut String, reports: &[CgroupReport], totals: &End) {
     }
     let evicted = totals.evicted_removed_cgroups.unwrap_or(0);
     let forgotten = totals.forgotten_paths.unwrap_or(0);
-    if evicted + forgotten > 0 {
+    let quiet = totals.forgotten_demand.unwrap_or(0);
+    if evicted + forgotten + quiet > 0 {
         let _ = writeln!(
             out,
             "evicted to stay bounded: {evicted} removed cgroup(s) from the programs' map of \
-             removed cgroups (the last 1024 kept), the paths of {forgotten} (the last 4096 kept)."
+             removed cgroups (the last 1024 kept), the paths of {forgotten} (the last 4096 kept), \
+             the periods of {quiet} cgroup(s) that never stopped (the 1024 latest kept)."
         );
     }
 }
@@ -580,6 +582,7 @@ mod tests {
             missed_runs: None,
             evicted_removed_cgroups: None,
             forgotten_paths: None,
+            forgotten_demand: None,
         };
         let text = render(&info(), &[demo_report()], &totals);
         println!("{text}");
@@ -624,6 +627,7 @@ mod tests {
             missed_runs: None,
             evicted_removed_cgroups: None,
             forgotten_paths: None,
+            forgotten_demand: None,
         };
         let text = render(&info(), &[docker, service], &totals);
         let overview: Vec<&str> = text
@@ -698,6 +702,7 @@ mod tests {
             missed_runs: None,
             evicted_removed_cgroups: None,
             forgotten_paths: None,
+            forgotten_demand: None,
         };
         let text = render(&info(), &[r], &totals);
         assert!(
