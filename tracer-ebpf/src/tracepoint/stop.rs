@@ -146,12 +146,11 @@ static TP_SCRATCH: PerCpuArray<TpStop> = PerCpuArray::with_max_entries(1, 0);
 /// rq lock, at the unthrottle). Before 6.6 nothing of the kernel's says so reliably
 /// (`throttled_clock` is stored after `throttled`, and a timer's walk reads both without the rq
 /// lock), so only an unthrottle we saw ourselves and left to a callback's exit counts.
-/// `self_time` reads the cfs_rq's `throttled_clock_self_time` now: with a direct load on the
-/// hot path, through the helper where the cfs_rq comes from a map.
 #[inline(always)]
-pub(super) fn episode_changed(st: &TpStop, self_time: impl FnOnce() -> Option<u64>) -> bool {
+pub(super) fn episode_changed(o: &Offsets, cfs_rq: u64, st: &TpStop) -> bool {
     if st.self_time0 != u64::MAX {
-        return self_time().is_some_and(|t| t != st.self_time0);
+        return read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
+            .is_some_and(|t| t != st.self_time0);
     }
     st.unthrottled_ns != 0
 }
@@ -164,8 +163,8 @@ pub(super) fn episode_changed(st: &TpStop, self_time: impl FnOnce() -> Option<u6
 ///
 /// A global function (exported, and BTF says so): the verifier checks it once per program,
 /// with arguments it knows nothing of, instead of at every call with the caller's state (the
-/// context switch calls it from each level of two task chains, the refill programs from each
-/// entry of their lists). Its arguments are numbers to it, so everything is read through the
+/// observations from a task and the refill programs' list entries call it, each a global
+/// function too). Its arguments are numbers to it, so everything is read through the
 /// helper. Returns 0: a global function must return a number.
 #[unsafe(export_name = "tp_start")]
 #[inline(never)]
