@@ -8,7 +8,7 @@ use tracer_common::{ABSENT, END_REFILL, Offsets};
 
 use super::{
     config::{csd_fn, csd_traced, timer_fns},
-    stop::{TP_OPEN, cpu_of, end, episode_changed, period_expires, start},
+    stop::{TP_OPEN, cpu_of, end, episode_changed, period_expires, start_at_refill},
 };
 use crate::{
     offsets,
@@ -160,7 +160,7 @@ extern "C" fn entering(cfs_rq: u64, t: u64) -> i32 {
     }
     // SAFETY: lookup only.
     if unsafe { TP_OPEN.get(cfs_rq) }.is_none() {
-        start(cfs_rq, t, 0, 0);
+        start_at_refill(cfs_rq, t);
     }
     if let Some(st) = TP_OPEN.get_ptr_mut(cfs_rq) {
         // SAFETY: valid map value pointer.
@@ -234,7 +234,7 @@ extern "C" fn exited(cfs_rq: u64, t: u64, timer: u32) -> i32 {
         end(cfs_rq, st.ev.start_ns, END_REFILL, true);
     } else if episode_changed(o, cfs_rq, st) {
         end(cfs_rq, st.ev.start_ns, END_REFILL, false);
-        start(cfs_rq, t, 0, 0);
+        start_at_refill(cfs_rq, t);
     } else if !unthrottle_coming(o, cfs_rq) {
         st.refill_pending = 0;
         st.exit_pending = 0;

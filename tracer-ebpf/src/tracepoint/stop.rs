@@ -156,16 +156,15 @@ pub(super) fn episode_changed(o: &Offsets, cfs_rq: u64, st: &TpStop) -> bool {
 }
 
 /// `cfs_rq` is throttled and not yet open: open it (emit START unless it predates the trace).
-/// `task` is a task of the group seen at the observation (0 = use the CPU's current task);
-/// `how` says how it was seen: `TASK_PARKED`, `TASK_HELD` (the stop holds it from now, see
-/// `observe::holds`). One word, not two flags: BPF calls take at most five arguments.
-/// Two CPUs may see the same throttle at once: the first to insert it opens it.
+/// `task` is a task of the group seen at the observation; `how` says how it was seen:
+/// `TASK_PARKED`, `TASK_HELD` (the stop holds it from now, see `observe::holds`). One word,
+/// not two flags: BPF calls take at most five arguments. Two CPUs may see the same throttle at
+/// once: the first to insert it opens it.
 ///
 /// A global function (exported, and BTF says so): the verifier checks it once per program,
-/// with arguments it knows nothing of, instead of at every call with the caller's state (the
-/// observations from a task and the refill programs' list entries call it, each a global
-/// function too). Its arguments are numbers to it, so everything is read through the
-/// helper. Returns 0: a global function must return a number.
+/// with arguments it knows nothing of, instead of at every call with the caller's state. Its
+/// arguments are numbers to it, so everything is read through the helper. Returns 0: a global
+/// function must return a number.
 #[unsafe(export_name = "tp_start")]
 #[inline(never)]
 pub(super) extern "C" fn start(cfs_rq: u64, now: u64, task: u64, how: u32) -> i32 {
@@ -173,6 +172,18 @@ pub(super) extern "C" fn start(cfs_rq: u64, now: u64, task: u64, how: u32) -> i3
     0
 }
 
+/// [`start`] from a refill callback's list, where no task of the group is at hand (the CPU's
+/// current task is looked at instead). A function of its own: the verifier does not know a
+/// global function's arguments, so with `task` an argument the refill programs were verified
+/// with everything a task's observation does too, and the observations with the refill's part.
+#[unsafe(export_name = "tp_start_at_refill")]
+#[inline(never)]
+pub(super) extern "C" fn start_at_refill(cfs_rq: u64, now: u64) -> i32 {
+    open(offsets(), cfs_rq, now, 0, 0);
+    0
+}
+
+/// [`start`]'s work; `task` 0: from a refill callback ([`start_at_refill`]).
 #[inline(always)]
 fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
     // Nothing opens before every program is attached: a stop opened by the refill programs
@@ -223,9 +234,9 @@ fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
         st.ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
         if task != 0 {
             stops::task_ids(o, task, &mut st.ev);
-            // Only here: the refill callbacks' programs call `start` inside their list walk
-            // with `task` 0, and the verifier then prunes this walk from them (it doubled their
-            // verification time). A stop is first seen at a refill only if no context switch
+            // Only here: the refill callbacks' programs open with `start_at_refill`, whose
+            // `task` is 0, so this walk is not in them (it doubled their verification time).
+            // A stop is first seen at a refill only if no context switch
             // on its CPU saw it first (a slack timer's walk right after the throttle); its
             // children are listed at the next observation from a task, before the tasks the
             // throttle stopped have all left the queue unnoticed.
