@@ -69,8 +69,9 @@ pub(super) struct TpStop {
 #[map]
 pub(super) static TP_OPEN: HashMap<u64, TpStop> = HashMap::with_max_entries(16384, 0);
 
-/// How many `TP_OPEN` entries there are (at most; a failed removal leaves it high): while it
-/// is 0 the hot path skips looking for the stop of a cfs_rq whose quota was removed. Updated
+/// How many `TP_OPEN` entries there are, never fewer: counted before an insert (taken back if
+/// it fails) and after a removal (a failed removal leaves it high). While it is 0 the hot path
+/// looks up no stop for a cfs_rq it finds unthrottled, or whose quota was removed. Updated
 /// with BPF atomic adds (`lock xadd`, every kernel), from any CPU.
 #[map]
 static TP_OPEN_COUNT: Array<u64> = Array::with_max_entries(1, 0);
@@ -269,11 +270,16 @@ fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
     // By reference: the map copies from the scratch slot. A value would be copied onto the
     // BPF stack first, and the frame would no longer fit old kernels' 512-byte call chains.
     let stop: &TpStop = st;
+    count_open(1);
     match TP_OPEN.insert(cfs_rq, stop, BPF_NOEXIST.into()) {
-        Ok(()) => count_open(1),
+        Ok(()) => {}
         // Another CPU opened it first.
-        Err(EEXIST) => return,
+        Err(EEXIST) => {
+            count_open(u64::MAX);
+            return;
+        }
         Err(_) => {
+            count_open(u64::MAX);
             stops::bump(&OPEN_FULL);
             return;
         }
