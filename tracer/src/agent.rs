@@ -28,7 +28,7 @@ use crate::{
     error::Failure,
     filter::{Ancestors, Selection, Traced},
     opening, privileges,
-    probes::Probes,
+    probes::{KernelBtf, Probes},
     records::{self, Event, Record},
     report::{self, AdviceOnly, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
     sampler::{Baseline, Sampler, Snapshot, Target},
@@ -274,6 +274,12 @@ impl Session {
     /// report (NDJSON prints its `start` line here).
     pub fn start(request: Request<'_>) -> Result<Self, Failure> {
         privileges::check()?;
+        // The loads need aya's parse of the whole kernel BTF: it runs beside the offsets'
+        // resolution, which reads the same file for the few types the probes use.
+        let path = request.probes.btf.clone();
+        let parsing = std::thread::Builder::new()
+            .name("kernel BTF".into())
+            .spawn(move || KernelBtf::parse(&path));
         let phase = Instant::now();
         let resolved = btf::resolve(&request.probes.btf).map_err(|e| {
             Failure::environment(
@@ -328,13 +334,19 @@ impl Session {
 
         let ancestors = Ancestors::of(&hierarchy, &request.cgroups, &filter);
         let kernel_filter: Vec<u64> = filter.iter().copied().chain(ancestors.ids()).collect();
+        let kernel_btf = match parsing {
+            Ok(thread) => thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => KernelBtf::parse(&request.probes.btf),
+        };
         let phase = Instant::now();
         let mut probes = Probes::attach(
             request.probes.backend,
+            kernel_btf,
             &resolved.offsets,
             &kernel_filter,
             request.probes.ring_buffer_size,
-            &request.probes.btf,
         )?;
         debug!("startup: probes attached in {:.1} ms", ms(phase));
         // The kernel BTF parsed for the loads is freed now, below the objects that stay: give

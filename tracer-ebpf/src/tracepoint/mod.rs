@@ -49,13 +49,13 @@ pub fn tp_sched_switch(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn tp_sched_wakeup(ctx: BtfTracePointContext) -> i32 {
-    observe::walk(offsets(), ctx.arg(0), false, observe::Seen::WokenUp);
+    observe::walk(offsets(), ctx.arg(0), observe::Seen::WokenUp);
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn tp_sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
-    observe::walk(offsets(), ctx.arg(0), false, observe::Seen::WokenUp);
+    observe::walk(offsets(), ctx.arg(0), observe::Seen::WokenUp);
     0
 }
 
@@ -75,7 +75,7 @@ pub fn tp_hrtimer_period(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "hrtimer_expire_exit")]
 pub fn tp_hrtimer_exit(ctx: BtfTracePointContext) -> i32 {
-    refill::timer_exit(offsets(), ctx.arg(0));
+    refill::timer_exit(ctx.arg(0));
     0
 }
 
@@ -89,7 +89,7 @@ pub fn tp_csd_entry(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "csd_function_exit")]
 pub fn tp_csd_exit(ctx: BtfTracePointContext) -> i32 {
-    refill::csd_exit(offsets(), ctx.arg(1));
+    refill::csd_exit(ctx.arg(1));
     0
 }
 

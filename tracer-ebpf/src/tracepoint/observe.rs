@@ -1,13 +1,18 @@
 //! Observation from a task: at a context switch or a wakeup, the task's sched_entity chain is
 //! walked up and each bandwidth-limited cfs_rq on it is compared with its open stop, which the
 //! observation starts, ends, or counts a park on. These are the hot paths (every switch and
-//! wakeup), so the chain is read with direct loads and the clock only where it is used.
+//! wakeup): the chain is read with direct loads, a level found unthrottled with no stop open
+//! anywhere costs no map lookup, and everything past that is one global function
+//! ([`observed`]) that the verifier checks once per program, not at every level of every chain.
 use tracer_common::{ABSENT, END_QUOTA_CHANGE, Offsets};
 
 use super::stop::{
     TASK_HELD, TASK_PARKED, TP_OPEN, TpStop, any_open, end, ended_reason, episode_changed, start,
 };
-use crate::stops::{self, load, load_bits, now, number, read, read_bits};
+use crate::{
+    offsets,
+    stops::{self, load, load_bits, now, number, read, read_bits},
+};
 
 /// How long an unthrottle seen outside a refill callback waits for the callback's exit before
 /// it ends the stop itself (the exit never comes, e.g. a teardown flush without tracepoints).
@@ -18,49 +23,79 @@ const MAX_DEPTH: usize = 8;
 
 /// How an observation saw its task, which says whether a throttled group holds it now.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
 pub(super) enum Seen {
-    SwitchedOut,
-    SwitchedIn,
-    WokenUp,
+    SwitchedOut = 0,
+    SwitchedIn = 1,
+    WokenUp = 2,
 }
 
+impl Seen {
+    fn of(bits: u32) -> Self {
+        match bits & SEEN_MASK {
+            0 => Self::SwitchedOut,
+            1 => Self::SwitchedIn,
+            _ => Self::WokenUp,
+        }
+    }
+}
+
+/// [`observed`]'s `what`: the `Seen` in the low bits, and whether the cfs_rq is throttled.
+const SEEN_MASK: u32 = 3;
+const THROTTLED: u32 = 4;
+
 /// A context switch from `prev` to `next` (the tracepoint's BTF-typed task arguments): both
-/// chains are observed, and `prev` counts as parked if the 6.18 throttle work just parked it.
+/// chains are observed.
 #[inline(always)]
 pub(super) fn switched(o: &Offsets, prev: u64, next: u64) {
-    let parked = load_bits(prev, &o.task_throttled).unwrap_or(0) != 0;
-    walk(o, prev, parked, Seen::SwitchedOut);
-    walk(o, next, false, Seen::SwitchedIn);
+    walk(o, prev, Seen::SwitchedOut);
+    walk(o, next, Seen::SwitchedIn);
 }
 
 /// Walks `task`'s sched_entity chain up through its parents and observes every cfs_rq with a
-/// bandwidth limit. `parked`: the task was just parked by the 6.18 throttle work.
-/// `task` is the tracepoint's BTF-typed argument, so the chain is read with direct loads.
+/// bandwidth limit. `task` is the tracepoint's BTF-typed argument, so the chain is read with
+/// direct loads. The root's cfs_rq (the entity without a parent) never has a limit, so a task
+/// of the root group costs one load.
 #[inline(always)]
-pub(super) fn walk(o: &Offsets, task: u64, parked: bool, seen: Seen) {
+pub(super) fn walk(o: &Offsets, task: u64, seen: Seen) {
     if task == 0 || o.task_se == ABSENT {
         return;
     }
     let mut se = task + o.task_se as u64;
     for _ in 0..MAX_DEPTH {
-        let Some(cfs_rq) = load::<u64>(se, o.se_cfs_rq) else {
-            return;
-        };
         let parent = load::<u64>(se, o.se_parent).unwrap_or(0);
-        if load::<i32>(cfs_rq, o.cfs_rq_runtime_enabled).unwrap_or(0) != 0 {
-            if let Some(throttled) = load_bits(cfs_rq, &o.cfs_rq_throttled) {
-                observe(o, cfs_rq, throttled != 0, task, parked, seen);
-            }
-        } else if parent != 0 && any_open() {
-            // Not the root's cfs_rq (never limited): a stop still open here had its quota
-            // removed (`max`), which unthrottled it and turned its bandwidth off.
-            quota_removed(cfs_rq);
-        }
         if parent == 0 {
             return;
         }
+        let Some(cfs_rq) = load::<u64>(se, o.se_cfs_rq) else {
+            return;
+        };
+        if load::<i32>(cfs_rq, o.cfs_rq_runtime_enabled).unwrap_or(0) != 0 {
+            if let Some(throttled) = load_bits(cfs_rq, &o.cfs_rq_throttled) {
+                observe(cfs_rq, throttled != 0, task, seen);
+            }
+        } else if any_open() {
+            // A stop still open here had its quota removed (`max`), which unthrottled it and
+            // turned its bandwidth off.
+            quota_removed(cfs_rq);
+        }
         se = parent;
     }
+}
+
+/// One bandwidth-limited `cfs_rq` on `task`'s chain: an unthrottled one with no open stop
+/// (nearly every observation) returns here, without a map lookup while no stop is open
+/// anywhere; the rest goes to [`observed`].
+#[inline(always)]
+fn observe(cfs_rq: u64, throttled: bool, task: u64, seen: Seen) {
+    if !throttled {
+        // SAFETY: lookup only.
+        if !any_open() || unsafe { TP_OPEN.get(cfs_rq) }.is_none() {
+            return;
+        }
+    }
+    let what = seen as u32 | if throttled { THROTTLED } else { 0 };
+    observed(number(cfs_rq), number(task), what);
 }
 
 /// Whether the throttled group that `task` was seen in holds it now: it waits on that CPU and
@@ -100,8 +135,24 @@ fn how(o: &Offsets, task: u64, parked: bool, seen: Seen) -> u32 {
     how
 }
 
+/// `cfs_rq`, on the chain of `task`, is throttled or has an open stop: start, end or update
+/// it. `what`: the `Seen` and `THROTTLED` bits. A global function, as `stop::start` is: the
+/// verifier checks it once per program, with numbers for arguments, so everything is read
+/// through the helper here (this is not the common path).
+#[unsafe(export_name = "tp_observed")]
+#[inline(never)]
+extern "C" fn observed(cfs_rq: u64, task: u64, what: u32) -> i32 {
+    let o = offsets();
+    let seen = Seen::of(what);
+    // The 6.18 throttle work parks a task by switching it out with `throttled` set.
+    let parked =
+        seen == Seen::SwitchedOut && read_bits(task, &o.task_throttled).is_some_and(|t| t != 0);
+    update(o, cfs_rq, what & THROTTLED != 0, task, parked, seen);
+    0
+}
+
 #[inline(always)]
-fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, seen: Seen) {
+fn update(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, seen: Seen) {
     // SAFETY: the entry is only touched by programs holding this cfs_rq's rq lock or running
     // its refill callback; a racing update loses at most one parked count. Ends are claimed
     // in `end`, so two observers never both end it.
@@ -112,19 +163,12 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, s
             // The clock is read only where it is used: most observations of a throttled
             // cfs_rq change nothing, and a helper call is the dearest part of them.
             if throttled {
-                if episode_changed(st, || {
-                    load::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
-                }) {
+                if episode_changed(o, cfs_rq, st) {
                     // The unthrottle (and a new throttle) happened unseen: close the old stop,
                     // open the new one.
                     let reason = ended_reason(o, cfs_rq, st);
-                    end(number(cfs_rq), st.ev.start_ns, reason, false);
-                    start(
-                        number(cfs_rq),
-                        now(),
-                        number(task),
-                        how(o, task, parked, seen),
-                    );
+                    end(cfs_rq, st.ev.start_ns, reason, false);
+                    start(cfs_rq, now(), task, how(o, task, parked, seen));
                 } else {
                     if parked {
                         note_park(o, cfs_rq, st, now());
@@ -153,16 +197,11 @@ fn observe(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, s
                 }
             }
             let reason = ended_reason(o, cfs_rq, st);
-            end(number(cfs_rq), st.ev.start_ns, reason, false);
+            end(cfs_rq, st.ev.start_ns, reason, false);
         }
         None => {
             if throttled {
-                start(
-                    number(cfs_rq),
-                    now(),
-                    number(task),
-                    how(o, task, parked, seen),
-                );
+                start(cfs_rq, now(), task, how(o, task, parked, seen));
             }
         }
     }

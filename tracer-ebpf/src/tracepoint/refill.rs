@@ -8,9 +8,12 @@ use tracer_common::{ABSENT, END_REFILL, Offsets};
 
 use super::{
     config::{csd_fn, csd_traced, timer_fns},
-    stop::{TP_OPEN, cpu_of, end, episode_changed, period_expires, start},
+    stop::{TP_OPEN, cpu_of, end, episode_changed, period_expires, start_at_refill},
 };
-use crate::stops::{load, now, read, read_bits};
+use crate::{
+    offsets,
+    stops::{load, now, read, read_bits},
+};
 
 /// Longest list walked at a timer or CSD callback (a group's throttled cfs_rqs: one per CPU).
 const MAX_LIST: usize = 32;
@@ -61,7 +64,7 @@ pub(super) fn timer_entry(o: &Offsets, timer: u64) {
         cfs_b + o.cfsb_throttled_cfs_rq as u64,
         o.cfs_rq_throttled_list,
     );
-    refill_entry(o, SLOT_TIMER);
+    refill_entry(SLOT_TIMER);
     if function == period
         && let Some(cgroup) = read::<u64>(cfs_b - u64::from(o.tg_cfs_bandwidth), o.tg_cgroup)
     {
@@ -71,8 +74,8 @@ pub(super) fn timer_entry(o: &Offsets, timer: u64) {
 
 /// The hrtimer `timer`'s callback returned.
 #[inline(always)]
-pub(super) fn timer_exit(o: &Offsets, timer: u64) {
-    refill_exit(o, SLOT_TIMER, timer);
+pub(super) fn timer_exit(timer: u64) {
+    refill_exit(SLOT_TIMER, timer);
 }
 
 /// The CSD `csd` is about to run its function: if that is `__cfsb_csd_unthrottle`, the csd is
@@ -89,13 +92,13 @@ pub(super) fn csd_entry(o: &Offsets, csd: u64) {
     let rq = csd - o.rq_cfsb_csd as u64;
     let head = rq + o.rq_cfsb_csd_list as u64;
     collect(SLOT_CSD, csd, head, o.cfs_rq_throttled_csd_list);
-    refill_entry(o, SLOT_CSD);
+    refill_entry(SLOT_CSD);
 }
 
 /// The CSD `csd`'s function returned.
 #[inline(always)]
-pub(super) fn csd_exit(o: &Offsets, csd: u64) {
-    refill_exit(o, SLOT_CSD, csd);
+pub(super) fn csd_exit(csd: u64) {
+    refill_exit(SLOT_CSD, csd);
 }
 
 /// Remembers up to `MAX_LIST` cfs_rqs of the list at `head` (linked through `link` inside each
@@ -131,7 +134,7 @@ fn collect(slot: u32, key: u64, head: u64, link: u32) {
 /// At a refill callback's entry: every listed cfs_rq that is throttled is open (started now if
 /// we had not seen it) and marked as being refilled, its end left to this callback's exit.
 #[inline(always)]
-fn refill_entry(o: &Offsets, slot: u32) {
+fn refill_entry(slot: u32) {
     let Some(p) = TP_PENDING.get_ptr(slot) else {
         return;
     };
@@ -142,39 +145,38 @@ fn refill_entry(o: &Offsets, slot: u32) {
         if i as u64 >= p.n {
             break;
         }
-        let cfs_rq = p.cfs_rqs[i];
-        if read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(0) == 0 {
-            continue;
-        }
-        // SAFETY: lookup only.
-        if unsafe { TP_OPEN.get(cfs_rq) }.is_none() {
-            start(cfs_rq, t, 0, 0);
-        }
-        if let Some(st) = TP_OPEN.get_ptr_mut(cfs_rq) {
-            // SAFETY: valid map value pointer.
-            let st = unsafe { &mut *st };
-            st.refill_pending = 1;
-            st.exit_pending = 1;
-            if st.ev.kernel_start_clock == 0 {
-                st.ev.kernel_start_clock =
-                    read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
-            }
-        }
+        entering(p.cfs_rqs[i], t);
     }
 }
 
-/// At a refill callback's exit: the listed cfs_rqs now unthrottled end as refills. Those still
-/// throttled stay "being refilled" only if an async unthrottle is queued for them, and wait for
-/// its CSD's exit only if that is traced. One throttled again after an unthrottle seen during
-/// the callback ends that stop (its kernel time is known only from 6.6) and starts a new one.
-///
-/// From 6.2 the period timer unthrottles only its own CPU's cfs_rq; the others are unthrottled
-/// by a CSD on their CPU, possibly while this exit runs, and `unthrottle_cfs_rq` clears
-/// `throttled` before it accounts the time (`throttled_clock_self_time`, in tg_unthrottle_up).
-/// Such a cfs_rq, read here without its rq lock, may look unthrottled and unaccounted: its end
-/// is left to the CSD's exit or to the next observation under its rq lock.
+/// One cfs_rq of [`refill_entry`]'s list, `t` the callback's entry. A global function, as
+/// `stop::start` is: the verifier checks it once per program, not once per list entry.
+#[unsafe(export_name = "tp_refill_entering")]
+#[inline(never)]
+extern "C" fn entering(cfs_rq: u64, t: u64) -> i32 {
+    let o = offsets();
+    if read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(0) == 0 {
+        return 0;
+    }
+    // SAFETY: lookup only.
+    if unsafe { TP_OPEN.get(cfs_rq) }.is_none() {
+        start_at_refill(cfs_rq, t);
+    }
+    if let Some(st) = TP_OPEN.get_ptr_mut(cfs_rq) {
+        // SAFETY: valid map value pointer.
+        let st = unsafe { &mut *st };
+        st.refill_pending = 1;
+        st.exit_pending = 1;
+        if st.ev.kernel_start_clock == 0 {
+            st.ev.kernel_start_clock = read::<u64>(cfs_rq, o.cfs_rq_throttled_clock).unwrap_or(0);
+        }
+    }
+    0
+}
+
+/// At a refill callback's exit: the listed cfs_rqs now unthrottled end as refills ([`exited`]).
 #[inline(always)]
-fn refill_exit(o: &Offsets, slot: u32, key: u64) {
+fn refill_exit(slot: u32, key: u64) {
     let Some(p) = TP_PENDING.get_ptr_mut(slot) else {
         return;
     };
@@ -184,46 +186,63 @@ fn refill_exit(o: &Offsets, slot: u32, key: u64) {
         return;
     }
     let t = now();
-    let async_kernel = slot == SLOT_TIMER && o.rq_cfsb_csd != ABSENT;
-    // SAFETY: helper without preconditions.
-    let this_cpu = u64::from(unsafe { bpf_get_smp_processor_id() });
-    let csd_traced = csd_traced();
+    let timer = u32::from(slot == SLOT_TIMER);
     for i in 0..MAX_LIST {
         if i as u64 >= p.n {
             break;
         }
-        let cfs_rq = p.cfs_rqs[i];
-        let Some(ptr) = TP_OPEN.get_ptr_mut(cfs_rq) else {
-            continue;
-        };
-        // SAFETY: valid map value pointer.
-        let st = unsafe { &mut *ptr };
-        let throttled = read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(1) != 0;
-        if async_kernel && cpu_of(o, cfs_rq) != this_cpu {
-            if throttled && !unthrottle_coming(o, cfs_rq) {
-                // No runtime for it this time.
-                st.refill_pending = 0;
-                st.exit_pending = 0;
-            } else if !csd_traced {
-                st.exit_pending = 0;
-            }
-        } else if !throttled {
-            end(cfs_rq, st.ev.start_ns, END_REFILL, true);
-        } else if episode_changed(st, || {
-            read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
-        }) {
-            end(cfs_rq, st.ev.start_ns, END_REFILL, false);
-            start(cfs_rq, t, 0, 0);
-        } else if !unthrottle_coming(o, cfs_rq) {
-            st.refill_pending = 0;
-            st.exit_pending = 0;
-        } else if !csd_traced {
-            // Its CSD is not traced: the next observation after it ends the stop.
-            st.exit_pending = 0;
-        }
+        exited(p.cfs_rqs[i], t, timer);
     }
     p.key = 0;
     p.n = 0;
+}
+
+/// One cfs_rq of [`refill_exit`]'s list, `t` the callback's exit, `timer` 1 for a timer's
+/// callback (0: a CSD's). Now unthrottled, it ends as a refill. Still throttled, it stays
+/// "being refilled" only if an async unthrottle is queued for it, and waits for its CSD's exit
+/// only if that is traced. Throttled again after an unthrottle seen during the callback, that
+/// stop ends (its kernel time is known only from 6.6) and a new one starts. A global function,
+/// as [`entering`] is.
+///
+/// From 6.2 the period timer unthrottles only its own CPU's cfs_rq; the others are unthrottled
+/// by a CSD on their CPU, possibly while this exit runs, and `unthrottle_cfs_rq` clears
+/// `throttled` before it accounts the time (`throttled_clock_self_time`, in tg_unthrottle_up).
+/// Such a cfs_rq, read here without its rq lock, may look unthrottled and unaccounted: its end
+/// is left to the CSD's exit or to the next observation under its rq lock.
+#[unsafe(export_name = "tp_refill_exited")]
+#[inline(never)]
+extern "C" fn exited(cfs_rq: u64, t: u64, timer: u32) -> i32 {
+    let o = offsets();
+    let Some(ptr) = TP_OPEN.get_ptr_mut(cfs_rq) else {
+        return 0;
+    };
+    // SAFETY: valid map value pointer.
+    let st = unsafe { &mut *ptr };
+    let throttled = read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(1) != 0;
+    let async_kernel = timer != 0 && o.rq_cfsb_csd != ABSENT;
+    // SAFETY: helper without preconditions.
+    let this_cpu = u64::from(unsafe { bpf_get_smp_processor_id() });
+    if async_kernel && cpu_of(o, cfs_rq) != this_cpu {
+        if throttled && !unthrottle_coming(o, cfs_rq) {
+            // No runtime for it this time.
+            st.refill_pending = 0;
+            st.exit_pending = 0;
+        } else if !csd_traced() {
+            st.exit_pending = 0;
+        }
+    } else if !throttled {
+        end(cfs_rq, st.ev.start_ns, END_REFILL, true);
+    } else if episode_changed(o, cfs_rq, st) {
+        end(cfs_rq, st.ev.start_ns, END_REFILL, false);
+        start_at_refill(cfs_rq, t);
+    } else if !unthrottle_coming(o, cfs_rq) {
+        st.refill_pending = 0;
+        st.exit_pending = 0;
+    } else if !csd_traced() {
+        // Its CSD is not traced: the next observation after it ends the stop.
+        st.exit_pending = 0;
+    }
+    0
 }
 
 /// Whether a refill has paid the throttled `cfs_rq` and its unthrottle is on its way: it is on

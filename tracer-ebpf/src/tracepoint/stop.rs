@@ -69,8 +69,9 @@ pub(super) struct TpStop {
 #[map]
 pub(super) static TP_OPEN: HashMap<u64, TpStop> = HashMap::with_max_entries(16384, 0);
 
-/// How many `TP_OPEN` entries there are (at most; a failed removal leaves it high): while it
-/// is 0 the hot path skips looking for the stop of a cfs_rq whose quota was removed. Updated
+/// How many `TP_OPEN` entries there are, never fewer: counted before an insert (taken back if
+/// it fails) and after a removal (a failed removal leaves it high). While it is 0 the hot path
+/// looks up no stop for a cfs_rq it finds unthrottled, or whose quota was removed. Updated
 /// with BPF atomic adds (`lock xadd`, every kernel), from any CPU.
 #[map]
 static TP_OPEN_COUNT: Array<u64> = Array::with_max_entries(1, 0);
@@ -154,27 +155,25 @@ static TP_SCRATCH: PerCpuArray<TpStop> = PerCpuArray::with_max_entries(1, 0);
 /// rq lock, at the unthrottle). Before 6.6 nothing of the kernel's says so reliably
 /// (`throttled_clock` is stored after `throttled`, and a timer's walk reads both without the rq
 /// lock), so only an unthrottle we saw ourselves and left to a callback's exit counts.
-/// `self_time` reads the cfs_rq's `throttled_clock_self_time` now: with a direct load on the
-/// hot path, through the helper where the cfs_rq comes from a map.
 #[inline(always)]
-pub(super) fn episode_changed(st: &TpStop, self_time: impl FnOnce() -> Option<u64>) -> bool {
+pub(super) fn episode_changed(o: &Offsets, cfs_rq: u64, st: &TpStop) -> bool {
     if st.self_time0 != u64::MAX {
-        return self_time().is_some_and(|t| t != st.self_time0);
+        return read::<u64>(cfs_rq, o.cfs_rq_throttled_clock_self_time)
+            .is_some_and(|t| t != st.self_time0);
     }
     st.unthrottled_ns != 0
 }
 
 /// `cfs_rq` is throttled and not yet open: open it (emit START unless it predates the trace).
-/// `task` is a task of the group seen at the observation (0 = use the CPU's current task);
-/// `how` says how it was seen: `TASK_PARKED`, `TASK_HELD` (the stop holds it from now, see
-/// `observe::holds`). One word, not two flags: BPF calls take at most five arguments.
-/// Two CPUs may see the same throttle at once: the first to insert it opens it.
+/// `task` is a task of the group seen at the observation; `how` says how it was seen:
+/// `TASK_PARKED`, `TASK_HELD` (the stop holds it from now, see `observe::holds`). One word,
+/// not two flags: BPF calls take at most five arguments. Two CPUs may see the same throttle at
+/// once: the first to insert it opens it.
 ///
 /// A global function (exported, and BTF says so): the verifier checks it once per program,
-/// with arguments it knows nothing of, instead of at every call with the caller's state (the
-/// context switch calls it from each level of two task chains, the refill programs from each
-/// entry of their lists). Its arguments are numbers to it, so everything is read through the
-/// helper. Returns 0: a global function must return a number.
+/// with arguments it knows nothing of, instead of at every call with the caller's state. Its
+/// arguments are numbers to it, so everything is read through the helper. Returns 0: a global
+/// function must return a number.
 #[unsafe(export_name = "tp_start")]
 #[inline(never)]
 pub(super) extern "C" fn start(cfs_rq: u64, now: u64, task: u64, how: u32) -> i32 {
@@ -182,6 +181,18 @@ pub(super) extern "C" fn start(cfs_rq: u64, now: u64, task: u64, how: u32) -> i3
     0
 }
 
+/// [`start`] from a refill callback's list, where no task of the group is at hand (the CPU's
+/// current task is looked at instead). A function of its own: the verifier does not know a
+/// global function's arguments, so with `task` an argument the refill programs were verified
+/// with everything a task's observation does too, and the observations with the refill's part.
+#[unsafe(export_name = "tp_start_at_refill")]
+#[inline(never)]
+pub(super) extern "C" fn start_at_refill(cfs_rq: u64, now: u64) -> i32 {
+    open(offsets(), cfs_rq, now, 0, 0);
+    0
+}
+
+/// [`start`]'s work; `task` 0: from a refill callback ([`start_at_refill`]).
 #[inline(always)]
 fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
     // Nothing opens before every program is attached: a stop opened by the refill programs
@@ -232,9 +243,9 @@ fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
         st.ev.tasks = read::<u32>(cfs_rq, o.cfs_rq_nr_tasks).unwrap_or(0);
         if task != 0 {
             stops::task_ids(o, task, &mut st.ev);
-            // Only here: the refill callbacks' programs call `start` inside their list walk
-            // with `task` 0, and the verifier then prunes this walk from them (it doubled their
-            // verification time). A stop is first seen at a refill only if no context switch
+            // Only here: the refill callbacks' programs open with `start_at_refill`, whose
+            // `task` is 0, so this walk is not in them (it doubled their verification time).
+            // A stop is first seen at a refill only if no context switch
             // on its CPU saw it first (a slack timer's walk right after the throttle); its
             // children are listed at the next observation from a task, before the tasks the
             // throttle stopped have all left the queue unnoticed.
@@ -267,11 +278,16 @@ fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
     // By reference: the map copies from the scratch slot. A value would be copied onto the
     // BPF stack first, and the frame would no longer fit old kernels' 512-byte call chains.
     let stop: &TpStop = st;
+    count_open(1);
     match TP_OPEN.insert(cfs_rq, stop, BPF_NOEXIST.into()) {
-        Ok(()) => count_open(1),
+        Ok(()) => {}
         // Another CPU opened it first.
-        Err(EEXIST) => return,
+        Err(EEXIST) => {
+            count_open(u64::MAX);
+            return;
+        }
         Err(_) => {
+            count_open(u64::MAX);
             stops::bump(&OPEN_FULL);
             return;
         }

@@ -5,9 +5,16 @@
 //! Cheaper than kprobes (a BPF trampoline, no breakpoint) and the return value comes with the
 //! arguments. An fentry program is bound to one kernel function when it is loaded (its BTF id),
 //! so the eBPF object has one program per function, named `<function>_fentry` / `_fexit`.
+use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
+
 use aya::{
     Btf, Ebpf,
     programs::{FEntry, FExit, ProgramError},
+};
+use aya_obj::{
+    VerifierLog,
+    btf::BtfKind,
+    generated::{bpf_attach_type, bpf_attr, bpf_cmd, bpf_prog_type},
 };
 
 use super::{
@@ -37,13 +44,7 @@ const THROTTLE_PROGRAMS: [(&str, Side, &str); 3] = [
 /// Loads and attaches every fentry/fexit program; fails if the throttle functions cannot be
 /// traced this way.
 pub fn attach(ebpf: &mut Ebpf, btf: &KernelBtf) -> Result<Attached, Failure> {
-    let btf = btf.get().map_err(|e| {
-        Failure::environment(
-            format!("the fentry backend needs the kernel's BTF: {e}"),
-            "fentry/fexit need a kernel built with CONFIG_DEBUG_INFO_BTF=y; \
-             use --backend kprobe or tracepoint",
-        )
-    })?;
+    let btf = kernel_btf(btf)?;
     // Load the throttle programs before anything is attached: a kernel that refuses fentry
     // refuses it here, and nothing needs undoing.
     for (program, side, function) in THROTTLE_PROGRAMS {
@@ -80,6 +81,75 @@ pub fn attach(ebpf: &mut Ebpf, btf: &KernelBtf) -> Result<Attached, Failure> {
         super::warn_no_demand("sched_cfs_period_timer", &e);
     }
     Ok(Attached { blind_end_reasons })
+}
+
+fn kernel_btf(btf: &KernelBtf) -> Result<&Btf, Failure> {
+    btf.get().map_err(|e| {
+        Failure::environment(
+            format!("the fentry backend needs the kernel's BTF: {e}"),
+            "fentry/fexit need a kernel built with CONFIG_DEBUG_INFO_BTF=y; \
+             use --backend kprobe or tracepoint",
+        )
+    })
+}
+
+/// Whether this kernel loads fentry programs, asked with the smallest one (`r0 = 0; exit` on
+/// the first throttle program's function) before the object is loaded: a kernel that refuses
+/// them all (EPERM before the verifier, as some hosts' do) then costs `--backend auto` no
+/// creation of the object's maps, most of an attempt's time. Fails as [`attach`] would.
+pub fn loadable(btf: &KernelBtf) -> Result<(), Failure> {
+    let btf = kernel_btf(btf)?;
+    let (_, side, function) = THROTTLE_PROGRAMS[0];
+    let attach_btf_id = btf
+        .id_by_type_name_kind(function, BtfKind::Func)
+        .map_err(|e| load_failure(&ProgramError::Btf(e), function))?;
+    // mov64 r0, 0; exit (little-endian `struct bpf_insn`s: the opcode in the low byte).
+    let insns: [u64; 2] = [0xb7, 0x95];
+    let mut log = vec![0u8; 4096];
+    // SAFETY: plain integers and arrays; all zero is every field's "unset".
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: the BPF_PROG_LOAD member of a zeroed union.
+    let load = unsafe { &mut attr.__bindgen_anon_3 };
+    load.prog_type = bpf_prog_type::BPF_PROG_TYPE_TRACING as u32;
+    load.expected_attach_type = match side {
+        Side::Entry => bpf_attach_type::BPF_TRACE_FENTRY,
+        Side::Exit => bpf_attach_type::BPF_TRACE_FEXIT,
+    } as u32;
+    load.attach_btf_id = attach_btf_id;
+    load.insn_cnt = 2;
+    load.insns = insns.as_ptr() as u64;
+    // fentry/fexit programs must be GPL-compatible.
+    load.license = c"GPL".as_ptr() as u64;
+    load.log_level = 1;
+    load.log_size = u32::try_from(log.len()).unwrap_or(0);
+    load.log_buf = log.as_mut_ptr() as u64;
+    // SAFETY: `attr` is a whole bpf_attr whose pointers outlive the call, and its size is passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            bpf_cmd::BPF_PROG_LOAD as libc::c_long,
+            std::ptr::from_mut(&mut attr),
+            size_of::<bpf_attr>(),
+        )
+    };
+    if fd < 0 {
+        let io_error = std::io::Error::last_os_error();
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let verifier_log = VerifierLog::new(String::from_utf8_lossy(&log[..end]).into_owned());
+        return Err(load_failure(
+            &ProgramError::LoadError {
+                io_error,
+                verifier_log,
+            },
+            function,
+        ));
+    }
+    if let Ok(fd) = RawFd::try_from(fd) {
+        // SAFETY: the program's fd, just returned and owned by nothing else; closing it
+        // unloads the program.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    Ok(())
 }
 
 fn load(

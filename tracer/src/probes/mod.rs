@@ -200,17 +200,25 @@ pub struct Probes {
 
 impl Probes {
     /// Loads the object with `offsets` and attaches the first backend of `choice` that works.
-    /// `cgroup_filter` empty means every cgroup.
+    /// `cgroup_filter` empty means every cgroup. `btf` is freed on return.
     pub fn attach(
         choice: BackendChoice,
+        btf: KernelBtf,
         offsets: &Offsets,
         cgroup_filter: &[u64],
         ring_bytes: u32,
-        btf_path: &Path,
     ) -> Result<Self, Failure> {
-        let btf = KernelBtf::parse(btf_path);
         let selected = select(choice.candidates(), |backend| {
-            try_backend(backend, &btf, offsets, cgroup_filter, ring_bytes)
+            let phase = std::time::Instant::now();
+            let attempt = try_backend(backend, &btf, offsets, cgroup_filter, ring_bytes);
+            if attempt.is_err() {
+                debug!(
+                    "startup: {} refused in {:.1} ms",
+                    backend.name(),
+                    crate::agent::ms(phase)
+                );
+            }
+            attempt
         })?;
         let (mut ebpf, attached) = selected.value;
         // The logger only for the copy that stays: a failed attempt leaves nothing behind.
@@ -374,9 +382,11 @@ pub fn try_backend(
     cgroup_filter: &[u64],
     ring_bytes: u32,
 ) -> Result<(Ebpf, Attached), Failure> {
-    if backend == Backend::Kprobe {
-        // Before the object is loaded: on a kernel without kprobes that is time for nothing.
-        kprobe::available()?;
+    // Before the object is loaded: creating its maps is most of a refused attempt's time.
+    match backend {
+        Backend::Kprobe => kprobe::available()?,
+        Backend::Fentry => fentry::loadable(btf)?,
+        Backend::Tracepoint => {}
     }
     let filter_on = u32::from(!cgroup_filter.is_empty());
     let log_level = ebpf_log_level();
