@@ -14,6 +14,7 @@ mod end_contexts;
 mod errno;
 mod fentry;
 mod kprobe;
+mod removal;
 mod tracepoint;
 
 use aya::{
@@ -221,6 +222,9 @@ impl Probes {
         for reason in &attached.blind_end_reasons {
             let why = match selected.backend {
                 Backend::Tracepoint => tracepoint::why_blind(reason).to_owned(),
+                Backend::Kprobe | Backend::Fentry if *reason == "cgroup_gone" => {
+                    removal::WHY_BLIND.to_owned()
+                }
                 Backend::Kprobe | Backend::Fentry => format!(
                     "none of {} can be traced",
                     end_contexts::functions_of(reason)
@@ -453,10 +457,9 @@ fn map_sizes(backend: Backend, nr_cpus: u64) -> Vec<(&'static str, u32)> {
         Backend::Tracepoint => vec![("OPEN", 1), ("DEMAND_CPU", per_cfs_rq(65536))],
         Backend::Kprobe | Backend::Fentry => vec![
             ("OPEN", per_cfs_rq(65536)),
+            ("OPEN_BY_GROUP", per_cfs_rq(65536)),
             ("TP_OPEN", 1),
-            ("TP_BY_GROUP", 1),
             ("TP_ENDED", unused_lru),
-            ("TP_GONE", unused_lru),
             // Every backend measures the per-period demand.
             ("DEMAND_CPU", per_cfs_rq(65536)),
         ],
