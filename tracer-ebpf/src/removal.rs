@@ -62,6 +62,12 @@ pub fn is_gone(cgroup: u64, cgroup_id: u64) -> bool {
     unsafe { GONE.get(Gone { cgroup, cgroup_id }) }.is_some()
 }
 
+/// Whether the group owning `cfs_rq` was removed while tracing.
+#[inline(always)]
+pub fn owner_gone(o: &Offsets, cfs_rq: u64) -> bool {
+    group_of(o, cfs_rq).is_some_and(|(cgroup, cgroup_id)| is_gone(cgroup, cgroup_id))
+}
+
 /// The `struct cgroup *` and cgroup id of the group owning `cfs_rq`; None for groups without
 /// a cgroup (autogroups; the root's `rq->cfs` has one but never a quota).
 #[inline(always)]

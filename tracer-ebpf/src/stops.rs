@@ -441,7 +441,7 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
         return;
     }
     // A removed cgroup's cfs_rq: its stop ended at the removal (crate::removal).
-    if removal::group_of(o, cfs_rq).is_some_and(|(cgroup, id)| removal::is_gone(cgroup, id)) {
+    if removal::owner_gone(o, cfs_rq) {
         return;
     }
     let Some(ev) = STOP_SCRATCH.get_ptr_mut(0) else {
@@ -530,8 +530,7 @@ pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
             if open.is_some() {
                 let _ = OPEN.remove(cfs_rq);
             }
-            if removal::group_of(o, cfs_rq).is_some_and(|(cgroup, id)| removal::is_gone(cgroup, id))
-            {
+            if removal::owner_gone(o, cfs_rq) {
                 return;
             }
             *ev = StopEvent {

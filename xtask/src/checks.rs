@@ -406,7 +406,8 @@ impl Judge {
             self.kernel_time_bounded(run, &unread, blind)
         };
         format!(
-            "{} cycles, {hits} found CPU 2 stopped, its stop ended {ends:?}; stops on CPU 2 after              it came back {after_counts:?}{}; {kernel}",
+            "{} cycles, {hits} found CPU 2 stopped, its stop ended {ends:?}; stops on CPU 2 \
+             after it came back {after_counts:?}{}; {kernel}",
             run.offlines.len(),
             if blind { " (cpu_offline hidden)" } else { "" }
         )
