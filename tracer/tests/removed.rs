@@ -56,9 +56,10 @@ fn end(stop: &Value) -> &str {
 
 /// `stops`, a group's, match its cpu.stat `stat` (a delta from zero: the group was made
 /// before the tracer's baseline and ran nothing before it, or made after it): each ended at a
-/// refill, one per throttled period (one busy thread, pinned, overrunning its quota by less
-/// than the next refill), and their kernel time is its throttled time to the nanosecond (v2:
-/// to the µs, `resolution_ns`).
+/// refill, one per throttled period (one busy thread, pinned), except that a stop which
+/// outlasted k periods (a refill too small for the debt of a quota overrun by a tick, frequent
+/// under TCG: a 7.2 guest, 15 stops in 20 throttled periods) stands for k + 1 of them; and
+/// their kernel time is its throttled time to the nanosecond (v2: to the µs, `resolution_ns`).
 fn assert_matches(stops: &[&Value], stat: CpuStat, resolution_ns: u64, what: &str) {
     let unrefilled: Vec<&&Value> = stops.iter().filter(|s| end(s) != "refill").collect();
     assert!(
@@ -71,10 +72,16 @@ fn assert_matches(stops: &[&Value], stat: CpuStat, resolution_ns: u64, what: &st
         "{what}: Σ kernel_ns of its stops {kernel_ns} vs its cpu.stat {}",
         stat.throttled_ns
     );
-    assert_eq!(
-        stops.len() as u64,
-        stat.nr_throttled,
-        "{what}: stops vs its cpu.stat nr_throttled"
+    let outlasted: u64 = stops
+        .iter()
+        .map(|s| s["duration_ns"].as_u64().unwrap() / s["period_ns"].as_u64().unwrap().max(1))
+        .sum();
+    let count = stops.len() as u64;
+    assert!(
+        count <= stat.nr_throttled && stat.nr_throttled <= count + outlasted,
+        "{what}: {count} stops ({outlasted} period(s) outlasted by one) vs its cpu.stat \
+         nr_throttled {}",
+        stat.nr_throttled
     );
     assert!(stat.nr_throttled >= 5, "{what} barely throttled: {stat:?}");
 }
