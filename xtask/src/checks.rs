@@ -320,7 +320,8 @@ impl Judge {
     /// end reasons the backend cannot tell (the tracepoint backend), before the CPU is back,
     /// as `unknown` (its group's next period timer finds it unthrottled); as a refill only if
     /// the period timer ran during the write. At least one cycle finds a stop open. The CPU's
-    /// stops after it came back are traced (two or more per cycle), none stays open, and the
+    /// stops after it came back are traced (one or more per cycle: on 5.10 the first lasted
+    /// 1.1 to 1.3 s, the rest of the cycle, where 6.x and 7.x had 2 or 3), none stays open, and the
     /// kernel time of all of them is cpu.stat's ([`Judge::kernel_time`]; a stop whose kernel
     /// time the backend could not read at such an end, the tracepoint backend before 6.6,
     /// counts with its length as the bound). Before 6.12 every hotplug also unthrottles the
@@ -384,8 +385,8 @@ impl Judge {
                         .is_some_and(|t| t >= cycle.online.1 && t < next)
                 })
                 .count();
-            self.check(after >= 2, || {
-                format!("cycle {i}: {after} stops on CPU 2 after it came back, expected ≥ 2")
+            self.check(after >= 1, || {
+                format!("cycle {i}: {after} stops on CPU 2 after it came back, expected ≥ 1")
             });
             after_counts.push(after);
         }
