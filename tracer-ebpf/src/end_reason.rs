@@ -7,23 +7,18 @@ use aya_ebpf::{
     maps::PerCpuArray,
     programs::{ProbeContext, RetProbeContext},
 };
-use tracer_common::{END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN};
+use tracer_common::{END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, END_UNKNOWN};
 
 /// Per CPU, how many calls of each `END_*` kind of unthrottle caller are in progress.
 #[map]
 static END_CONTEXT: PerCpuArray<u32> = PerCpuArray::with_max_entries(5, 0);
 
 /// Why this CPU is unthrottling now. A refill wins, because a CSD refill can interrupt a quota
-/// write on the same CPU, and the pending async unthrottles that a group's teardown flushes were
-/// queued by a refill.
+/// write on the same CPU. (A removed cgroup's stops end at its removal, crate::removal: the
+/// kernel's teardown only flushes async unthrottles, which a refill queued.)
 #[inline(always)]
 pub fn current() -> u32 {
-    for reason in [
-        END_REFILL,
-        END_CPU_OFFLINE,
-        END_QUOTA_CHANGE,
-        END_CGROUP_GONE,
-    ] {
+    for reason in [END_REFILL, END_CPU_OFFLINE, END_QUOTA_CHANGE] {
         if END_CONTEXT.get(reason).copied().unwrap_or(0) > 0 {
             return reason;
         }
@@ -75,9 +70,4 @@ end_context!(
     kprobe(ProbeContext) cpu_offline_enter,
     kretprobe(RetProbeContext) cpu_offline_leave,
     END_CPU_OFFLINE
-);
-end_context!(
-    kprobe(ProbeContext) cgroup_gone_enter,
-    kretprobe(RetProbeContext) cgroup_gone_leave,
-    END_CGROUP_GONE
 );

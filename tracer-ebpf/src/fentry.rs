@@ -12,7 +12,7 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext},
 };
 use aya_log_ebpf::debug;
-use tracer_common::{END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL};
+use tracer_common::{END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL};
 
 use crate::{calls, demand, end_reason::end_context, offsets};
 
@@ -76,9 +76,4 @@ end_context!(
     fentry(FEntryContext) rq_offline_fair_fentry,
     fexit(FExitContext) rq_offline_fair_fexit,
     END_CPU_OFFLINE
-);
-end_context!(
-    fentry(FEntryContext) destroy_cfs_bandwidth_fentry,
-    fexit(FExitContext) destroy_cfs_bandwidth_fexit,
-    END_CGROUP_GONE
 );

@@ -20,6 +20,7 @@ mod end_reason;
 mod fentry;
 mod kprobe;
 mod queued;
+mod removal;
 mod stops;
 mod tracepoint;
 

@@ -7,19 +7,27 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use tracer_common::{
-    ABSENT, BitField, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN,
-    LOST_KERNEL_NS, MAX_CHILDREN, MAX_THREADS, Offsets, PeriodEvent, StopEvent, lost_key,
+    ABSENT, BitField, END_CGROUP_GONE, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END,
+    KERNEL_NS_UNKNOWN, LOST_KERNEL_NS, MAX_CHILDREN, MAX_THREADS, Offsets, PeriodEvent, StopEvent,
+    lost_key,
 };
 
 use crate::{
     CGROUP_FILTER, EVENTS, FILTER_CGROUPS, LOST, LOST_BY_CGROUP, OPEN, OPEN_FULL, WAKEUP_BYTES,
     end_reason, queued,
+    removal::{self, GroupCpu, OPEN_BY_GROUP},
 };
 
-/// Scratch space for the record `begin` and `finish` build: with the child list a `StopEvent`
-/// is too big to keep two of on the BPF stack of kernels without private stacks.
+/// Scratch space for the record `begin` and `finish` build (slot 0) and [`end_gone`] (slot
+/// [`REMOVAL_SLOT`]): with the child list a `StopEvent` is too big to keep two of on the BPF
+/// stack of kernels without private stacks.
 #[map]
-static STOP_SCRATCH: PerCpuArray<StopEvent> = PerCpuArray::with_max_entries(1, 0);
+static STOP_SCRATCH: PerCpuArray<StopEvent> = PerCpuArray::with_max_entries(2, 0);
+
+/// [`end_gone`]'s slot of `STOP_SCRATCH`: it runs in a cgroup removal's process context,
+/// where a throttle or unthrottle program can interrupt it on the same CPU (7.2 throttles from
+/// hardirq context) and fill slot 0.
+const REMOVAL_SLOT: u32 = 1;
 
 /// Most children of one group looked at when a stop is recorded.
 const MAX_SIBLINGS: usize = 16;
@@ -447,6 +455,10 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
     {
         return;
     }
+    // A removed cgroup's cfs_rq: its stop ended at the removal (crate::removal).
+    if removal::owner_gone(o, cfs_rq) {
+        return;
+    }
     let Some(ev) = STOP_SCRATCH.get_ptr_mut(0) else {
         return;
     };
@@ -479,7 +491,17 @@ pub fn begin(o: &Offsets, cfs_rq: u64) {
         bump(&OPEN_FULL);
         return;
     }
+    let _ = OPEN_BY_GROUP.insert(group_cpu(ev), cfs_rq, 0);
     emit(ev);
+}
+
+/// The `OPEN_BY_GROUP` key of the stop `ev`.
+#[inline(always)]
+fn group_cpu(ev: &StopEvent) -> GroupCpu {
+    GroupCpu {
+        cgroup_id: ev.cgroup_id,
+        cpu: u64::from(ev.cpu),
+    }
 }
 
 /// `cfs_rq` has just been unthrottled; `throttled_clock` is its `throttled_clock` from before
@@ -506,17 +528,25 @@ pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
     match unsafe { OPEN.get(cfs_rq) } {
         Some(started) if group != 0 && started.cgroup_id == group => {
             *ev = *started;
-            let _ = OPEN.remove(cfs_rq);
+            // The removal is the claim: a cgroup removal's sweep on another CPU may have
+            // ended this stop since the lookup (`end_gone`).
+            if OPEN.remove(cfs_rq).is_err() {
+                return;
+            }
+            let _ = OPEN_BY_GROUP.remove(group_cpu(ev));
             ev.kind = EVENT_END;
             ev.end_ns = end_ns;
             ev.kernel_ns = kernel_ns;
             ev.end_reason = reason;
         }
         // None, or a removed group's stop left in the map (see `begin`): this group's
-        // stop began unseen.
+        // stop began unseen, unless the group itself is gone (a refill after its removal).
         open => {
             if open.is_some() {
                 let _ = OPEN.remove(cfs_rq);
+            }
+            if removal::owner_gone(o, cfs_rq) {
+                return;
             }
             *ev = StopEvent {
                 kind: EVENT_UNSEEN_START_END,
@@ -530,5 +560,29 @@ pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
             }
         }
     }
+    emit(ev);
+}
+
+/// The open stop of `cfs_rq`, of the removed cgroup `cgroup_id`, ends now as `cgroup_gone`,
+/// without kernel time: the kernel has not accounted it, and may never (crate::removal).
+pub fn end_gone(cfs_rq: u64, cgroup_id: u64) {
+    let Some(ev) = STOP_SCRATCH.get_ptr_mut(REMOVAL_SLOT) else {
+        return;
+    };
+    // SAFETY: per-CPU slot of this program alone (see REMOVAL_SLOT).
+    let ev = unsafe { &mut *ev };
+    // SAFETY: the value is copied out before the entry is removed.
+    match unsafe { OPEN.get(cfs_rq) } {
+        Some(open) if open.cgroup_id == cgroup_id => *ev = *open,
+        _ => return,
+    }
+    // The claim, as in `finish`: an unthrottle of this cfs_rq on another CPU may end it first.
+    if OPEN.remove(cfs_rq).is_err() {
+        return;
+    }
+    ev.kind = EVENT_END;
+    ev.end_ns = now();
+    ev.kernel_ns = KERNEL_NS_UNKNOWN;
+    ev.end_reason = END_CGROUP_GONE;
     emit(ev);
 }

@@ -821,9 +821,9 @@ pub struct End {
     /// 5.12+); absent where the kernel does not count them, and in recordings made before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed_runs: Option<u64>,
-    /// Removed cgroups the tracepoint backend's map of removed cgroups (LRU, 1024) evicted to
-    /// stay bounded: a throttled cfs_rq of one seen after its eviction would start a stop.
-    /// Absent on the other backends, and in recordings made before it.
+    /// Removed cgroups the programs' map of removed cgroups (LRU, 1024, every backend's)
+    /// evicted to stay bounded: a throttled cfs_rq of one seen after its eviction would start a
+    /// stop. Absent in recordings made before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evicted_removed_cgroups: Option<u64>,
     /// Removed cgroups whose paths the agent forgot to stay bounded (it keeps the last 4096):

@@ -234,7 +234,7 @@ fn churning_cgroups_leave_the_live_ones_traced_whole_and_nothing_behind() {
         assert!(run.wait().expect("wait for the workload").success());
     }
     let stats: Vec<CpuStat> = live.iter().map(Cgroup::stat).collect();
-    let maps: Vec<(&str, (usize, u32))> = ["TP_OPEN", "TP_BY_GROUP", "TP_GONE"]
+    let maps: Vec<(&str, (usize, u32))> = ["TP_OPEN", "OPEN_BY_GROUP", "GONE"]
         .into_iter()
         .map(|name| (name, entries(name)))
         .collect();

@@ -17,7 +17,7 @@ use std::{fs, process::Stdio};
 
 use common::containers::{self, Container, Engine, Kind};
 use common::http::{free_port, get, sample, wait_ready};
-use common::{CpuStat, Running, Version};
+use common::{CpuStat, Running};
 use serde_json::Value;
 
 /// How long each container's load runs.
@@ -182,10 +182,7 @@ fn containers_match_their_cpu_stat(kind: Kind, specs: &[Spec]) {
         // 1 % this test allowed at first was host_tracepoint's bound for the kprobe backend
         // in the VM guests, which never run this test.) v1's throttled_time is in ns; v2's
         // throttled_usec makes the delta good to 1 µs.
-        let resolution = match host.cpu.version {
-            Version::V1 => 0,
-            Version::V2 => 1_000,
-        };
+        let resolution = host.cpu.throttled_resolution_ns();
         assert!(
             kernel.abs_diff(truth) <= resolution,
             "Σ kernel_ns {kernel} vs cpu.stat {truth}"

@@ -56,23 +56,32 @@ fn end(stop: &Value) -> &str {
 
 /// `stops`, a group's, match its cpu.stat `stat` (a delta from zero: the group was made
 /// before the tracer's baseline and ran nothing before it, or made after it): each ended at a
-/// refill, one per throttled period (one busy thread, pinned, overrunning its quota by less
-/// than the next refill), and their kernel time is its throttled time to the nanosecond.
-fn assert_matches(stops: &[&Value], stat: CpuStat, what: &str) {
+/// refill, one per throttled period (one busy thread, pinned), except that a stop which
+/// outlasted k periods (a refill too small for the debt of a quota overrun by a tick, frequent
+/// under TCG: a 7.2 guest, 15 stops in 20 throttled periods) stands for k + 1 of them; and
+/// their kernel time is its throttled time to the nanosecond (v2: to the µs, `resolution_ns`).
+fn assert_matches(stops: &[&Value], stat: CpuStat, resolution_ns: u64, what: &str) {
     let unrefilled: Vec<&&Value> = stops.iter().filter(|s| end(s) != "refill").collect();
     assert!(
         unrefilled.is_empty(),
         "{what}: stops not ended by a refill: {unrefilled:?}"
     );
-    assert_eq!(
-        tracer::kernel_ns(stops),
-        stat.throttled_ns,
-        "{what}: Σ kernel_ns of its stops vs its cpu.stat"
+    let kernel_ns = tracer::kernel_ns(stops);
+    assert!(
+        kernel_ns.abs_diff(stat.throttled_ns) <= resolution_ns,
+        "{what}: Σ kernel_ns of its stops {kernel_ns} vs its cpu.stat {}",
+        stat.throttled_ns
     );
-    assert_eq!(
-        stops.len() as u64,
-        stat.nr_throttled,
-        "{what}: stops vs its cpu.stat nr_throttled"
+    let outlasted: u64 = stops
+        .iter()
+        .map(|s| s["duration_ns"].as_u64().unwrap() / s["period_ns"].as_u64().unwrap().max(1))
+        .sum();
+    let count = stops.len() as u64;
+    assert!(
+        count <= stat.nr_throttled && stat.nr_throttled <= count + outlasted,
+        "{what}: {count} stops ({outlasted} period(s) outlasted by one) vs its cpu.stat \
+         nr_throttled {}",
+        stat.nr_throttled
     );
     assert!(stat.nr_throttled >= 5, "{what} barely throttled: {stat:?}");
 }
@@ -156,7 +165,8 @@ fn a_cgroup_removed_while_stopped_keeps_its_summary_marked_gone_and_new_ones_are
         "it ended at {gone_end}, the removal was between {moved_ns} and {removed_ns}"
     );
     assert!(gone["kernel_ns"].is_null(), "{gone}");
-    assert_matches(&before, old_stat, "the removed group");
+    let resolution = host.cpu.throttled_resolution_ns();
+    assert_matches(&before, old_stat, resolution, "the removed group");
     let late: Vec<&Value> = lines
         .iter()
         .filter(|v| v["cgroup_id"] == old_id && v["type"] != "summary")
@@ -180,7 +190,7 @@ fn a_cgroup_removed_while_stopped_keeps_its_summary_marked_gone_and_new_ones_are
         let id = cgroup.id();
         assert!(id > old_id, "{} got id {id} after {old_id}", cgroup.path());
         let what = format!("the new {} (id {id})", cgroup.path());
-        assert_matches(&tracer::of(&lines, "stop", id), stat, &what);
+        assert_matches(&tracer::of(&lines, "stop", id), stat, resolution, &what);
         let summary = tracer::of(&lines, "summary", id);
         assert_eq!(summary.len(), 1, "{what}: one summary");
         assert_eq!(summary[0]["cgroup"], cgroup.path(), "{}", summary[0]);

@@ -125,6 +125,8 @@ cost_end() {
 # WORKLOAD-COMMAND "pinned SECONDS": one busy thread pinned to CPU 0 and one pinned to CPU 1 in
 # the quota's group; "children SECONDS": the same in each of two child cgroups c1, c2 of the
 # quota's group (the quota lives on their parent). The quota holds for SECONDS while all run.
+# "offline CYCLES": one busy thread pinned to CPU 2, which is taken offline and back CYCLES
+# times while the group is stopped (offline_cycles).
 scenario() {
     name=$1 backend=$2 max=$3 burst=$4
     shift 4
@@ -175,6 +177,9 @@ scenario() {
         status=$?
         wait $pids
         mark "WORKLOAD $name exit status $status"
+    elif [ "$1" = offline ]; then
+        offline_cycles "$cg" "$2" >> "$out.workload" 2>&1
+        mark "WORKLOAD $name exit status $?"
     else
         in_cgroup "$cg" "$@" > "$out.workload" 2>&1
         mark "WORKLOAD $name exit status $?"
@@ -206,15 +211,83 @@ busy_in() {
         exec taskset -c "$1" throttle-workload busy --threads 1 --seconds 600' "$1" "$2"
 }
 
-# host_test BINARY TEST: one of the tracer's host tests (tracer/tests/BINARY.rs) on this kernel's
-# cgroup v2 hierarchy, as CI runs them: CI=true makes a skip a failure. With the kprobe backend:
-# its programs load in 3 s here, the tracepoint backend's in 30 to 40 s (tests/common backend()).
+# now_ns: CLOCK_MONOTONIC in ns, the clock of the tracer's times (busybox's date has no %N).
+now_ns() {
+    head -n 3 /proc/timer_list | sed -n 's/^now at \([0-9]*\) nsecs$/\1/p'
+}
+
+# stat_field CGROUP-DIR FIELD: one field of the cgroup's cpu.stat.
+stat_field() {
+    sed -n "s/^$2 //p" "$1/cpu.stat"
+}
+
+# offline_cycles CGROUP-DIR CYCLES: the guest boots 4 vCPUs with 2 online (qemu.rs); CPUs 2 and 3
+# come online, one busy thread pinned to CPU 2 runs in the cgroup, and CYCLES times CPU 2 is taken
+# offline while the group is stopped there and brought back 0.5 s later, its thread pinned there
+# again (the kernel moved it off and widened its affinity). The offline write takes 60 to 100 ms
+# under TCG before the kernel unthrottles the CPU's runqueues, so it starts early in a stop: after
+# a refill (nr_periods moved), once the group has not run for 20 ms. Prints, per cycle,
+# `offline from_ns A until_ns B periods_moved 0|1` (the write's span; whether the period timer
+# ran meanwhile) and `online from_ns C until_ns D`; then CPUs 2 and 3 go offline again.
+offline_cycles() {
+    for cpu in 2 3; do
+        echo 1 > "/sys/devices/system/cpu/cpu$cpu/online" || return 1
+    done
+    busy_in "$1" 2 &
+    pid=$!
+    # Its spinner runs (an exec under TCG takes a while): the group has been stopped twice.
+    polls=0
+    until [ "$(stat_field "$1" nr_throttled)" -ge 2 ]; do
+        polls=$((polls + 1))
+        [ "$polls" -le 200 ] || { echo "never throttled twice in 10 s"; return 1; }
+        sleep 0.05
+    done
+    cycle=0
+    while [ "$cycle" -lt "$2" ]; do
+        cycle=$((cycle + 1))
+        periods=$(stat_field "$1" nr_periods)
+        while [ "$(stat_field "$1" nr_periods)" = "$periods" ]; do
+            sleep 0.01
+        done
+        usage=
+        until [ "$(stat_field "$1" usage_usec)" = "$usage" ]; do
+            usage=$(stat_field "$1" usage_usec)
+            sleep 0.02
+        done
+        periods=$(stat_field "$1" nr_periods)
+        from=$(now_ns)
+        echo 0 > /sys/devices/system/cpu/cpu2/online || return 1
+        until=$(now_ns)
+        moved=0
+        [ "$(stat_field "$1" nr_periods)" = "$periods" ] || moved=1
+        echo "offline from_ns $from until_ns $until periods_moved $moved"
+        sleep 0.5
+        from=$(now_ns)
+        echo 1 > /sys/devices/system/cpu/cpu2/online || return 1
+        until=$(now_ns)
+        echo "online from_ns $from until_ns $until"
+        taskset -a -p -c 2 "$pid" > /dev/null || return 1
+        sleep 1
+    done
+    kill -KILL "$pid"
+    wait "$pid"
+    for cpu in 2 3; do
+        echo 0 > "/sys/devices/system/cpu/cpu$cpu/online" || return 1
+    done
+}
+
+# host_test BINARY TEST [BACKEND]: one of the tracer's host tests (tracer/tests/BINARY.rs) on this
+# kernel's cgroup v2 hierarchy, as CI runs them: CI=true makes a skip a failure. With the kprobe
+# backend unless BACKEND says otherwise (the fault tests, guest_tests.rs FAULTS; the run is then
+# named BINARY::TEST@BACKEND): kprobe's programs load in 3 s here, the tracepoint backend's in 30
+# to 40 s (tests/common backend()).
 host_test() {
-    out=/tmp/test-$1-$2
-    mark "TEST $1::$2"
-    CI=true TT_TEST_BACKEND=kprobe TT_TEST_EMULATED=1 TT_ROOT_DOCTOR=/tmp/doctor.json \
+    run=$1::$2${3:+@$3}
+    out=/tmp/test-$1-$2${3:+-$3}
+    mark "TEST $run"
+    CI=true TT_TEST_BACKEND=${3:-kprobe} TT_TEST_EMULATED=1 TT_ROOT_DOCTOR=/tmp/doctor.json \
         "/tests/$1" --exact "$2" --test-threads=1 --show-output \
         > "$out" 2>&1
-    mark "TESTED $1::$2 exit status $?"
-    section "test/$1::$2" "$out"
+    mark "TESTED $run exit status $?"
+    section "test/$run" "$out"
 }

@@ -69,11 +69,52 @@ struct Run {
     children: Vec<ChildStat>,
     /// The kernel throttles tasks, not runqueues (6.18+): see [`Run::stopped_ns_within`].
     task_based: bool,
+    /// The `offline_cycles` workload's cycles: CPU 2's offline and its return.
+    offlines: Vec<OfflineCycle>,
+    /// End reasons the backend cannot tell apart on this kernel (the start line's).
+    blind: Vec<String>,
     /// The tracepoint backend on a task-based kernel: a throttled task runs on until it returns
     /// to user mode, so a stop may first be seen by the refill timer's walk, which lists no
     /// children (docs/definitions.md, "stopped by ancestor"): a few stops may miss a child, while
     /// cpu.stat.local still judges the credit.
     late_sight: bool,
+}
+
+/// One cycle of `offline_cycles` (guest/vm-test.sh), CLOCK_MONOTONIC ns: the write that took
+/// CPU 2 offline and whether the period timer ran during it, and the write that brought it back.
+struct OfflineCycle {
+    offline: (u64, u64),
+    periods_moved: bool,
+    online: (u64, u64),
+}
+
+impl OfflineCycle {
+    /// The cycles from the workload's `offline from_ns A until_ns B periods_moved M` and
+    /// `online from_ns C until_ns D` lines.
+    fn parse(workload: &[String]) -> Vec<Self> {
+        let span = |line: &str, prefix: &str| -> Option<(u64, u64, Vec<String>)> {
+            let mut words = line.strip_prefix(prefix)?.split_whitespace();
+            let from = words.next()?.parse().ok()?;
+            let until = words.nth(1)?.parse().ok()?;
+            Some((from, until, words.map(str::to_owned).collect()))
+        };
+        let mut cycles = Vec::new();
+        let mut offline = None;
+        for line in workload {
+            if let Some((from, until, rest)) = span(line, "offline from_ns ") {
+                offline = Some(((from, until), rest.get(1).is_some_and(|m| m == "1")));
+            } else if let Some((from, until, _)) = span(line, "online from_ns ")
+                && let Some((span, periods_moved)) = offline.take()
+            {
+                cycles.push(Self {
+                    offline: span,
+                    periods_moved,
+                    online: (from, until),
+                });
+            }
+        }
+        cycles
+    }
 }
 
 /// A child cgroup of the quota's group: its path and cpu.stat (and cpu.stat.local, 6.6+)
@@ -176,6 +217,13 @@ impl Run {
             Some((from, until))
         });
         let summaries = of_type("summary").cloned().collect();
+        let blind = start["blind_end_reasons"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.as_str().map(str::to_owned))
+            .collect();
+        let offlines = OfflineCycle::parse(workload);
         let task_based = start["kernel"].as_str().is_some_and(task_based_throttle);
         Ok(Self {
             stops,
@@ -188,6 +236,8 @@ impl Run {
             periods,
             summaries,
             children,
+            offlines,
+            blind,
             task_based,
             late_sight: task_based && backend == "tracepoint",
         })
@@ -259,7 +309,159 @@ impl Judge {
             Expect::RoundsNotStopped => self.rounds(run, scenario, false),
             Expect::AncestorStops => self.ancestor(run),
             Expect::QueuedThreads => self.queued_threads(run),
+            Expect::CpuOffline => self.cpu_offline(run),
         }
+    }
+
+    /// CPU 2 taken offline and back while the group is stopped there (`offline_cycles`). In
+    /// each cycle the stop open on CPU 2 when the offline began ends with it: inside the write
+    /// as `cpu_offline` (the kernel unthrottles the leaving CPU's runqueues,
+    /// `unthrottle_offline_cfs_rqs`), or, where the start line lists `cpu_offline` among the
+    /// end reasons the backend cannot tell (the tracepoint backend), before the CPU is back,
+    /// as `unknown` (its group's next period timer finds it unthrottled); as a refill only if
+    /// the period timer ran during the write. At least one cycle finds a stop open. The CPU's
+    /// stops after it came back are traced (one or more per cycle: on 5.10 the first lasted
+    /// 1.1 to 1.3 s, the rest of the cycle, where 6.x and 7.x had 2 or 3), none stays open, and the
+    /// kernel time of all of them is cpu.stat's ([`Judge::kernel_time`]; a stop whose kernel
+    /// time the backend could not read at such an end, the tracepoint backend before 6.6,
+    /// counts with its length as the bound). Before 6.12 every hotplug also unthrottles the
+    /// other CPUs' runqueues (docs/kernel.md §2.3): their stops may end `cpu_offline` too.
+    fn cpu_offline(&mut self, run: &Run) -> String {
+        // The single TCG thread runs four vCPUs in turn: a write's end is read late.
+        const SLACK_NS: u64 = 50_000_000;
+        let blind = run.blind.iter().any(|r| r == "cpu_offline");
+        self.check(!run.offlines.is_empty(), || {
+            "the workload printed no offline cycle".to_owned()
+        });
+        let on_cpu2 = |s: &&Value| s["cpu"] == 2;
+        let (mut hits, mut after_counts) = (0, Vec::new());
+        let mut ends = Vec::new();
+        for (i, cycle) in run.offlines.iter().enumerate() {
+            let (from, until) = cycle.offline;
+            let next = run.offlines.get(i + 1).map_or(u64::MAX, |c| c.offline.0);
+            let open: Vec<&Value> = run
+                .stops
+                .iter()
+                .filter(on_cpu2)
+                .filter(|s| {
+                    s["start_ns"].as_u64().is_some_and(|t| t < from)
+                        && s["end_ns"].as_u64().is_some_and(|t| t >= from)
+                })
+                .collect();
+            self.check(open.len() <= 1, || {
+                format!("cycle {i}: {} stops open on CPU 2 at once", open.len())
+            });
+            if let Some(stop) = open.first() {
+                let end = stop["end"].as_str().unwrap_or("?");
+                let end_ns = stop["end_ns"].as_u64().unwrap_or(u64::MAX);
+                let (latest, mut allowed) = if blind {
+                    (cycle.online.0, vec!["unknown", "cpu_offline"])
+                } else {
+                    (until + SLACK_NS, vec!["cpu_offline"])
+                };
+                if cycle.periods_moved {
+                    // The refill and the offline both unthrottle, in either order.
+                    allowed.push("refill");
+                }
+                hits += u32::from(end != "refill");
+                ends.push(format!(
+                    "{end} after {:.1} ms",
+                    (end_ns - from) as f64 / 1e6
+                ));
+                self.check(end_ns <= latest && allowed.contains(&end), || {
+                    format!(
+                        "cycle {i}: the stop open on CPU 2 when it went offline ({from}..{until},                          back at {}) ended {end} at {end_ns}, expected {allowed:?} by {latest}:                          {stop}",
+                        cycle.online.0
+                    )
+                });
+            }
+            let after = run
+                .stops
+                .iter()
+                .filter(on_cpu2)
+                .filter(|s| {
+                    s["start_ns"]
+                        .as_u64()
+                        .is_some_and(|t| t >= cycle.online.1 && t < next)
+                })
+                .count();
+            self.check(after >= 1, || {
+                format!("cycle {i}: {after} stops on CPU 2 after it came back, expected ≥ 1")
+            });
+            after_counts.push(after);
+        }
+        self.check(hits >= 1, || {
+            "no offline found the group stopped on CPU 2 (each raced a refill or found no stop)"
+                .to_owned()
+        });
+        let open = run.summary_u64("open");
+        self.check(open == 0, || format!("{open} stops still open at the end"));
+        let unread: Vec<&Value> = run
+            .stops
+            .iter()
+            .filter(|s| s["kernel_ns"].is_null())
+            .collect();
+        let kernel = if unread.is_empty() {
+            self.kernel_time(run)
+        } else {
+            self.kernel_time_bounded(run, &unread, blind)
+        };
+        format!(
+            "{} cycles, {hits} found CPU 2 stopped, its stop ended {ends:?}; stops on CPU 2 \
+             after it came back {after_counts:?}{}; {kernel}",
+            run.offlines.len(),
+            if blind { " (cpu_offline hidden)" } else { "" }
+        )
+    }
+
+    /// [`Judge::kernel_time`] where the `unread` stops have no kernel time: only a backend
+    /// that cannot tell `cpu_offline` ends (`blind`) may leave it unread, and only for such
+    /// ends (`unknown`): the tracepoint backend before 6.6 reads it at a refill callback's exit
+    /// alone. cpu.stat must lie between Σ kernel_ns and that plus the unread stops' lengths,
+    /// within 1 %.
+    fn kernel_time_bounded(&mut self, run: &Run, unread: &[&Value], blind: bool) -> String {
+        let other: Vec<&&Value> = unread
+            .iter()
+            .filter(|s| !blind || s["end"] != "unknown")
+            .collect();
+        self.check(other.is_empty(), || {
+            format!(
+                "{} stops have kernel_ns null without a hidden cpu_offline end, e.g. {}",
+                other.len(),
+                other[0]
+            )
+        });
+        let known: u64 = run
+            .stops
+            .iter()
+            .filter_map(|s| s["kernel_ns"].as_u64())
+            .sum::<u64>()
+            + run.summary_u64("unseen_start_kernel_ns");
+        let lengths: u64 = unread
+            .iter()
+            .filter_map(|s| s["duration_ns"].as_u64())
+            .sum();
+        let stat_ns = u64::try_from(run.stat("throttled_usec") * 1000).unwrap_or(0);
+        let margin = stat_ns / 100;
+        self.check(
+            known <= stat_ns + margin && stat_ns <= known + lengths + margin,
+            || {
+                format!(
+                    "cpu.stat throttled_usec delta {:.1} ms outside Σ kernel_ns {:.1} ms .. + the \
+                     unread stops' lengths {:.1} ms (± 1%)",
+                    stat_ns as f64 / 1e6,
+                    known as f64 / 1e6,
+                    (known + lengths) as f64 / 1e6
+                )
+            },
+        );
+        format!(
+            "Σkernel {:.1} ms + {} stops unread (≤ {:.1} ms) vs cpu.stat {:.1} ms",
+            known as f64 / 1e6,
+            unread.len(),
+            lengths as f64 / 1e6,
+            stat_ns as f64 / 1e6
+        )
     }
 
     /// The quota's group owns the stops, their kernel time is its cpu.stat throttled time, and
@@ -577,10 +779,11 @@ impl Judge {
             )
         });
         format!(
-            "Σkernel {:.1} ms vs cpu.stat {:.1} ms ({:+.2}%)",
+            "Σkernel {:.1} ms vs cpu.stat {:.1} ms ({:+.2}%, {:+} µs)",
             kernel_ns as f64 / 1e6,
             stat_ns as f64 / 1e6,
-            error * 100.0
+            error * 100.0,
+            (kernel_ns as i64 - stat_ns) / 1000
         )
     }
 
@@ -912,6 +1115,25 @@ mod tests {
         let stat = cpu_stat(&["nr_throttled 7".to_owned(), "throttled_usec 123".to_owned()]);
         assert_eq!(stat["nr_throttled"], 7);
         assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
+    }
+
+    #[test]
+    fn offline_cycles_pair_each_offline_with_the_online_after_it() {
+        let lines: Vec<String> = [
+            "offline from_ns 10 until_ns 20 periods_moved 1",
+            "tids 883",
+            "spinning from_ns 25 until_ns 99",
+            "online from_ns 30 until_ns 40",
+            "offline from_ns 50 until_ns 60 periods_moved 0",
+            "Killed",
+        ]
+        .map(str::to_owned)
+        .into();
+        let cycles = OfflineCycle::parse(&lines);
+        assert_eq!(cycles.len(), 1, "an offline without its online is no cycle");
+        assert_eq!(cycles[0].offline, (10, 20));
+        assert!(cycles[0].periods_moved);
+        assert_eq!(cycles[0].online, (30, 40));
     }
 
     #[test]

@@ -180,15 +180,7 @@ const PLANS: &[(&str, Plan)] = &[
         )]),
     ),
     ("recording", Plan::HostOnly(USERSPACE)),
-    (
-        "removed",
-        Plan::Run(&[(
-            "a_cgroup_removed_while_stopped_keeps_its_summary_marked_gone_and_new_ones_are_their_own",
-            "the kprobe and fentry backends end a stop only at an unthrottle, which the kernel \
-             may never make for a removed group's throttled cfs_rq: the stop open at the \
-             removal stays open there (the tracepoint backend ends it at cgroup_rmdir)",
-        )]),
-    ),
+    ("removed", Plan::Run(&[])),
     ("scan", Plan::Run(&[])),
     (
         "serve_limits",
@@ -207,6 +199,17 @@ const PLANS: &[(&str, Plan)] = &[
 /// 5.10 charges maps to RLIMIT_MEMLOCK); 8 to 16 s a boot under TCG.
 const EVERY_KERNEL: &[&str] = &["doctor::bpf_and_perfmon_alone_use_every_backend_root_can"];
 
+/// The fault tests (issue 10) that the guests also run with the other backends than the host
+/// tests' kprobe, each backend on the kernel whose `fault_backends` (kernels.rs) names it: what
+/// a quota write, a cgroup's removal and a start in the middle of an incident end or count is
+/// each backend's own code. Each run is a tracer start more: the tracepoint backend's takes 30
+/// to 40 s under TCG, so one kernel per backend.
+const FAULTS: &[&str] = &[
+    "host_tracepoint::a_quota_written_while_stopped_ends_the_stop_as_a_quota_change",
+    "host_tracepoint::started_in_the_middle_of_an_incident_the_cross_check_is_exact",
+    "removed::a_cgroup_removed_while_stopped_keeps_its_summary_marked_gone_and_new_ones_are_their_own",
+];
+
 /// The tests the guest runs, and the ones it does not with why.
 #[derive(Default)]
 pub struct Selection {
@@ -215,6 +218,9 @@ pub struct Selection {
     /// Those of `run` that every kernel's guest runs ([`EVERY_KERNEL`]); the rest run where the
     /// kernel's command line has [`CMDLINE_FLAG`].
     pub every_kernel: Vec<String>,
+    /// Those of `run` that kernels with `fault_backends` run again with each of them
+    /// ([`FAULTS`]); [`with_backend`] names such a run.
+    pub faults: Vec<String>,
     /// `binary::test: why`, or `binary: why` for a whole binary.
     pub not_run: Vec<String>,
 }
@@ -269,16 +275,50 @@ pub fn select(tests: &[(String, PathBuf)]) -> Result<Selection> {
         }
     }
     selection.every_kernel = EVERY_KERNEL.iter().map(|t| (*t).to_owned()).collect();
+    for test in FAULTS {
+        if !selection.run.iter().any(|t| t == test) {
+            bail!("xtask/src/guest_tests.rs runs {test} with every backend, but not in the guests");
+        }
+    }
+    selection.faults = FAULTS.iter().map(|t| (*t).to_owned()).collect();
     Ok(selection)
 }
 
-/// The guest's calls (guest/vm-test.sh `host_test BINARY TEST`): those of every kernel, then the
-/// rest where the kernel's command line asks for them.
+/// The name of `test`'s run with `backend` (not the host tests' kprobe): `binary::test@backend`,
+/// its table row and its markers on the console.
+pub fn with_backend(test: &str, backend: &str) -> String {
+    format!("{test}@{backend}")
+}
+
+/// The kernel command-line word that makes the guest run the fault tests with `backend`.
+pub fn faults_flag(backend: &str) -> String {
+    format!("tt.faults_{backend}")
+}
+
+/// The guest's calls (guest/vm-test.sh `host_test BINARY TEST [BACKEND]`): those of every
+/// kernel, then the rest where the kernel's command line asks for them, then the fault tests
+/// with each backend whose flag ([`faults_flag`]) it has.
 pub fn guest_calls(selection: &Selection) -> String {
     let call = |t: &String| {
         let (binary, test) = t.split_once("::").expect("binary::test");
         format!("host_test {binary} {test}")
     };
+    let faults: String = crate::scenarios::BACKENDS
+        .iter()
+        .filter(|b| !selection.faults.is_empty() && **b != HOST_TESTS_BACKEND)
+        .map(|b| {
+            let calls: Vec<String> = selection
+                .faults
+                .iter()
+                .map(|t| format!("    {} {b}", call(t)))
+                .collect();
+            format!(
+                "\nif grep -qw {} /proc/cmdline; then\n{}\nfi",
+                faults_flag(b),
+                calls.join("\n")
+            )
+        })
+        .collect();
     let (every, flagged): (Vec<&String>, Vec<&String>) = selection
         .run
         .iter()
@@ -289,11 +329,14 @@ pub fn guest_calls(selection: &Selection) -> String {
         .map(|t| format!("    {}", call(t)))
         .collect();
     format!(
-        "{}\nif grep -qw {CMDLINE_FLAG} /proc/cmdline; then\n{}\n:\nfi",
+        "{}\nif grep -qw {CMDLINE_FLAG} /proc/cmdline; then\n{}\n:\nfi{faults}",
         every.join("\n"),
         flagged.join("\n")
     )
 }
+
+/// The backend the host tests trace with in the guests (guest/vm-test.sh `host_test`).
+pub const HOST_TESTS_BACKEND: &str = "kprobe";
 
 /// The kernel command-line word that makes the guest run the host tests.
 pub const CMDLINE_FLAG: &str = "tt.host_tests";
@@ -384,5 +427,29 @@ mod tests {
                       out; finished in 0.00s";
         assert!(!judge(&console("x::t", 0, output), "x::t").passed);
         assert!(!judge(&Console::parse(""), "x::t").passed);
+    }
+
+    #[test]
+    fn the_fault_tests_run_again_with_each_other_backend_under_its_flag() {
+        let test = "removed::a_test".to_owned();
+        let selection = Selection {
+            run: vec![test.clone()],
+            faults: vec![test.clone()],
+            ..Selection::default()
+        };
+        let calls = guest_calls(&selection);
+        for backend in ["fentry", "tracepoint"] {
+            let block = format!(
+                "if grep -qw {} /proc/cmdline; then\n    host_test removed a_test {backend}\nfi",
+                faults_flag(backend)
+            );
+            assert!(calls.contains(&block), "{calls}");
+        }
+        assert!(!calls.contains("a_test kprobe"), "{calls}");
+        // The runs' markers are apart: the kprobe run's is not the fentry run's.
+        let run = with_backend(&test, "fentry");
+        let console = console(&run, 0, "test result: ok. 1 passed; finished in 1.00s");
+        assert!(judge(&console, &run).passed);
+        assert!(!judge(&console, &test).passed);
     }
 }

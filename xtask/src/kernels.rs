@@ -30,6 +30,12 @@ pub struct Kernel {
     /// xtask test` inside CI's 20 minutes (each backend is about 30 s a boot under TCG).
     /// `--backend` overrides it.
     pub backends: &'static [&'static str],
+    /// The backends (other than the host tests' kprobe) with which its guest runs the fault
+    /// tests (guest_tests.rs `FAULTS`): one kernel per backend, each run being a tracer start
+    /// more. fentry beside the host tests on the newest; the tracepoint backend on 6.12, whose
+    /// guest runs no tracepoint scenarios and which has what the host's 6.18 has but its
+    /// task-based throttle (the CSD unthrottle, the self-time clock).
+    pub fault_backends: &'static [&'static str],
 }
 
 /// 6.1's and 6.12's: between 5.10 and 7.x, which run fentry too, on the functions kprobe
@@ -47,6 +53,7 @@ pub const KERNELS: &[Kernel] = &[
         package: r"^linux-image-5\.10\.0-[0-9]+-cloud-amd64-unsigned$",
         host_tests: false,
         backends: BACKENDS,
+        fault_backends: &[],
     },
     Kernel {
         series: "6.1",
@@ -55,6 +62,7 @@ pub const KERNELS: &[Kernel] = &[
         package: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
         host_tests: false,
         backends: KPROBE,
+        fault_backends: &[],
     },
     Kernel {
         series: "6.12",
@@ -63,6 +71,7 @@ pub const KERNELS: &[Kernel] = &[
         package: r"^linux-image-6\.12\.[0-9]+\+deb12-cloud-amd64-unsigned$",
         host_tests: false,
         backends: KPROBE,
+        fault_backends: &["tracepoint"],
     },
     // sid's linux-image-7.* is a small meta package; the image is in linux-binary-*.
     Kernel {
@@ -72,6 +81,7 @@ pub const KERNELS: &[Kernel] = &[
         package: r"^linux-binary-7\.[0-9]+\.[0-9]+\+deb[0-9]+-cloud-amd64$",
         host_tests: true,
         backends: BESIDE_HOST_TESTS,
+        fault_backends: &["fentry"],
     },
 ];
 

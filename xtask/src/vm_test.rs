@@ -112,6 +112,7 @@ pub fn run(args: &Args) -> Result<()> {
             let wanted = |t: &String| args.host_test.iter().any(|p| t.starts_with(p.as_str()));
             selection.run.retain(wanted);
             selection.every_kernel.retain(wanted);
+            selection.faults.retain(wanted);
             if selection.run.is_empty() {
                 bail!(
                     "no host test the guest runs starts with {}: see `cargo test -p tracer -- --list`",
@@ -146,11 +147,17 @@ pub fn run(args: &Args) -> Result<()> {
                         let Some(kernel) = kernels.get(i) else {
                             return done;
                         };
-                        let tests: &[String] = if kernel.host_tests {
-                            &selection.run
+                        let mut tests = if kernel.host_tests {
+                            selection.run.clone()
                         } else {
-                            &selection.every_kernel
+                            selection.every_kernel.clone()
                         };
+                        tests.extend(kernel.fault_backends.iter().flat_map(|b| {
+                            selection
+                                .faults
+                                .iter()
+                                .map(|t| guest_tests::with_backend(t, b))
+                        }));
                         done.push((
                             i,
                             test_kernel(
@@ -159,7 +166,7 @@ pub fn run(args: &Args) -> Result<()> {
                                 &initrd,
                                 &backends,
                                 !args.backends.is_empty(),
-                                tests,
+                                &tests,
                                 cost,
                             ),
                         ));
@@ -196,9 +203,10 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Boots one kernel with every scenario call in `initrd` (and the host `tests`, if any) and
-/// judges what it printed: its table rows and its failures. The kernel's own matrix leaves
-/// backends out unless they were `chosen` by `--backend`.
+/// Boots one kernel with every scenario call in `initrd` (and the host `tests`, if any, the
+/// fault tests' runs with its `fault_backends` among them) and judges what it printed: its
+/// table rows and its failures. The kernel's own matrix leaves backends out unless they were
+/// `chosen` by `--backend`.
 fn test_kernel(
     kernel: &Kernel,
     fetched: &Fetched,
@@ -238,6 +246,18 @@ fn test_kernel(
     if kernel.host_tests && !tests.is_empty() {
         append.push(guest_tests::CMDLINE_FLAG.to_owned());
     }
+    // The fault tests' runs with a backend, where `tests` has them (`--host-test` may leave
+    // them out).
+    append.extend(
+        kernel
+            .fault_backends
+            .iter()
+            .filter(|b| {
+                let suffix = guest_tests::with_backend("", b);
+                tests.iter().any(|t| t.ends_with(&suffix))
+            })
+            .map(|b| guest_tests::faults_flag(b)),
+    );
     let boot = qemu::boot(
         &fetched.vmlinuz,
         initrd,

@@ -15,6 +15,7 @@ use tracer_common::{
 use super::config::{CFG_ARMED_NS, cfg};
 use crate::{
     OPEN_FULL, nr_cpus, offsets,
+    removal::{GroupCpu, MAX_CPUS, OPEN_BY_GROUP, group_of, is_gone, mark_gone},
     stops::{self, now, read, read_bits},
 };
 
@@ -49,7 +50,7 @@ pub(super) struct TpStop {
     /// reads the kernel's clock right after the unthrottle (the only exact `kernel_ns` before
     /// 6.6). Set at the callback's entry, cleared at its exit.
     pub(super) exit_pending: u8,
-    /// Non-zero: `key` is in `TP_BY_GROUP` (set by the program that opened the stop, cleared
+    /// Non-zero: `key` is in `OPEN_BY_GROUP` (set by the program that opened the stop, cleared
     /// by the one that claimed its end).
     indexed: u8,
     /// Non-zero: the stop was opened by a refill callback's walk, which does not list the
@@ -60,7 +61,7 @@ pub(super) struct TpStop {
     /// The first observation of `throttled == 0` that was left to a callback's exit; 0 = none.
     /// The earliest sign of the end, so it is the END's time.
     pub(super) unthrottled_ns: u64,
-    /// The group's `struct cgroup *` and this stop's `TP_BY_GROUP` key (with `indexed`).
+    /// The group's `struct cgroup *` and this stop's `OPEN_BY_GROUP` key (with `indexed`).
     cgroup: u64,
     key: GroupCpu,
 }
@@ -107,44 +108,6 @@ static TP_ENDED: LruHashMap<StopId, u8> = LruHashMap::with_max_entries(4096, 0);
 
 /// `-EEXIST`: the key is already there (an insert with BPF_NOEXIST).
 const EEXIST: i32 = -17;
-
-/// A cgroup's stop on one CPU: the key of `TP_BY_GROUP`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct GroupCpu {
-    cgroup_id: u64,
-    cpu: u64,
-}
-
-/// Every `TP_OPEN` entry (ignored ones too) by cgroup and CPU, so that a removed cgroup's open
-/// stops can be found without walking the kernel's structures: value = `struct cfs_rq *`.
-#[map]
-static TP_BY_GROUP: HashMap<GroupCpu, u64> = HashMap::with_max_entries(16384, 0);
-
-/// A removed cgroup: its `struct cgroup *` and id (ids alone can repeat across v1 hierarchies,
-/// addresses alone are reused after the free).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Gone {
-    cgroup: u64,
-    cgroup_id: u64,
-}
-
-/// Cgroups removed while tracing: a throttled cfs_rq of theirs that a late refill walks over
-/// does not start a new stop. LRU: ids are never reused, old entries can go.
-#[map]
-static TP_GONE: LruHashMap<Gone, u8> = LruHashMap::with_max_entries(1024, 0);
-
-/// `TP_GONE`'s new entries so far (atomic adds, from any CPU; a cgroup's rmdir and its release
-/// both mark it gone, the second finds it there). Nothing deletes from `TP_GONE`, so its new
-/// entries less the entries it holds are the removed cgroups it evicted, which the agent
-/// reports (the `end` line's `evicted_removed_cgroups`): a throttled cfs_rq of such a cgroup
-/// seen after its eviction would start a stop.
-#[map]
-static TP_GONE_INSERTED: Array<u64> = Array::with_max_entries(1, 0);
-
-/// Most CPUs swept at a cgroup's removal (`nr_cpus` is the real count).
-const MAX_CPUS: u64 = 1024;
 
 /// Scratch space to build a new stop in.
 #[map]
@@ -228,8 +191,7 @@ fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
         cpu: 0,
     };
     if let Some((cgroup, cgroup_id)) = group_of(o, cfs_rq) {
-        // SAFETY: lookup only.
-        if unsafe { TP_GONE.get(Gone { cgroup, cgroup_id }) }.is_some() {
+        if is_gone(cgroup, cgroup_id) {
             // A removed cgroup's cfs_rq still on the throttled list: its stop already ended.
             return;
         }
@@ -293,7 +255,7 @@ fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
         }
     }
     if st.cgroup != 0
-        && TP_BY_GROUP.insert(st.key, cfs_rq, 0).is_ok()
+        && OPEN_BY_GROUP.insert(st.key, cfs_rq, 0).is_ok()
         && let Some(open) = TP_OPEN.get_ptr_mut(cfs_rq)
     {
         // SAFETY: valid map value pointer; only this stop's own entry is marked.
@@ -409,22 +371,13 @@ fn remove_open(cfs_rq: u64) {
     }
 }
 
-/// Drops `st`'s `TP_BY_GROUP` entry, if it has one.
+/// Drops `st`'s `OPEN_BY_GROUP` entry, if it has one.
 #[inline(always)]
 fn unindex(st: &mut TpStop) {
     if st.indexed != 0 {
-        let _ = TP_BY_GROUP.remove(st.key);
+        let _ = OPEN_BY_GROUP.remove(st.key);
         st.indexed = 0;
     }
-}
-
-/// The `struct cgroup *` and cgroup id of the group owning `cfs_rq`; None for groups without
-/// a cgroup (autogroups, the root's `rq->cfs` has one but never a quota).
-#[inline(always)]
-fn group_of(o: &Offsets, cfs_rq: u64) -> Option<(u64, u64)> {
-    let tg = read::<u64>(cfs_rq, o.cfs_rq_tg)?;
-    let cgroup = read::<u64>(tg, o.tg_cgroup)?;
-    Some((cgroup, stops::cgroup_id(o, cgroup)?))
 }
 
 #[inline(always)]
@@ -440,14 +393,7 @@ pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
     let Some(cgroup_id) = stops::cgroup_id(o, cgroup) else {
         return;
     };
-    if TP_GONE
-        .insert(Gone { cgroup, cgroup_id }, 1, BPF_NOEXIST.into())
-        .is_ok()
-        && let Some(p) = TP_GONE_INSERTED.get_ptr_mut(0)
-    {
-        // SAFETY: a valid, aligned map value; every update is this atomic add.
-        unsafe { stops::atomic_add(p, 1) };
-    }
+    mark_gone(cgroup, cgroup_id);
     sweep(o, cgroup, cgroup_id, true);
 }
 
@@ -470,7 +416,7 @@ pub(super) fn period_expires(o: &Offsets, cgroup: u64) {
 
 /// Ends the open stops of `cgroup` (id `cgroup_id`) on every CPU: all of them as `cgroup_gone`
 /// when `gone`, else those whose cfs_rq is unthrottled. The stops are found through
-/// `TP_BY_GROUP` and matched by the `struct cgroup *` remembered at their start, so that
+/// `OPEN_BY_GROUP` and matched by the `struct cgroup *` remembered at their start, so that
 /// nothing of a removed group's (possibly freed) cfs_rq is read.
 #[inline(never)]
 fn sweep(o: &Offsets, cgroup: u64, cgroup_id: u64, gone: bool) {
@@ -481,11 +427,11 @@ fn sweep(o: &Offsets, cgroup: u64, cgroup_id: u64, gone: bool) {
         }
         let key = GroupCpu { cgroup_id, cpu };
         // SAFETY: the value is copied out.
-        let Some(cfs_rq) = (unsafe { TP_BY_GROUP.get(key) }).copied() else {
+        let Some(cfs_rq) = (unsafe { OPEN_BY_GROUP.get(key) }).copied() else {
             continue;
         };
         let Some(ptr) = TP_OPEN.get_ptr_mut(cfs_rq) else {
-            let _ = TP_BY_GROUP.remove(key);
+            let _ = OPEN_BY_GROUP.remove(key);
             continue;
         };
         // SAFETY: valid map value pointer. Ids can repeat across cgroup v1 hierarchies: only

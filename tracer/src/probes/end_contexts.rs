@@ -32,11 +32,6 @@ pub const END_CONTEXTS: &[EndContext] = &[
         kprobe_programs: ("cpu_offline_enter", "cpu_offline_leave"),
         functions: &["rq_offline_fair"],
     },
-    EndContext {
-        reason: "cgroup_gone",
-        kprobe_programs: ("cgroup_gone_enter", "cgroup_gone_leave"),
-        functions: &["destroy_cfs_bandwidth"],
-    },
 ];
 
 /// Attaches every end context with `attach_pair(ebpf, context, function)`; returns the reasons

@@ -1,6 +1,7 @@
 //! The fentry backend: fexit on `throttle_cfs_rq`, fentry + fexit on `unthrottle_cfs_rq`, and
 //! fentry/fexit pairs on the callers of `unthrottle_cfs_rq` that tell why a stop ended, and
-//! fentry on the period timer's callback for the per-period demand.
+//! fentry on the period timer's callback for the per-period demand; the cgroup removal's raw
+//! tracepoint (removal.rs).
 //!
 //! Cheaper than kprobes (a BPF trampoline, no breakpoint) and the return value comes with the
 //! arguments. An fentry program is bound to one kernel function when it is loaded (its BTF id),
@@ -20,6 +21,7 @@ use aya_obj::{
 use super::{
     Attached, KernelBtf, end_contexts,
     errno::{self, Cause},
+    removal,
 };
 use crate::{
     error::Failure,
@@ -50,9 +52,9 @@ pub fn attach(ebpf: &mut Ebpf, btf: &KernelBtf) -> Result<Attached, Failure> {
     for (program, side, function) in THROTTLE_PROGRAMS {
         load(ebpf, program, side, function, btf)?;
     }
-    // Context programs next: a stop that ends between the two attach steps is then never
-    // reported with a reason we could have known.
-    let blind_end_reasons = end_contexts::attach(ebpf, |ebpf, _, function| {
+    // Context programs (and the cgroup removal's) next: a stop that ends between the two
+    // attach steps is then never reported with a reason we could have known.
+    let mut blind_end_reasons = end_contexts::attach(ebpf, |ebpf, _, function| {
         for (side, suffix) in [(Side::Entry, "fentry"), (Side::Exit, "fexit")] {
             let program = format!("{function}_{suffix}");
             load(ebpf, &program, side, function, btf).map_err(|f| f.to_string())?;
@@ -61,6 +63,9 @@ pub fn attach(ebpf: &mut Ebpf, btf: &KernelBtf) -> Result<Attached, Failure> {
         }
         Ok(())
     });
+    if !removal::attach(ebpf) {
+        blind_end_reasons.push("cgroup_gone");
+    }
     for (program, side, function) in THROTTLE_PROGRAMS {
         attach_program(ebpf, program, side, function).map_err(|e| {
             Failure::environment(

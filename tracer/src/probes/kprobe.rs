@@ -1,6 +1,6 @@
 //! The kprobe backend: entry and return probes on `throttle_cfs_rq` / `unthrottle_cfs_rq`, on
 //! the callers of `unthrottle_cfs_rq` that tell why a stop ended, and on the period timer's
-//! callback for the per-period demand.
+//! callback for the per-period demand; the cgroup removal's raw tracepoint (removal.rs).
 use std::path::Path;
 
 use aya::{
@@ -8,7 +8,7 @@ use aya::{
     programs::{KProbe, ProbeKind},
 };
 
-use super::{Attached, end_contexts};
+use super::{Attached, end_contexts, removal};
 use crate::error::Failure;
 
 /// Whether this kernel has kprobes at all.
@@ -28,13 +28,16 @@ pub fn available() -> Result<(), Failure> {
 
 /// Attaches every kprobe program of the object; fails if the throttle functions cannot be probed.
 pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
-    // Context probes first: a stop that ends between the two attach steps is then never
-    // reported with a reason we could have known.
-    let blind_end_reasons = end_contexts::attach(ebpf, |ebpf, ctx, function| {
+    // Context probes (and the cgroup removal's) first: a stop that ends between the two attach
+    // steps is then never reported with a reason we could have known.
+    let mut blind_end_reasons = end_contexts::attach(ebpf, |ebpf, ctx, function| {
         attach_kprobe(ebpf, ctx.kprobe_programs.0, function)
             .and_then(|()| attach_kprobe(ebpf, ctx.kprobe_programs.1, function))
             .map_err(|e| e.to_string())
     });
+    if !removal::attach(ebpf) {
+        blind_end_reasons.push("cgroup_gone");
+    }
     for (program, function) in [
         ("unthrottle_cfs_rq", "unthrottle_cfs_rq"),
         ("unthrottle_cfs_rq_ret", "unthrottle_cfs_rq"),

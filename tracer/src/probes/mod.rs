@@ -14,6 +14,7 @@ mod end_contexts;
 mod errno;
 mod fentry;
 mod kprobe;
+mod removal;
 mod tracepoint;
 
 use aya::{
@@ -229,6 +230,9 @@ impl Probes {
         for reason in &attached.blind_end_reasons {
             let why = match selected.backend {
                 Backend::Tracepoint => tracepoint::why_blind(reason).to_owned(),
+                Backend::Kprobe | Backend::Fentry if *reason == "cgroup_gone" => {
+                    removal::WHY_BLIND.to_owned()
+                }
                 Backend::Kprobe | Backend::Fentry => format!(
                     "none of {} can be traced",
                     end_contexts::functions_of(reason)
@@ -297,15 +301,12 @@ impl Probes {
         total
     }
 
-    /// Removed cgroups that the tracepoint backend's map of them (`TP_GONE`, an LRU map of 1024)
-    /// evicted so far: its new entries less the entries it holds, as nothing deletes from it. `None` for the
-    /// other backends, which keep no such map.
+    /// Removed cgroups that the programs' map of them (`GONE`, an LRU map of 1024, every
+    /// backend's) evicted so far: its new entries less the entries it holds, as nothing deletes
+    /// from it.
     pub fn evicted_removed_cgroups(&self) -> Result<Option<u64>, Failure> {
-        if self.backend != Backend::Tracepoint {
-            return Ok(None);
-        }
         let inserted = {
-            let name = "TP_GONE_INSERTED";
+            let name = "GONE_INSERTED";
             let m = self
                 .ebpf
                 .map(name)
@@ -316,7 +317,7 @@ impl Probes {
                 .get(&0, 0)
                 .map_err(|e| internal(&format!("{name}: {e}")))?
         };
-        let name = "TP_GONE";
+        let name = "GONE";
         let m = self
             .ebpf
             .map(name)
@@ -494,10 +495,9 @@ fn map_sizes(backend: Backend, nr_cpus: u64) -> Vec<(&'static str, u32)> {
         Backend::Tracepoint => vec![("OPEN", 1), ("DEMAND_CPU", per_cfs_rq(65536))],
         Backend::Kprobe | Backend::Fentry => vec![
             ("OPEN", per_cfs_rq(65536)),
+            ("OPEN_BY_GROUP", per_cfs_rq(65536)),
             ("TP_OPEN", 1),
-            ("TP_BY_GROUP", 1),
             ("TP_ENDED", unused_lru),
-            ("TP_GONE", unused_lru),
             // Every backend measures the per-period demand.
             ("DEMAND_CPU", per_cfs_rq(65536)),
         ],

@@ -137,7 +137,7 @@ pub fn why_blind(reason: &str) -> &'static str {
             "no tracepoint marks the unthrottle of CPU hot-unplug; the stop ends at the next \
              observation of its cfs_rq"
         }
-        "cgroup_gone" => "neither cgroup_rmdir nor cgroup_release could be attached",
+        "cgroup_gone" => super::removal::WHY_BLIND,
         "quota_change" => {
             "no tracepoint marks a write to the bandwidth files: a write that changes quota, \
              period or burst, or removes the quota, is told from the settings, one that leaves \

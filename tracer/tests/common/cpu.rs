@@ -43,6 +43,15 @@ pub struct CpuStat {
 }
 
 impl CpuHierarchy {
+    /// How far a throttled time read here may be from the kernel's ns: 0 on v1, 1 µs on v2
+    /// (`throttled_usec`, truncated).
+    pub fn throttled_resolution_ns(&self) -> u64 {
+        match self.version {
+            Version::V1 => 0,
+            Version::V2 => 1_000,
+        }
+    }
+
     /// The hierarchy this machine's cpu controller is in, from /proc/self/mountinfo.
     pub fn find() -> Result<Self, String> {
         let mountinfo = fs::read_to_string("/proc/self/mountinfo")

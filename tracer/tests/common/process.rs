@@ -150,6 +150,16 @@ pub fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Runni
     // sched_setaffinity), on memory prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
+            // Pinned before it joins: once in the cgroup it is throttled wherever it runs, and
+            // a stop on the CPU it was forked on would be the test's too (a 7.2 guest: the
+            // child throttled on CPU 0 under a 1 ms quota before it moved to its CPU).
+            if let Some(cpu) = cpu {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             for file in &procs {
                 let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
                 if fd < 0 {
@@ -161,13 +171,6 @@ pub fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Runni
                 libc::close(fd);
                 if written != 2 {
                     return Err(error);
-                }
-            }
-            if let Some(cpu) = cpu {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
                 }
             }
             Ok(())
