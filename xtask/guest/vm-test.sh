@@ -228,7 +228,7 @@ stat_field() {
 # under TCG before the kernel unthrottles the CPU's runqueues, so it starts early in a stop: after
 # a refill (nr_periods moved), once the group has not run for 20 ms. Prints, per cycle,
 # `offline from_ns A until_ns B periods_moved 0|1` (the write's span; whether the period timer
-# ran meanwhile: then the cycle is tried again, at most 3 times more in all) and
+# ran meanwhile: then the cycle is tried again, at most twice more in all) and
 # `online from_ns C until_ns D`; then CPUs 2 and 3 go offline again.
 offline_cycles() {
     for cpu in 2 3; do
@@ -245,7 +245,7 @@ offline_cycles() {
     done
     cycle=0
     tries=0
-    while [ "$cycle" -lt "$2" ] && [ "$tries" -lt $(($2 + 3)) ]; do
+    while [ "$cycle" -lt "$2" ] && [ "$tries" -lt $(($2 + 2)) ]; do
         tries=$((tries + 1))
         periods=$(stat_field "$1" nr_periods)
         while [ "$(stat_field "$1" nr_periods)" = "$periods" ]; do
