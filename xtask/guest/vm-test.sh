@@ -228,7 +228,8 @@ stat_field() {
 # under TCG before the kernel unthrottles the CPU's runqueues, so it starts early in a stop: after
 # a refill (nr_periods moved), once the group has not run for 20 ms. Prints, per cycle,
 # `offline from_ns A until_ns B periods_moved 0|1` (the write's span; whether the period timer
-# ran meanwhile) and `online from_ns C until_ns D`; then CPUs 2 and 3 go offline again.
+# ran meanwhile: then the cycle is tried again, at most twice more in all) and
+# `online from_ns C until_ns D`; then CPUs 2 and 3 go offline again.
 offline_cycles() {
     for cpu in 2 3; do
         echo 1 > "/sys/devices/system/cpu/cpu$cpu/online" || return 1
@@ -243,8 +244,9 @@ offline_cycles() {
         sleep 0.05
     done
     cycle=0
-    while [ "$cycle" -lt "$2" ]; do
-        cycle=$((cycle + 1))
+    tries=0
+    while [ "$cycle" -lt "$2" ] && [ "$tries" -lt $(($2 + 2)) ]; do
+        tries=$((tries + 1))
         periods=$(stat_field "$1" nr_periods)
         while [ "$(stat_field "$1" nr_periods)" = "$periods" ]; do
             sleep 0.01
@@ -260,6 +262,9 @@ offline_cycles() {
         until=$(now_ns)
         moved=0
         [ "$(stat_field "$1" nr_periods)" = "$periods" ] || moved=1
+        # A cycle counts unless the period timer ran during the write: it may have ended the
+        # stop first.
+        [ "$moved" = 1 ] || cycle=$((cycle + 1))
         echo "offline from_ns $from until_ns $until periods_moved $moved"
         sleep 0.5
         from=$(now_ns)

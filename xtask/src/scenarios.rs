@@ -37,7 +37,8 @@ pub enum Workload {
     Pinned { seconds: u32, in_children: bool },
     /// One busy thread pinned to CPU 2 (the guest brings CPUs 2 and 3 online for it), and
     /// `cycles` times CPU 2 taken offline while the group is stopped and brought back 0.5 s
-    /// later, the thread pinned there again (guest/vm-test.sh `offline_cycles`).
+    /// later, the thread pinned there again; a cycle whose write the period timer raced is
+    /// tried again, at most twice more (guest/vm-test.sh `offline_cycles`).
     Offline { cycles: u32 },
 }
 
