@@ -251,6 +251,15 @@ impl Run {
         self.summary[key].as_u64().unwrap_or(0)
     }
 
+    /// Σ kernel_ns of the stops that carry it, and of the stops that began before tracing.
+    fn known_kernel_ns(&self) -> u64 {
+        self.stops
+            .iter()
+            .filter_map(|s| s["kernel_ns"].as_u64())
+            .sum::<u64>()
+            + self.summary_u64("unseen_start_kernel_ns")
+    }
+
     fn durations_ms(&self) -> Vec<f64> {
         self.stops
             .iter()
@@ -431,12 +440,7 @@ impl Judge {
                 other[0]
             )
         });
-        let known: u64 = run
-            .stops
-            .iter()
-            .filter_map(|s| s["kernel_ns"].as_u64())
-            .sum::<u64>()
-            + run.summary_u64("unseen_start_kernel_ns");
+        let known = run.known_kernel_ns();
         let lengths: u64 = unread
             .iter()
             .filter_map(|s| s["duration_ns"].as_u64())
@@ -761,12 +765,7 @@ impl Judge {
         self.check(unknown == 0, || {
             format!("{unknown} stops have kernel_ns null")
         });
-        let kernel_ns: u64 = run
-            .stops
-            .iter()
-            .filter_map(|s| s["kernel_ns"].as_u64())
-            .sum::<u64>()
-            + run.summary_u64("unseen_start_kernel_ns");
+        let kernel_ns = run.known_kernel_ns();
         let stat_ns = run.stat("throttled_usec") * 1000;
         let error = (kernel_ns as f64 - stat_ns as f64) / (stat_ns.max(1) as f64);
         self.check(error.abs() <= 0.01, || {
