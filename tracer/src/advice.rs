@@ -193,6 +193,11 @@ fn margin(ns: u64) -> u64 {
     with.div_ceil(MS).saturating_mul(MS)
 }
 
+/// What a quota `q` holds with the margin kept free: `q` − 5 % (at least 1 ms).
+fn less_margin(q: u64) -> u64 {
+    q.saturating_sub((q / 20).max(MS))
+}
+
 fn burst(
     runs: &[Run],
     need: u64,
@@ -302,7 +307,7 @@ fn longer_period(
     let mut candidate = u64::try_from(first).unwrap_or(u64::MAX).div_ceil(MS) * MS;
     while candidate <= MAX_PERIOD_NS {
         let q = quota_at(quota, period, candidate);
-        if max_window(runs, candidate) <= q.saturating_sub((q / 20).max(MS)) {
+        if max_window(runs, candidate) <= less_margin(q) {
             return (Some(Setting::new(q, candidate, cpus)), None);
         }
         candidate += MS;
@@ -393,7 +398,7 @@ fn p99_longer_period(arrived: &[u64], quota: u64, period: u64, cpus: u32) -> Opt
     let mut candidate = (period / MS + 1) * MS;
     while candidate <= MAX_PERIOD_NS {
         let q = quota_at(quota, period, candidate);
-        let allowed = u128::from(q.saturating_sub((q / 20).max(MS)));
+        let allowed = u128::from(less_margin(q));
         let whole = usize::try_from(candidate / period).ok()?;
         let part = u128::from(candidate % period);
         let windows = arrived.len().saturating_sub(whole);
