@@ -390,11 +390,13 @@ fn terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back() {
         one.workload.id(),
         two.workload.id()
     );
-    // After each run: its exit code, and whether the terminal is back in its cooked mode.
+    // After each run: its exit code, and whether the terminal is back in its cooked mode; then
+    // the shell waits for Enter, so that the next run does not take the screen (hiding these
+    // lines behind its alternate screen) before the test has read them.
     let after = |n: u32| {
         format!(
             "echo run{n}-exit-$?; if stty -a | grep -q -w -e -icanon -e -echo; \
-             then echo run{n}-tty-raw; else echo run{n}-tty-cooked; fi"
+             then echo run{n}-tty-raw; else echo run{n}-tty-cooked; fi; read next"
         )
     };
     let command = format!(
@@ -513,6 +515,7 @@ fn terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back() {
     assert!(summary.contains(&cg1) && summary.contains(&cg2), "{pane}");
 
     // Ctrl-C, a key in raw mode: the same end as q.
+    tmux.keys(&["Enter"]);
     tmux.wait_for(KEYS_LINE);
     tmux.keys(&["C-c"]);
     let pane = tmux.wait_for("run2-tty-");
@@ -527,6 +530,7 @@ fn terminal_live_view_selects_scrolls_resizes_and_gives_the_terminal_back() {
     assert_eq!(pane.matches("lost records: 0").count(), 2, "{pane}");
 
     // SIGTERM: the same.
+    tmux.keys(&["Enter"]);
     tmux.wait_for(KEYS_LINE);
     let pid = tmux.tracer_pid();
     // SAFETY: a signal to the tracer this test started.
