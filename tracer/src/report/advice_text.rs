@@ -158,8 +158,8 @@ fn advice(out: &mut String, a: &Advice, version: Option<Version>) {
     if let Some(q) = a.quota_p99 {
         let _ = writeln!(
             out,
-            "                    {} stops at most 1 % of the periods (the p99 period's arrived \
-             demand is {}): {}",
+            "                    {} stops at most 1 % of the periods (the p99 period's demand is \
+             {}): {}",
             ms(q.quota_ns),
             ms(a.p99_period_ns),
             quota_files(&q, version)
