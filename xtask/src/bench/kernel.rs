@@ -1,10 +1,13 @@
 //! ns per invocation of every program the tracepoint backend attaches, from the kernel's BPF
 //! run-time statistics (`BPF_ENABLE_STATS`, released with its fd, so the
-//! `kernel.bpf_stats_enabled` sysctl is never left on), under `perf bench sched pipe` (a
-//! context switch per message) and then while a quota'd cgroup is throttled. In the same
-//! runs: an empty program on each of the same hooks (the floor any program pays there) and
-//! bpftrace's one-line check on sched_switch (the peer).
+//! `kernel.bpf_stats_enabled` sysctl is never left on), each program under the load that calls
+//! its hook most ([`Load`]: `perf bench sched pipe`, a context switch per message, for the
+//! scheduler's hooks; a membarrier loop for the CSD hooks; a short-sleep loop for the hrtimer
+//! hooks), and then while a quota'd cgroup is throttled. In the same windows: an empty program
+//! on each of the same hooks (the floor any program pays there) and bpftrace's one-line check
+//! on sched_switch (the peer).
 use super::bpf::{self, Floor, Program, Snapshot};
+use super::loads;
 use super::procs::{Busy, Traced};
 use super::table::Row;
 use super::{BPFTRACE_CHECK, Bench, pipe_run};
@@ -39,11 +42,21 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
 
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("BPF_ENABLE_STATS (BPF run-time statistics)")?;
+    let length = Duration::from_millis(if bench.smoke { 200 } else { 1_000 });
     let mut pipe: Vec<Snapshot> = Vec::new();
+    let mut csds: Vec<Snapshot> = Vec::new();
+    let mut sleeps: Vec<Snapshot> = Vec::new();
+    let (mut barriers, mut naps) = (0, 0);
     for _ in 0..bench.runs {
-        let s0 = bpf::snapshot(&all)?;
-        pipe_run(loops)?;
-        pipe.push(bpf::delta(&s0, &bpf::snapshot(&all)?));
+        pipe.push(measured(&all, || pipe_run(loops).map(drop))?);
+        csds.push(measured(&all, || {
+            barriers += loads::membarrier(length)?;
+            Ok(())
+        })?);
+        sleeps.push(measured(&all, || {
+            naps += loads::nanosleep(length)?;
+            Ok(())
+        })?);
     }
     let seconds = if bench.smoke { 1 } else { 3 };
     let throttled = throttled_window(bench, &all, seconds)?;
@@ -60,14 +73,33 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         floor.map_or(f64::NAN, |f| median(&per_run(runs, f.id)))
     };
     let bpftrace_ns = median(&per_run(&pipe, theirs[0].id));
-    for (window, runs) in [
-        (format!("pipe -l {loops}"), pipe.as_slice()),
+    let ms = length.as_millis();
+    for (window, runs, load) in [
+        (
+            format!("pipe -l {loops}"),
+            pipe.as_slice(),
+            Some(Load::Pipe),
+        ),
+        (
+            format!("{barriers} membarriers in {} × {ms} ms", bench.runs),
+            csds.as_slice(),
+            Some(Load::Membarrier),
+        ),
+        (
+            format!("{naps} 10 µs sleeps in {} × {ms} ms", bench.runs),
+            sleeps.as_slice(),
+            Some(Load::Nanosleep),
+        ),
         (
             format!("throttled {seconds} s"),
             std::slice::from_ref(&throttled),
+            None,
         ),
     ] {
-        for p in &ours {
+        for p in ours
+            .iter()
+            .filter(|p| load.is_none_or(|l| Load::of(&p.hook) == l))
+        {
             let values = per_run(runs, p.id);
             if values.iter().all(|v| v.is_nan()) {
                 continue; // not invoked in this window (cgroup_rmdir, a csd without remote unthrottles)
@@ -138,6 +170,33 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         );
     }
     Ok(rows)
+}
+
+/// The load each hook's programs are measured under: the one that calls the hook most.
+#[derive(Clone, Copy, PartialEq)]
+enum Load {
+    Pipe,
+    Membarrier,
+    Nanosleep,
+}
+
+impl Load {
+    fn of(hook: &str) -> Load {
+        if hook.starts_with("csd_function_") {
+            Load::Membarrier
+        } else if hook.starts_with("hrtimer_expire_") {
+            Load::Nanosleep
+        } else {
+            Load::Pipe
+        }
+    }
+}
+
+/// The statistics of `programs` over one run of `load`.
+fn measured(programs: &[Program], load: impl FnOnce() -> Result<()>) -> Result<Snapshot> {
+    let s0 = bpf::snapshot(programs)?;
+    load()?;
+    Ok(bpf::delta(&s0, &bpf::snapshot(programs)?))
 }
 
 /// Mean ns per invocation of program `id` in each window (NaN where it did not run).

@@ -20,6 +20,7 @@
 mod bpf;
 mod ingest;
 mod kernel;
+mod loads;
 pub(crate) mod procs;
 mod slowdown;
 mod startup;
@@ -46,6 +47,9 @@ pub struct Args {
     /// Measure this throttle-tracer binary instead of the one just built (to compare builds).
     #[arg(long, value_name = "PATH")]
     tracer: Option<PathBuf>,
+    /// Only these sections (kernel, slowdown, startup, ingest, sustained), for working on one.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 /// What every section needs.
@@ -94,7 +98,11 @@ pub fn run(args: &Args) -> Result<()> {
         ("startup", startup::rows),
         ("ingest and memory", ingest::rows),
         ("sustained load", sustained::rows),
-    ] {
+    ]
+    .into_iter()
+    .filter(|(name, _)| {
+        args.only.is_empty() || args.only.iter().any(|o| name.starts_with(o.as_str()))
+    }) {
         let t = Instant::now();
         eprintln!("bench: {name}…");
         // A section that fails leaves a row saying why, and the others are still measured.
