@@ -334,6 +334,9 @@ impl<'a> Report<'a> {
         group_stop_ns: Option<u64>,
         credited: &[CgroupRef],
     ) {
+        if matches!(event, Event::Start(_)) && !self.sinks.iter().any(|s| s.takes_stop_begins()) {
+            return;
+        }
         self.emit(|| Line::of_event(event, cgroup), group_stop_ns, credited);
     }
 

@@ -53,6 +53,11 @@ pub struct Tick<'a> {
 pub trait Sink: Send {
     /// Whether it takes the lines as they happen; the report makes a line only if a sink does.
     fn takes_lines(&self) -> bool;
+    /// Whether it takes the `stop_begin` lines too, half of all records' lines, which only a
+    /// rebuild of the report needs: they are made only if a sink does.
+    fn takes_stop_begins(&self) -> bool {
+        self.takes_lines()
+    }
     /// One record's line.
     fn line(&mut self, entry: &Entry);
     /// A periodic reading; most sinks only write at the end.
@@ -82,6 +87,8 @@ pub struct Ndjson<W: Write> {
     /// The recording's file, named in its write errors.
     file: Option<PathBuf>,
     failed: Option<io::Error>,
+    /// The line being written, kept for the next.
+    buffer: Vec<u8>,
 }
 
 impl Ndjson<io::Stdout> {
@@ -115,6 +122,7 @@ impl<W: Write> Ndjson<W> {
             shown,
             file: None,
             failed: None,
+            buffer: Vec::new(),
         }
     }
 
@@ -137,11 +145,18 @@ impl<W: Write + Send> Sink for Ndjson<W> {
         true
     }
 
+    fn takes_stop_begins(&self) -> bool {
+        self.shown.is_none()
+    }
+
     fn line(&mut self, entry: &Entry) {
-        if self.failed.is_none()
-            && self.shows(entry.line)
-            && let Err(e) = writeln!(self.out, "{}", entry.line.to_json())
-        {
+        if self.failed.is_some() || !self.shows(entry.line) {
+            return;
+        }
+        self.buffer.clear();
+        entry.line.write_json(&mut self.buffer);
+        self.buffer.push(b'\n');
+        if let Err(e) = self.out.write_all(&self.buffer) {
             self.failed = Some(e);
         }
     }
