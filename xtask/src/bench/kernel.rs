@@ -58,8 +58,8 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
             Ok(())
         })?);
     }
-    let seconds = if bench.smoke { 1 } else { 3 };
-    let throttled = throttled_window(bench, &all, seconds)?;
+    let window = Duration::from_millis(if bench.smoke { 500 } else { 3_000 });
+    let throttled = throttled_window(bench, &all, window)?;
     drop(stats);
     drop(peer);
     drop(floors);
@@ -91,7 +91,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
             Some(Load::Nanosleep),
         ),
         (
-            format!("throttled {seconds} s"),
+            format!("throttled {window:?}"),
             std::slice::from_ref(&throttled),
             None,
         ),
@@ -213,12 +213,12 @@ fn median(values: &[f64]) -> f64 {
     super::table::Summary::of(values).median
 }
 
-/// The statistics over `seconds` while a cgroup with two busy threads and a quota of 20 ms per
+/// The statistics over `window` while a cgroup with two busy threads and a quota of 20 ms per
 /// 100 ms is throttled (then sched_switch really walks a bandwidth-limited cfs_rq and the
 /// period timer refills it).
-fn throttled_window(bench: &Bench, programs: &[Program], seconds: u64) -> Result<Snapshot> {
+fn throttled_window(bench: &Bench, programs: &[Program], window: Duration) -> Result<Snapshot> {
     let cgroup = Cgroup::create("xtask-bench", 20_000, 100_000)?;
-    let busy = Busy::spawn(&bench.workload, 2, seconds + 30)?;
+    let busy = Busy::spawn(&bench.workload, 2, window.as_secs() + 30)?;
     cgroup.add(busy.pid())?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while cgroup.stat("nr_throttled")? < 2 {
@@ -228,7 +228,7 @@ fn throttled_window(bench: &Bench, programs: &[Program], seconds: u64) -> Result
         thread::sleep(Duration::from_millis(20));
     }
     let s0 = bpf::snapshot(programs)?;
-    thread::sleep(Duration::from_secs(seconds));
+    thread::sleep(window);
     let s1 = bpf::snapshot(programs)?;
     drop(busy);
     drop(cgroup);

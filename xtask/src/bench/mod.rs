@@ -28,7 +28,8 @@ mod sustained;
 mod table;
 pub mod vm_cost;
 
-use crate::{binaries, cmd, paths, setup};
+use crate::binaries::{self, Binaries};
+use crate::{cmd, paths, setup};
 use anyhow::{Context as _, Result, bail};
 use std::os::fd::AsRawFd as _;
 use std::path::PathBuf;
@@ -77,12 +78,40 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(tracer) = &args.tracer {
         binaries.tracer.clone_from(tracer);
     }
-    let bench = Bench {
-        tracer: binaries.tracer,
-        workload: binaries.workload,
-        smoke: args.smoke,
-        runs,
+    measure(
+        args,
+        &Bench {
+            tracer: binaries.tracer,
+            workload: binaries.workload,
+            smoke: args.smoke,
+            runs,
+        },
+    )
+}
+
+/// `cargo xtask test`'s `bench --smoke`, on the programs of its tests' compile (a build of
+/// its own would compile the tracer a second time, without the dev-dependencies' features)
+/// and with what its set-up installed.
+pub fn smoke(binaries: &Binaries) -> Result<()> {
+    let args = Args {
+        smoke: true,
+        runs: None,
+        tracer: None,
+        only: Vec::new(),
     };
+    measure(
+        &args,
+        &Bench {
+            tracer: binaries.tracer.clone(),
+            workload: binaries.workload.clone(),
+            smoke: true,
+            runs: 1,
+        },
+    )
+}
+
+/// Every section (or those `args` names) of `bench`, one table.
+fn measure(args: &Args, bench: &Bench) -> Result<()> {
     // bpftrace's tracepoint probes need tracefs.
     if !std::path::Path::new("/sys/kernel/tracing/events").exists() {
         cmd::run(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]))?;
@@ -106,7 +135,7 @@ pub fn run(args: &Args) -> Result<()> {
         let t = Instant::now();
         eprintln!("bench: {name}…");
         // A section that fails leaves a row saying why, and the others are still measured.
-        match section(&bench) {
+        match section(bench) {
             Ok(section_rows) => rows.extend(section_rows),
             Err(e) => {
                 eprintln!("bench: {name} failed: {e:#}");
