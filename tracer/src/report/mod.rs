@@ -364,6 +364,13 @@ impl<'a> Report<'a> {
         );
     }
 
+    /// The end of a batch of records, to every sink ([`Sink::flush`]).
+    pub fn flush(&mut self) {
+        for sink in &mut self.sinks {
+            sink.flush();
+        }
+    }
+
     /// A periodic reading, to every sink; the first write error.
     pub fn tick(&mut self, tick: &Tick) -> io::Result<()> {
         self.sinks.iter_mut().try_for_each(|s| s.tick(tick))

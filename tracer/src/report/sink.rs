@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, LineWriter, Write};
+use std::io::{self, BufWriter, LineWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -60,6 +60,9 @@ pub trait Sink: Send {
     }
     /// One record's line.
     fn line(&mut self, entry: &Entry);
+    /// The end of a batch of records (a drain of the ring buffer): a sink that holds their
+    /// lines back writes them now.
+    fn flush(&mut self) {}
     /// A periodic reading; most sinks only write at the end.
     fn tick(&mut self, _tick: &Tick) -> io::Result<()> {
         Ok(())
@@ -91,10 +94,15 @@ pub struct Ndjson<W: Write> {
     buffer: Vec<u8>,
 }
 
-impl Ndjson<io::Stdout> {
-    /// `--json`: NDJSON on stdout, without stops shorter than `min_stop_ns`.
+impl Ndjson<BufWriter<io::Stdout>> {
+    /// `--json`: NDJSON on stdout, without stops shorter than `min_stop_ns`. The lines of a
+    /// batch of records go out together at its end ([`Sink::flush`]), every other line at
+    /// once: a write per line was a tenth of the time of a line.
     pub fn stdout(min_stop_ns: u64) -> Self {
-        Self::to(io::stdout(), Some(min_stop_ns))
+        Self::to(
+            BufWriter::with_capacity(64 * 1024, io::stdout()),
+            Some(min_stop_ns),
+        )
     }
 }
 
@@ -156,7 +164,24 @@ impl<W: Write + Send> Sink for Ndjson<W> {
         self.buffer.clear();
         entry.line.write_json(&mut self.buffer);
         self.buffer.push(b'\n');
-        if let Err(e) = self.out.write_all(&self.buffer) {
+        let record = matches!(
+            entry.line,
+            Line::StopBegin(_)
+                | Line::Stop(_)
+                | Line::AncestorStop(_)
+                | Line::UnseenStartStop(_)
+                | Line::Period(_)
+        );
+        let written = self.out.write_all(&self.buffer);
+        if let Err(e) = written.and_then(|()| if record { Ok(()) } else { self.out.flush() }) {
+            self.failed = Some(e);
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.failed.is_none()
+            && let Err(e) = self.out.flush()
+        {
             self.failed = Some(e);
         }
     }
