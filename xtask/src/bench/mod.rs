@@ -116,20 +116,26 @@ fn measure(args: &Args, bench: &Bench) -> Result<()> {
     if !std::path::Path::new("/sys/kernel/tracing/events").exists() {
         cmd::run(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]))?;
     }
-    let _lock = host_lock()?;
-    let started = Instant::now();
-    let load_before = uptime();
-    let mut rows: Vec<Row> = Vec::new();
-    let mut failed = false;
-    for (name, section) in [
+    let sections = [
         ("kernel", kernel::rows as fn(&Bench) -> Result<Vec<Row>>),
         ("slowdown", slowdown::rows),
         ("startup", startup::rows),
         ("ingest and memory", ingest::rows),
         ("sustained load", sustained::rows),
-    ]
-    .into_iter()
-    .filter(|(name, _)| {
+    ];
+    if let Some(unknown) = args.only.iter().find(|o| {
+        !sections
+            .iter()
+            .any(|(name, _)| name.starts_with(o.as_str()))
+    }) {
+        bail!("--only {unknown}: no such section (kernel, slowdown, startup, ingest, sustained)");
+    }
+    let _lock = host_lock()?;
+    let started = Instant::now();
+    let load_before = uptime();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut failed = false;
+    for (name, section) in sections.into_iter().filter(|(name, _)| {
         args.only.is_empty() || args.only.iter().any(|o| name.starts_with(o.as_str()))
     }) {
         let t = Instant::now();
