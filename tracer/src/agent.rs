@@ -607,6 +607,7 @@ impl Session {
         }
         self.reader
             .drain(&mut self.aggregate, &mut self.report, &mut self.hierarchy);
+        self.report.flush();
     }
 
     /// Ends the trace: the last drain, cpu.stat deltas, the report written. Returns the

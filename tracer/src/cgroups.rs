@@ -7,12 +7,14 @@
 //! bound to (e.g. `/sys/fs/cgroup/cpu,cpuacct`) has these ids; other v1 hierarchies and the v2
 //! tree of a hybrid host have their own inode numbers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::{FastMap, records};
 
 /// How often a miss in [`Hierarchy::path_of`] for an id that is not newer than the last walk
 /// may re-walk the tree: ids that never resolve (removed cgroups, ids of no cgroup of this
@@ -187,6 +189,19 @@ pub(crate) fn mode_of(mounts: &[Mount]) -> Mode {
     }
 }
 
+/// CLOCK_MONOTONIC as of the last tick (CLOCK_MONOTONIC_COARSE): read without the clock
+/// source, a few ns where the precise clock costs tens (a VM's), and behind it by less than a
+/// tick, nothing next to [`REWALK_INTERVAL`]. [`Hierarchy::path_of`] reads it at every miss.
+fn coarse_now() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists since 2.6.32.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// The cpu controller's hierarchy and a cache of its cgroups' paths by id.
 ///
 /// A cgroup's id is its kernfs node id, allocated from one counter per hierarchy that only
@@ -200,13 +215,14 @@ pub struct Hierarchy {
     root: PathBuf,
     version: Version,
     /// The cgroups present at the last walk.
-    paths: HashMap<u64, String>,
+    paths: FastMap<u64, String>,
     /// Those removed since, the last `REMOVED_KEPT` of them, oldest first in `removed_order`.
-    removed: HashMap<u64, String>,
+    removed: FastMap<u64, String>,
     removed_order: VecDeque<u64>,
     /// Removed cgroups whose paths were dropped to keep the cache bounded.
     forgotten: u64,
-    last_walk: Option<Instant>,
+    /// When the last walk began, CLOCK_MONOTONIC.
+    last_walk: Option<Duration>,
     /// The highest id the walks saw, or were made for: a miss above it is a new cgroup.
     newest: u64,
 }
@@ -229,8 +245,8 @@ impl Hierarchy {
         Self {
             root,
             version,
-            paths: HashMap::new(),
-            removed: HashMap::new(),
+            paths: FastMap::default(),
+            removed: FastMap::default(),
             removed_order: VecDeque::new(),
             forgotten: 0,
             last_walk: None,
@@ -284,7 +300,7 @@ impl Hierarchy {
         if !self.paths.contains_key(&id) && !self.removed.contains_key(&id) {
             let stale = self
                 .last_walk
-                .is_none_or(|t| t.elapsed() >= REWALK_INTERVAL);
+                .is_none_or(|t| coarse_now().saturating_sub(t) >= REWALK_INTERVAL);
             if id > self.newest || stale {
                 self.walk();
                 // It existed before this walk began; not found, it was removed (or is no
@@ -314,8 +330,8 @@ impl Hierarchy {
     /// since the last walk move to the removed ones (the kernel may still send their last
     /// records).
     fn walk(&mut self) {
-        self.last_walk = Some(Instant::now());
-        let mut present = HashMap::new();
+        self.last_walk = Some(Duration::from_nanos(records::monotonic_now_ns()));
+        let mut present = FastMap::default();
         if let Ok(m) = fs::metadata(&self.root) {
             self.newest = self.newest.max(m.ino());
             present.insert(m.ino(), "/".to_owned());
@@ -551,7 +567,7 @@ mod tests {
             None,
             "not newer, walked less than a second ago"
         );
-        h.last_walk = Some(Instant::now() - REWALK_INTERVAL);
+        h.last_walk = Some(Duration::ZERO);
         assert_eq!(
             h.path_of(late),
             Some("/late"),

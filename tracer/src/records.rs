@@ -235,11 +235,18 @@ impl Event {
                 want,
             });
         }
-        // SAFETY: the length is exactly `size_of::<StopEvent>()`; `StopEvent` is `#[repr(C)]`
-        // plain integers and bytes (`aya::Pod`), so every bit pattern is a valid value, and
-        // `read_unaligned` copes with the ring buffer's 8-byte (not necessarily 8-aligned) slot.
-        let raw: StopEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-        Self::from_raw(&raw)
+        let ptr = bytes.as_ptr().cast::<StopEvent>();
+        if ptr.is_aligned() {
+            // SAFETY: the length is exactly `size_of::<StopEvent>()` and the pointer aligned;
+            // `StopEvent` is `#[repr(C)]` plain integers and bytes (`aya::Pod`), so every bit
+            // pattern is a valid value. Read in place: a copy of its ~500 bytes was a tenth of
+            // the ingest path's time.
+            Self::from_raw(unsafe { &*ptr })
+        } else {
+            // SAFETY: as above; `read_unaligned` copes with a slot that is not 8-aligned.
+            let raw: StopEvent = unsafe { std::ptr::read_unaligned(ptr) };
+            Self::from_raw(&raw)
+        }
     }
 
     fn from_raw(raw: &StopEvent) -> Result<Self, RecordError> {

@@ -99,9 +99,20 @@ impl Line {
     /// finite floats (a ratio of two non-zero integers) and maps with string keys, which
     /// always serialize; [`Line::Other`] is never made by the tracer.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|e| {
-            serde_json::json!({"type": "error", "error": e.to_string()}).to_string()
-        })
+        let mut json = Vec::new();
+        self.write_json(&mut json);
+        String::from_utf8(json).expect("serde_json writes UTF-8")
+    }
+
+    /// [`to_json`](Self::to_json) appended to `out`: a sink that writes a line per record
+    /// reuses one buffer instead of a String each.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        if let Err(e) = serde_json::to_writer(&mut *out, self) {
+            out.truncate(start);
+            let error = serde_json::json!({"type": "error", "error": e.to_string()});
+            serde_json::to_writer(out, &error).expect("a JSON value serialises");
+        }
     }
 
     /// The line of a ring-buffer record; `cgroup` is its cgroup's path if it resolved.

@@ -57,6 +57,14 @@ struct Row {
     figures: String,
 }
 
+/// Downloads every kernel of the matrix not yet in the cache ([`Kernel::fetch`]).
+pub fn fetch_kernels() -> Result<()> {
+    for kernel in KERNELS {
+        kernel.fetch()?;
+    }
+    Ok(())
+}
+
 pub fn run(args: &Args) -> Result<()> {
     let started = Instant::now();
     setup::run(&[setup::Part::Build, setup::Part::Vm])?;

@@ -2,6 +2,8 @@
 //! learnt from the kernel's own structures the first time a program needs them, and what the
 //! agent writes into `TP_CONFIG` after load (the moment tracing was armed, whether the CSD
 //! programs are attached). The slot numbers are mirrored in tracer/src/probes/tracepoint.rs.
+//! Every hrtimer and every CSD on the machine passes through [`timer`] or
+//! [`is_csd_unthrottle`], so the learnt addresses sit in one map value of their own.
 //!
 //! The addresses are not read from /proc/kallsyms, which shows zeros without CAP_SYSLOG: every
 //! task group's bandwidth was set up by `init_cfs_bandwidth` (the root's too, in `sched_init`),
@@ -9,23 +11,35 @@
 //! sched_cfs_slack_timer`, and from 6.2 `sched_init` sets every rq's `cfsb_csd.func =
 //! __cfsb_csd_unthrottle` (docs/kernel.md §8). So the group of the task running here, and the
 //! rq of its cfs_rq, hold them.
+use core::ptr::{read_volatile, write_volatile};
+
 use aya_ebpf::{helpers::bpf_get_current_task, macros::map, maps::Array};
 use tracer_common::{ABSENT, Offsets};
 
 use crate::stops::{load, read};
 
-/// `TP_CONFIG` slots. The callbacks' addresses are learnt by the programs; 0 = not yet.
-const CFG_PERIOD_TIMER_FN: u32 = 0;
-const CFG_SLACK_TIMER_FN: u32 = 1;
-const CFG_CSD_UNTHROTTLE_FN: u32 = 2;
-/// CLOCK_MONOTONIC ns when every program was attached; 0 before. Written by the agent.
-pub const CFG_ARMED_NS: u32 = 3;
-/// 1 once both CSD programs are attached (written by the agent): an async unthrottle's end is
-/// then left to its CSD's exit.
-const CFG_CSD_TRACED: u32 = 4;
+/// `TP_CONFIG` slots, written by the agent.
+/// CLOCK_MONOTONIC ns when every program was attached; 0 before.
+pub const CFG_ARMED_NS: u32 = 0;
+/// 1 once both CSD programs are attached: an async unthrottle's end is then left to its CSD's
+/// exit.
+const CFG_CSD_TRACED: u32 = 1;
 
 #[map]
-static TP_CONFIG: Array<u64> = Array::with_max_entries(5, 0);
+static TP_CONFIG: Array<u64> = Array::with_max_entries(2, 0);
+
+/// The refill callbacks' addresses, learnt by the programs; 0 = not yet.
+#[repr(C)]
+struct Callbacks {
+    period_timer: u64,
+    slack_timer: u64,
+    csd_unthrottle: u64,
+}
+
+/// One [`Callbacks`], so that the hot hooks (every hrtimer, every CSD) compare their callback
+/// with all of them after one lookup.
+#[map]
+static TP_CALLBACKS: Array<Callbacks> = Array::with_max_entries(1, 0);
 
 /// The value in `slot` (one of `CFG_*`); 0 when unset.
 #[inline(always)]
@@ -33,36 +47,66 @@ pub fn cfg(slot: u32) -> u64 {
     TP_CONFIG.get(slot).copied().unwrap_or(0)
 }
 
+/// The learnt callbacks, read and written volatile: a program learns them in a call out of
+/// line between its reads.
 #[inline(always)]
-fn set(slot: u32, value: u64) {
-    if let Some(p) = TP_CONFIG.get_ptr_mut(slot) {
-        // SAFETY: valid map value pointer; racing writers store the same value.
-        unsafe { *p = value };
-    }
+fn callbacks() -> Option<*mut Callbacks> {
+    TP_CALLBACKS.get_ptr_mut(0)
 }
 
-/// The addresses of `sched_cfs_period_timer` and `sched_cfs_slack_timer`, learnt at the first
+/// What an expiring hrtimer's callback is to the tracer.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Timer {
+    /// `sched_cfs_period_timer`: a group's period ends, its throttled cfs_rqs are refilled.
+    Period,
+    /// `sched_cfs_slack_timer`: returned runtime is handed to the throttled cfs_rqs.
+    Slack,
+    Other,
+}
+
+/// Which timer `function` (an `hrtimer.function`) is. The addresses are learnt at the first
 /// call that can read them: the program that first needs them learns them before it compares,
-/// so no period or slack timer goes unrecognised. (0, 0) while they cannot be read.
+/// so no period or slack timer goes unrecognised. After that any other timer costs one lookup
+/// and two compares.
 #[inline(always)]
-pub fn timer_fns(o: &Offsets) -> (u64, u64) {
-    if cfg(CFG_PERIOD_TIMER_FN) == 0 {
+pub fn timer(o: &Offsets, function: u64) -> Timer {
+    let Some(known) = callbacks() else {
+        return Timer::Other;
+    };
+    // SAFETY (every access to `known`): a valid map value pointer.
+    let mut period = unsafe { read_volatile(&raw const (*known).period_timer) };
+    if period == 0 {
         learn_timer_fns(o);
+        period = unsafe { read_volatile(&raw const (*known).period_timer) };
     }
-    (cfg(CFG_PERIOD_TIMER_FN), cfg(CFG_SLACK_TIMER_FN))
+    if function == period && period != 0 {
+        Timer::Period
+    } else if function == unsafe { read_volatile(&raw const (*known).slack_timer) } && period != 0 {
+        // The slack is read after the period, which is written after it.
+        Timer::Slack
+    } else {
+        Timer::Other
+    }
 }
 
-/// The address of `__cfsb_csd_unthrottle` (6.2+), learnt like [`timer_fns`]; 0 while it
-/// cannot be read, or when the CSD programs are not both attached.
+/// Whether `function` (a `csd->func`) is `__cfsb_csd_unthrottle` (6.2+), learnt like the
+/// timers' ([`timer`]), and both CSD programs are attached. Any other function costs one
+/// lookup and two compares.
 #[inline(always)]
-pub fn csd_fn(o: &Offsets) -> u64 {
-    if !csd_traced() {
-        return 0;
-    }
-    if cfg(CFG_CSD_UNTHROTTLE_FN) == 0 {
+pub fn is_csd_unthrottle(o: &Offsets, function: u64) -> bool {
+    let Some(known) = callbacks() else {
+        return false;
+    };
+    // SAFETY (every access to `known`): a valid map value pointer.
+    let mut target = unsafe { read_volatile(&raw const (*known).csd_unthrottle) };
+    if target == 0 {
+        if !csd_traced() {
+            return false;
+        }
         learn_csd_fn(o);
+        target = unsafe { read_volatile(&raw const (*known).csd_unthrottle) };
     }
-    cfg(CFG_CSD_UNTHROTTLE_FN)
+    function == target && target != 0 && csd_traced()
 }
 
 /// Whether the agent attached both CSD programs.
@@ -115,10 +159,18 @@ fn learn_timer_fns(o: &Offsets) {
     let Some(slack) = read::<u64>(bandwidth + o.cfsb_slack_timer as u64, o.hrtimer_function) else {
         return;
     };
-    if is_text(period) && is_text(slack) && period != slack && period.abs_diff(slack) < NEAR {
+    if is_text(period)
+        && is_text(slack)
+        && period != slack
+        && period.abs_diff(slack) < NEAR
+        && let Some(known) = callbacks()
+    {
         // The slack first: a reader that sees the period set reads the slack after it.
-        set(CFG_SLACK_TIMER_FN, slack);
-        set(CFG_PERIOD_TIMER_FN, period);
+        // SAFETY: a valid map value pointer; racing writers store the same values.
+        unsafe {
+            write_volatile(&raw mut (*known).slack_timer, slack);
+            write_volatile(&raw mut (*known).period_timer, period);
+        }
     }
 }
 
@@ -136,17 +188,21 @@ fn learn_csd_fn(o: &Offsets) {
     let Some(csd) = read::<u64>(rq + o.rq_cfsb_csd as u64, o.csd_func) else {
         return;
     };
-    if is_text(csd) {
-        set(CFG_CSD_UNTHROTTLE_FN, csd);
+    if is_text(csd)
+        && let Some(known) = callbacks()
+    {
+        // SAFETY: a valid map value pointer; racing writers store the same value.
+        unsafe { write_volatile(&raw mut (*known).csd_unthrottle, csd) };
     }
 }
 
 /// The hrtimer `timer` is about to run its callback: if it is a group's period timer, the
 /// group's period ends now (`crate::demand`).
 #[inline(always)]
-pub fn period_timer_entry(o: &Offsets, timer: u64) {
-    let (period_fn, _) = timer_fns(o);
-    if period_fn != 0 && load::<u64>(timer, o.hrtimer_function) == Some(period_fn) {
-        crate::demand::timer_expires(o, timer);
+pub fn period_timer_entry(o: &Offsets, hrtimer: u64) {
+    if let Some(function) = load::<u64>(hrtimer, o.hrtimer_function)
+        && timer(o, function) == Timer::Period
+    {
+        crate::demand::timer_expires(o, hrtimer);
     }
 }

@@ -7,7 +7,7 @@ use aya_ebpf::{helpers::bpf_get_smp_processor_id, macros::map, maps::PerCpuArray
 use tracer_common::{ABSENT, END_REFILL, Offsets};
 
 use super::{
-    config::{csd_fn, csd_traced, timer_fns},
+    config::{Timer, csd_traced, is_csd_unthrottle, timer},
     stop::{TP_OPEN, cpu_of, end, episode_changed, period_expires, start_at_refill},
 };
 use crate::{
@@ -34,38 +34,31 @@ const SLOT_CSD: u32 = 1;
 #[map]
 static TP_PENDING: PerCpuArray<Pending> = PerCpuArray::with_max_entries(2, 0);
 
-/// The hrtimer `timer` is about to run its callback: if it is a group's period or slack timer,
+/// The hrtimer `hrtimer` is about to run its callback: if it is a group's period or slack timer,
 /// its throttled list is what the callback refills.
 #[inline(always)]
-pub(super) fn timer_entry(o: &Offsets, timer: u64) {
-    let Some(function) = load::<u64>(timer, o.hrtimer_function) else {
+pub(super) fn timer_entry(o: &Offsets, hrtimer: u64) {
+    let Some(function) = load::<u64>(hrtimer, o.hrtimer_function) else {
         return;
     };
-    if function == 0 {
-        return;
-    }
-    let (period, slack) = timer_fns(o);
-    let timer_offset = if period == 0 {
-        return;
-    } else if function == period {
-        o.cfsb_period_timer
-    } else if function == slack {
-        o.cfsb_slack_timer
-    } else {
-        return;
+    let kind = timer(o, function);
+    let timer_offset = match kind {
+        Timer::Period => o.cfsb_period_timer,
+        Timer::Slack => o.cfsb_slack_timer,
+        Timer::Other => return,
     };
     if timer_offset == ABSENT || o.cfsb_throttled_cfs_rq == ABSENT {
         return;
     }
-    let cfs_b = timer - timer_offset as u64;
+    let cfs_b = hrtimer - timer_offset as u64;
     collect(
         SLOT_TIMER,
-        timer,
+        hrtimer,
         cfs_b + o.cfsb_throttled_cfs_rq as u64,
         o.cfs_rq_throttled_list,
     );
     refill_entry(SLOT_TIMER);
-    if function == period
+    if kind == Timer::Period
         && let Some(cgroup) = read::<u64>(cfs_b - u64::from(o.tg_cfs_bandwidth), o.tg_cgroup)
     {
         period_expires(o, cgroup);
@@ -82,8 +75,7 @@ pub(super) fn timer_exit(timer: u64) {
 /// its rq's `cfsb_csd` and the rq's `cfsb_csd_list` is what it unthrottles.
 #[inline(always)]
 pub(super) fn csd_entry(o: &Offsets, csd: u64) {
-    let target = csd_fn(o);
-    if target == 0 || load::<u64>(csd, o.csd_func) != Some(target) {
+    if !load::<u64>(csd, o.csd_func).is_some_and(|function| is_csd_unthrottle(o, function)) {
         return;
     }
     if o.rq_cfsb_csd == ABSENT || o.rq_cfsb_csd_list == ABSENT {

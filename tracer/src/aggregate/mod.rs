@@ -43,6 +43,8 @@ mod window;
 
 use std::collections::HashMap;
 
+use crate::FastMap;
+
 pub use demand::{DemandSummary, Run};
 pub use durations::DurationSummary;
 #[cfg(test)]
@@ -58,13 +60,13 @@ use crate::records::{EndedStop, Event, Period};
 /// All cgroups' state for one trace.
 #[derive(Debug, Default)]
 pub struct Aggregate {
-    cgroups: HashMap<u64, CgroupState>,
+    cgroups: FastMap<u64, CgroupState>,
     /// The current interval, kept only for live views ([`Aggregate::with_intervals`]).
     window: Option<Window>,
     /// (quota owner, descendant) → the owner's ended stops that stopped the descendant's task.
-    attributed: HashMap<(u64, u64), Attributed>,
+    attributed: FastMap<(u64, u64), Attributed>,
     /// Per cgroup, its periods (tracepoint backend); reported only for cgroups with a summary.
-    demand: HashMap<u64, demand::Demand>,
+    demand: FastMap<u64, demand::Demand>,
     /// Cgroups that never stopped whose periods were forgotten to stay bounded.
     forgotten_demand: u64,
 }
@@ -83,9 +85,9 @@ impl Aggregate {
                 .iter()
                 .map(|&id| (id, CgroupState::default()))
                 .collect(),
-            attributed: HashMap::new(),
+            attributed: FastMap::default(),
             window: None,
-            demand: HashMap::new(),
+            demand: FastMap::default(),
             forgotten_demand: 0,
         }
     }

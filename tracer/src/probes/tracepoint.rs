@@ -21,8 +21,8 @@ use super::{Attached, KernelBtf, concurrent};
 use crate::{error::Failure, records};
 
 /// The `TP_CONFIG` slots the agent writes (tracer-ebpf/src/tracepoint/config.rs `CFG_*`).
-const CFG_ARMED_NS: u32 = 3;
-const CFG_CSD_TRACED: u32 = 4;
+const CFG_ARMED_NS: u32 = 0;
+const CFG_CSD_TRACED: u32 = 1;
 
 /// (program, tracepoint, needed). Attach order: the ends first, so no stop can begin whose end
 /// would go unseen; the refill entries next; the hot scheduler tracepoints last.

@@ -334,6 +334,9 @@ impl<'a> Report<'a> {
         group_stop_ns: Option<u64>,
         credited: &[CgroupRef],
     ) {
+        if matches!(event, Event::Start(_)) && !self.sinks.iter().any(|s| s.takes_stop_begins()) {
+            return;
+        }
         self.emit(|| Line::of_event(event, cgroup), group_stop_ns, credited);
     }
 
@@ -359,6 +362,13 @@ impl<'a> Report<'a> {
             None,
             credited,
         );
+    }
+
+    /// The end of a batch of records, to every sink ([`Sink::flush`]).
+    pub fn flush(&mut self) {
+        for sink in &mut self.sinks {
+            sink.flush();
+        }
     }
 
     /// A periodic reading, to every sink; the first write error.

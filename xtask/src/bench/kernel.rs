@@ -1,10 +1,14 @@
 //! ns per invocation of every program the tracepoint backend attaches, from the kernel's BPF
 //! run-time statistics (`BPF_ENABLE_STATS`, released with its fd, so the
-//! `kernel.bpf_stats_enabled` sysctl is never left on), under `perf bench sched pipe` (a
-//! context switch per message) and then while a quota'd cgroup is throttled. In the same
-//! runs: an empty program on each of the same hooks (the floor any program pays there) and
+//! `kernel.bpf_stats_enabled` sysctl is never left on), each program under the load that calls
+//! its hook most ([`Load`]: `perf bench sched pipe`, a context switch per message, for the
+//! scheduler's hooks; a membarrier loop for the CSD hooks; a short-sleep loop for the hrtimer
+//! hooks), and then while a quota'd cgroup is throttled. In the same windows: an empty program
+//! on each of the same hooks (the floor any program pays there), attached after the tracer's,
+//! with another before them all (the first program on a hook pays for being first), and
 //! bpftrace's one-line check on sched_switch (the peer).
 use super::bpf::{self, Floor, Program, Snapshot};
+use super::loads;
 use super::procs::{Busy, Traced};
 use super::table::Row;
 use super::{BPFTRACE_CHECK, Bench, pipe_run};
@@ -17,10 +21,28 @@ const SECTION: &str = "kernel cost, ns per invocation";
 
 pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     let loops = if bench.smoke { 20_000 } else { 100_000 };
-    let mut tracer = Traced::tracer(&bench.tracer, &["--backend", "tracepoint", "--json"], &[])?;
+    let args = ["--backend", "tracepoint", "--json"];
+    // The first program on a hook pays for being first, whichever program it is (measured:
+    // 10-15 ns on the hrtimer and CSD hooks, an empty program first or last): an empty
+    // program goes first on every hook, so that the tracer's programs and the floor they are
+    // compared with, attached after them, both run after another. The hooks are those of a
+    // first start of the tracer.
+    let hooks: Vec<String> = {
+        let mut first = Traced::tracer(&bench.tracer, &args, &[])?;
+        let mut hooks: Vec<String> = bpf::attached_programs(first.pid())?
+            .into_iter()
+            .map(|p| p.hook)
+            .collect();
+        first.stop()?;
+        hooks.dedup();
+        hooks
+    };
+    let leading = hooks
+        .iter()
+        .map(|h| Floor::attach(h))
+        .collect::<Result<Vec<_>>>()?;
+    let mut tracer = Traced::tracer(&bench.tracer, &args, &[])?;
     let ours = bpf::attached_programs(tracer.pid())?;
-    let mut hooks: Vec<&str> = ours.iter().map(|p| p.hook.as_str()).collect();
-    hooks.dedup();
     let floors = hooks
         .iter()
         .map(|h| Floor::attach(h))
@@ -39,17 +61,28 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
 
     let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("BPF_ENABLE_STATS (BPF run-time statistics)")?;
+    let length = Duration::from_millis(if bench.smoke { 200 } else { 1_000 });
     let mut pipe: Vec<Snapshot> = Vec::new();
+    let mut csds: Vec<Snapshot> = Vec::new();
+    let mut sleeps: Vec<Snapshot> = Vec::new();
+    let (mut barriers, mut naps) = (0, 0);
     for _ in 0..bench.runs {
-        let s0 = bpf::snapshot(&all)?;
-        pipe_run(loops)?;
-        pipe.push(bpf::delta(&s0, &bpf::snapshot(&all)?));
+        pipe.push(measured(&all, || pipe_run(loops).map(drop))?);
+        csds.push(measured(&all, || {
+            barriers += loads::membarrier(length)?;
+            Ok(())
+        })?);
+        sleeps.push(measured(&all, || {
+            naps += loads::nanosleep(length)?;
+            Ok(())
+        })?);
     }
-    let seconds = if bench.smoke { 1 } else { 3 };
-    let throttled = throttled_window(bench, &all, seconds)?;
+    let window = Duration::from_millis(if bench.smoke { 500 } else { 3_000 });
+    let throttled = throttled_window(bench, &all, window)?;
     drop(stats);
     drop(peer);
     drop(floors);
+    drop(leading);
     tracer.stop()?;
 
     let mut rows = Vec::new();
@@ -60,14 +93,33 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         floor.map_or(f64::NAN, |f| median(&per_run(runs, f.id)))
     };
     let bpftrace_ns = median(&per_run(&pipe, theirs[0].id));
-    for (window, runs) in [
-        (format!("pipe -l {loops}"), pipe.as_slice()),
+    let ms = length.as_millis();
+    for (window, runs, load) in [
         (
-            format!("throttled {seconds} s"),
+            format!("pipe -l {loops}"),
+            pipe.as_slice(),
+            Some(Load::Pipe),
+        ),
+        (
+            format!("{barriers} membarriers in {} × {ms} ms", bench.runs),
+            csds.as_slice(),
+            Some(Load::Membarrier),
+        ),
+        (
+            format!("{naps} 10 µs sleeps in {} × {ms} ms", bench.runs),
+            sleeps.as_slice(),
+            Some(Load::Nanosleep),
+        ),
+        (
+            format!("throttled {window:?}"),
             std::slice::from_ref(&throttled),
+            None,
         ),
     ] {
-        for p in &ours {
+        for p in ours
+            .iter()
+            .filter(|p| load.is_none_or(|l| Load::of(&p.hook) == l))
+        {
             let values = per_run(runs, p.id);
             if values.iter().all(|v| v.is_nan()) {
                 continue; // not invoked in this window (cgroup_rmdir, a csd without remote unthrottles)
@@ -140,6 +192,33 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// The load each hook's programs are measured under: the one that calls the hook most.
+#[derive(Clone, Copy, PartialEq)]
+enum Load {
+    Pipe,
+    Membarrier,
+    Nanosleep,
+}
+
+impl Load {
+    fn of(hook: &str) -> Load {
+        if hook.starts_with("csd_function_") {
+            Load::Membarrier
+        } else if hook.starts_with("hrtimer_expire_") {
+            Load::Nanosleep
+        } else {
+            Load::Pipe
+        }
+    }
+}
+
+/// The statistics of `programs` over one run of `load`.
+fn measured(programs: &[Program], load: impl FnOnce() -> Result<()>) -> Result<Snapshot> {
+    let s0 = bpf::snapshot(programs)?;
+    load()?;
+    Ok(bpf::delta(&s0, &bpf::snapshot(programs)?))
+}
+
 /// Mean ns per invocation of program `id` in each window (NaN where it did not run).
 fn per_run(runs: &[Snapshot], id: u32) -> Vec<f64> {
     runs.iter()
@@ -154,12 +233,12 @@ fn median(values: &[f64]) -> f64 {
     super::table::Summary::of(values).median
 }
 
-/// The statistics over `seconds` while a cgroup with two busy threads and a quota of 20 ms per
+/// The statistics over `window` while a cgroup with two busy threads and a quota of 20 ms per
 /// 100 ms is throttled (then sched_switch really walks a bandwidth-limited cfs_rq and the
 /// period timer refills it).
-fn throttled_window(bench: &Bench, programs: &[Program], seconds: u64) -> Result<Snapshot> {
+fn throttled_window(bench: &Bench, programs: &[Program], window: Duration) -> Result<Snapshot> {
     let cgroup = Cgroup::create("xtask-bench", 20_000, 100_000)?;
-    let busy = Busy::spawn(&bench.workload, 2, seconds + 30)?;
+    let busy = Busy::spawn(&bench.workload, 2, window.as_secs() + 30)?;
     cgroup.add(busy.pid())?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while cgroup.stat("nr_throttled")? < 2 {
@@ -169,7 +248,7 @@ fn throttled_window(bench: &Bench, programs: &[Program], seconds: u64) -> Result
         thread::sleep(Duration::from_millis(20));
     }
     let s0 = bpf::snapshot(programs)?;
-    thread::sleep(Duration::from_secs(seconds));
+    thread::sleep(window);
     let s1 = bpf::snapshot(programs)?;
     drop(busy);
     drop(cgroup);

@@ -20,6 +20,7 @@
 mod bpf;
 mod ingest;
 mod kernel;
+mod loads;
 pub(crate) mod procs;
 mod slowdown;
 mod startup;
@@ -27,7 +28,8 @@ mod sustained;
 mod table;
 pub mod vm_cost;
 
-use crate::{binaries, cmd, paths, setup};
+use crate::binaries::{self, Binaries};
+use crate::{cmd, paths, setup};
 use anyhow::{Context as _, Result, bail};
 use std::os::fd::AsRawFd as _;
 use std::path::PathBuf;
@@ -46,6 +48,9 @@ pub struct Args {
     /// Measure this throttle-tracer binary instead of the one just built (to compare builds).
     #[arg(long, value_name = "PATH")]
     tracer: Option<PathBuf>,
+    /// Only these sections (kernel, slowdown, startup, ingest, sustained), for working on one.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 /// What every section needs.
@@ -73,32 +78,70 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(tracer) = &args.tracer {
         binaries.tracer.clone_from(tracer);
     }
-    let bench = Bench {
-        tracer: binaries.tracer,
-        workload: binaries.workload,
-        smoke: args.smoke,
-        runs,
+    measure(
+        args,
+        &Bench {
+            tracer: binaries.tracer,
+            workload: binaries.workload,
+            smoke: args.smoke,
+            runs,
+        },
+    )
+}
+
+/// `cargo xtask test`'s `bench --smoke`, on the programs of its tests' compile (a build of
+/// its own would compile the tracer a second time, without the dev-dependencies' features)
+/// and with what its set-up installed.
+pub fn smoke(binaries: &Binaries) -> Result<()> {
+    let args = Args {
+        smoke: true,
+        runs: None,
+        tracer: None,
+        only: Vec::new(),
     };
+    measure(
+        &args,
+        &Bench {
+            tracer: binaries.tracer.clone(),
+            workload: binaries.workload.clone(),
+            smoke: true,
+            runs: 1,
+        },
+    )
+}
+
+/// Every section (or those `args` names) of `bench`, one table.
+fn measure(args: &Args, bench: &Bench) -> Result<()> {
     // bpftrace's tracepoint probes need tracefs.
     if !std::path::Path::new("/sys/kernel/tracing/events").exists() {
         cmd::run(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]))?;
+    }
+    let sections = [
+        ("kernel", kernel::rows as fn(&Bench) -> Result<Vec<Row>>),
+        ("slowdown", slowdown::rows),
+        ("startup", startup::rows),
+        ("ingest and memory", ingest::rows),
+        ("sustained load", sustained::rows),
+    ];
+    if let Some(unknown) = args.only.iter().find(|o| {
+        !sections
+            .iter()
+            .any(|(name, _)| name.starts_with(o.as_str()))
+    }) {
+        bail!("--only {unknown}: no such section (kernel, slowdown, startup, ingest, sustained)");
     }
     let _lock = host_lock()?;
     let started = Instant::now();
     let load_before = uptime();
     let mut rows: Vec<Row> = Vec::new();
     let mut failed = false;
-    for (name, section) in [
-        ("kernel", kernel::rows as fn(&Bench) -> Result<Vec<Row>>),
-        ("slowdown", slowdown::rows),
-        ("startup", startup::rows),
-        ("ingest and memory", ingest::rows),
-        ("sustained load", sustained::rows),
-    ] {
+    for (name, section) in sections.into_iter().filter(|(name, _)| {
+        args.only.is_empty() || args.only.iter().any(|o| name.starts_with(o.as_str()))
+    }) {
         let t = Instant::now();
         eprintln!("bench: {name}…");
         // A section that fails leaves a row saying why, and the others are still measured.
-        match section(&bench) {
+        match section(bench) {
             Ok(section_rows) => rows.extend(section_rows),
             Err(e) => {
                 eprintln!("bench: {name} failed: {e:#}");

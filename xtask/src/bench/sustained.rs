@@ -25,10 +25,10 @@ const QUOTA_US: u64 = 1_000;
 const PERIOD_US: u64 = 5_000;
 
 pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
-    let (steps, seconds): (&[usize], u64) = if bench.smoke {
-        (&[4], 1)
+    let (steps, window): (&[usize], Duration) = if bench.smoke {
+        (&[4], Duration::from_millis(500))
     } else {
-        (&[2, 5, 10, 20], 5)
+        (&[2, 5, 10, 20], Duration::from_secs(5))
     };
     let mut rows = Vec::new();
     let mut loss_at = None;
@@ -40,7 +40,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
             .collect::<Result<Vec<_>>>()?;
         let mut busy = Vec::new();
         for cgroup in &cgroups {
-            let b = Busy::spawn(&bench.workload, 2, seconds + 30)?;
+            let b = Busy::spawn(&bench.workload, 2, window.as_secs() + 30)?;
             cgroup.add(b.pid())?;
             busy.push(b);
         }
@@ -54,7 +54,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
             procs::cpu_seconds(tracer.pid())?,
             throttled(&cgroups)?,
         );
-        thread::sleep(Duration::from_secs(seconds));
+        thread::sleep(window);
         let k1 = throttled(&cgroups)?;
         let cpu1 = procs::cpu_seconds(tracer.pid())?;
         let elapsed = t0.elapsed().as_secs_f64();
@@ -102,7 +102,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
                 "%",
                 &[(cpu1 - cpu0) / elapsed * 100.0],
             )
-            .note(format!("{seconds} s")),
+            .note(format!("{window:?}")),
         );
     }
     let note = match loss_at {
