@@ -193,13 +193,8 @@ pub(crate) fn mode_of(mounts: &[Mount]) -> Mode {
 /// source, a few ns where the precise clock costs tens (a VM's), and behind it by less than a
 /// tick, nothing next to [`REWALK_INTERVAL`]. [`Hierarchy::path_of`] reads it at every miss.
 fn coarse_now() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists since 2.6.32.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    // CLOCK_MONOTONIC_COARSE exists since 2.6.32.
+    Duration::from_nanos(crate::workload::clock_ns(libc::CLOCK_MONOTONIC_COARSE))
 }
 
 /// The cpu controller's hierarchy and a cache of its cgroups' paths by id.

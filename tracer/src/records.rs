@@ -483,16 +483,7 @@ fn stop_of(raw: &StopEvent) -> Stop {
 
 /// CLOCK_MONOTONIC now, in ns: the clock of every `*_ns` timestamp the kernel sends.
 pub fn monotonic_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux, so
-    // the call cannot fail and the fields stay non-negative.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+    crate::workload::clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 #[cfg(test)]

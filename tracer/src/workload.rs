@@ -150,6 +150,7 @@ pub fn burn(ns: u64) -> u64 {
     used
 }
 
+/// `clock` now, in ns: the one reader of the clocks for the tracer, the demo and the workloads.
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
