@@ -410,8 +410,20 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
         .iter()
         .filter(|l| l["type"] == "stop" && l["cgroup"] == group.path())
         .collect();
+    // A stop first seen at its refill cannot name what it held: the refill's walk sees no
+    // task of the group, and the record says so (no `pid`, `tasks` 0). Host, 6.18: once in a
+    // CI run one stop was first seen 74.5 ms into it (its `kernel_ns` the kernel's 77.6 ms),
+    // at its refill, no context switch of the twelve threads seen in between (the
+    // missed-observation family of docs/kernel.md section 2.1). One such stop a run is
+    // allowed; every other must be whole.
+    let seen_at_refill = |stop: &&&Value| stop["pid"].is_null() && stop["tasks"] == 0;
+    let late = stops.iter().filter(seen_at_refill).count();
+    assert!(
+        late <= 1,
+        "{late} stops first seen at their refill, with no task"
+    );
     let (mut listed, mut unlisted) = (Vec::new(), Vec::new());
-    for stop in &stops {
+    for stop in stops.iter().filter(|s| !seen_at_refill(s)) {
         let threads = stop["threads"].as_array().map_or(&[][..], Vec::as_slice);
         let more = stop["threads_unlisted"].as_u64().unwrap_or(0);
         listed.push(threads.len());
