@@ -154,10 +154,27 @@ fn each_stop_holds_the_spinning_thread_for_its_run_delay_and_never_the_sleeping_
         .collect();
 
     let stops: Vec<&Value> = lines.iter().filter(|l| l["type"] == "stop").collect();
+    // A stop whose refill no program saw ends when the next throttle opens the next stop
+    // (within 100 µs of it), holding the spinner past the time it ran again: the family
+    // `host_tracepoint::one_thread_stops_last_the_rest_of_the_period` allows one of a run (one
+    // here in a CI run: 18 ms more held than run_delay grew). One is left out of the sum;
+    // more fail.
+    let ns_of = |s: &Value, key: &str| s[key].as_u64().unwrap_or(0);
+    let mut by_start = stops.clone();
+    by_start.sort_by_key(|s| ns_of(s, "start_ns"));
+    let late: Vec<u64> = by_start
+        .windows(2)
+        .filter(|w| ns_of(w[1], "start_ns").saturating_sub(ns_of(w[0], "end_ns")) <= 100_000)
+        .map(|w| ns_of(w[0], "start_ns"))
+        .collect();
+    assert!(late.len() <= 1, "stops ended late: {late:?}");
     let mut held_ns = 0;
     let mut held_stops = 0;
     let mut edge_ns = 0;
-    for stop in &stops {
+    for stop in stops
+        .iter()
+        .filter(|s| !late.contains(&ns_of(s, "start_ns")))
+    {
         // A stop that held no thread of the group has no `threads` (docs/ndjson.md).
         for t in stop["threads"].as_array().map_or(&[][..], Vec::as_slice) {
             let tid = t["tid"].as_u64().unwrap() as u32;
