@@ -50,7 +50,11 @@ fn an_overflowing_ring_loses_counted_records_and_the_trace_recovers() {
         .iter()
         .map(|tag| Cgroup::throttled(&host.cpu, tag, 1_000, FLOOD_PERIOD_US))
         .collect();
+    // Named now (the tracer's `--cgroup`), limited only after the flood: a group with a quota
+    // has a period timer, whose `period` records the full ring could lose before the group's
+    // workload even starts (once in a CI run).
     let fresh = Cgroup::throttled(&host.cpu, "overflow-fresh", 20_000, 100_000);
+    fresh.write_quota(None);
     let mut args = vec!["--ring-buffer-size", "4096"];
     for cgroup in flood.iter().chain([&fresh]) {
         args.extend(["--cgroup", cgroup.path()]);
@@ -84,6 +88,7 @@ fn an_overflowing_ring_loses_counted_records_and_the_trace_recovers() {
     };
 
     // After the flood: a new group's stops, all of them.
+    fresh.write_quota(Some(20_000));
     let fresh_id = fresh.id();
     let mut run = common::spawn_in(&mut common::busy(1, 2), &fresh, Some(cpus - 1));
     assert!(run.wait().expect("wait for the workload").success());
