@@ -3,7 +3,7 @@
 //! cgroup at 50 ms / 100 ms: trace it with `--backend tracepoint`, take its `advice` line, then
 //! find by bisection (1 ms steps) the smallest quota, the smallest burst and the smallest period
 //! at the same ratio with which a rerun of the same workload has nr_throttled 0 (≤ 1 % of its
-//! periods for the random arrivals, over `ARRIVAL_RERUNS` reruns), and print advised vs
+//! periods for the random arrivals, over reruns of `ARRIVAL_PERIODS` periods in all), and print advised vs
 //! smallest. Fails when an advised value does not do it, or is more than 10 % above the
 //! smallest.
 //!
@@ -35,11 +35,13 @@ const EVERY_MS: u64 = 500;
 const LEAD_ROUNDS: u32 = 20;
 /// How far above the smallest value that works an advised one may be.
 const WASTE_LIMIT: f64 = 1.10;
-/// Reruns of the random arrivals per value tried. Where the period boundaries fall among the
-/// requests differs from run to run, and one run of 15 s has too few periods for 1 % of
-/// them to be more than luck (at 300 ms, one of 50 may stop, or none): the value must keep
-/// Σ nr_throttled within 1 % of Σ nr_periods over these runs' independent phases.
-const ARRIVAL_RERUNS: u32 = 4;
+/// Periods of random arrivals per value tried, at least. Where the period boundaries fall
+/// among the requests differs from run to run, and one run of 15 s has too few periods for
+/// 1 % of them to be more than luck (at 350 ms, one of 43 may stop, or none; a fluid replay of
+/// the requests' own log stops 0.85–1.5 % of the periods at every period from 280 to 356 ms by
+/// phase): the value must keep Σ nr_throttled within 1 % of Σ nr_periods over enough reruns'
+/// independent phases that 1 % is several periods (four reruns at 100 ms).
+const ARRIVAL_PERIODS: u64 = 560;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -382,7 +384,9 @@ impl Runner<'_> {
                     periods: 0,
                     throttled: 0,
                 };
-                for _ in 0..ARRIVAL_RERUNS {
+                let run_us = u64::from(self.arrivals_seconds) * 1_000_000;
+                let reruns = (ARRIVAL_PERIODS * b.period_us).div_ceil(run_us.max(1));
+                for _ in 0..reruns {
                     let cgroup = Cgroup::create(CGROUP_NAME, b.quota_us, b.period_us)?;
                     cgroup.favour()?;
                     if b.burst_us > 0 {

@@ -424,14 +424,15 @@ impl Judge {
     }
 
     /// [`Judge::kernel_time`] where the `unread` stops have no kernel time: only a backend
-    /// that cannot tell `cpu_offline` ends (`blind`) may leave it unread, and only for such
-    /// ends (`unknown`): the tracepoint backend before 6.6 reads it at a refill callback's exit
+    /// that cannot always tell `cpu_offline` ends (`blind`) may leave it unread, and only for
+    /// such ends (`unknown`, or `cpu_offline` where a context switch found the offline CPU's
+    /// bandwidth off): the tracepoint backend before 6.6 reads it at a refill callback's exit
     /// alone. cpu.stat must lie between Σ kernel_ns and that plus the unread stops' lengths,
     /// within 1 %.
     fn kernel_time_bounded(&mut self, run: &Run, unread: &[&Value], blind: bool) -> String {
         let other: Vec<&&Value> = unread
             .iter()
-            .filter(|s| !blind || s["end"] != "unknown")
+            .filter(|s| !blind || (s["end"] != "unknown" && s["end"] != "cpu_offline"))
             .collect();
         self.check(other.is_empty(), || {
             format!(

@@ -4,10 +4,11 @@
 //! wakeup): the chain is read with direct loads, a level found unthrottled with no stop open
 //! anywhere costs no map lookup, and everything past that is one global function
 //! ([`observed`]) that the verifier checks once per program, not at every level of every chain.
-use tracer_common::{ABSENT, END_QUOTA_CHANGE, Offsets};
+use tracer_common::{ABSENT, END_CPU_OFFLINE, END_QUOTA_CHANGE, Offsets};
 
 use super::stop::{
-    TASK_HELD, TASK_PARKED, TP_OPEN, TpStop, any_open, end, ended_reason, episode_changed, start,
+    TASK_HELD, TASK_PARKED, TP_OPEN, TpStop, any_open, end, ended_reason, episode_changed,
+    refilling, start,
 };
 use crate::{
     offsets,
@@ -186,6 +187,11 @@ fn update(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, se
                 }
                 return;
             }
+            if st.exit_pending == 0 && o.rq_cfsb_csd == ABSENT && refilling(st.cgroup) {
+                // Unthrottled by a callback that did not list it (`stop::refill_begins`).
+                st.refill_pending = 1;
+                st.exit_pending = 1;
+            }
             if st.exit_pending != 0 {
                 // A refill callback's exit will end it with the kernel's own clock.
                 let t = now();
@@ -208,12 +214,20 @@ fn update(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, se
 }
 
 /// `cfs_rq` has no bandwidth limit now: a stop of it still open ended when its quota was
-/// removed.
+/// removed (`max`), or when its CPU went offline: `unthrottle_offline_cfs_rqs` turns the
+/// bandwidth of an offline CPU's cfs_rqs off while the group keeps its quota.
 #[inline(never)]
 fn quota_removed(cfs_rq: u64) {
     // SAFETY: the value is copied out; `end` claims the stop before it touches it.
     if let Some(start_ns) = unsafe { TP_OPEN.get(cfs_rq) }.map(|st| st.ev.start_ns) {
-        end(number(cfs_rq), start_ns, END_QUOTA_CHANGE, false);
+        let o = offsets();
+        let quota = read::<u64>(cfs_rq, o.cfs_rq_tg).and_then(|tg| read::<u64>(tg, o.tg_quota));
+        let reason = match quota {
+            // `u64::MAX` is the kernel's RUNTIME_INF: no limit.
+            Some(q) if q != u64::MAX => END_CPU_OFFLINE,
+            _ => END_QUOTA_CHANGE,
+        };
+        end(number(cfs_rq), start_ns, reason, false);
     }
 }
 

@@ -8,7 +8,10 @@ use tracer_common::{ABSENT, END_REFILL, Offsets};
 
 use super::{
     config::{Timer, csd_traced, is_csd_unthrottle, timer},
-    stop::{TP_OPEN, cpu_of, end, episode_changed, period_expires, start_at_refill},
+    stop::{
+        TP_OPEN, cpu_of, end, episode_changed, period_expires, refill_begins, refill_ends,
+        start_at_refill,
+    },
 };
 use crate::{
     offsets,
@@ -22,6 +25,9 @@ const MAX_LIST: usize = 32;
 struct Pending {
     /// The hrtimer or csd whose callback is running; 0 = none.
     key: u64,
+    /// The group's `struct cgroup *` while its timer callback runs before 6.2, else 0
+    /// (`stop::refill_begins`).
+    cgroup: u64,
     n: u64,
     cfs_rqs: [u64; MAX_LIST],
 }
@@ -58,17 +64,27 @@ pub(super) fn timer_entry(o: &Offsets, hrtimer: u64) {
         o.cfs_rq_throttled_list,
     );
     refill_entry(SLOT_TIMER);
-    if kind == Timer::Period
-        && let Some(cgroup) = read::<u64>(cfs_b - u64::from(o.tg_cfs_bandwidth), o.tg_cgroup)
-    {
+    let Some(cgroup) = read::<u64>(cfs_b - u64::from(o.tg_cfs_bandwidth), o.tg_cgroup) else {
+        return;
+    };
+    if kind == Timer::Period {
         period_expires(o, cgroup);
+    }
+    if o.rq_cfsb_csd == ABSENT
+        && let Some(p) = TP_PENDING.get_ptr_mut(SLOT_TIMER)
+    {
+        // SAFETY: per-CPU slot; refill callbacks do not nest on a CPU.
+        unsafe { (*p).cgroup = cgroup };
+        refill_begins(cgroup);
     }
 }
 
 /// The hrtimer `timer`'s callback returned.
 #[inline(always)]
 pub(super) fn timer_exit(timer: u64) {
-    refill_exit(SLOT_TIMER, timer);
+    if let Some(cgroup) = refill_exit(SLOT_TIMER, timer) {
+        refill_ends(offsets(), cgroup);
+    }
 }
 
 /// The CSD `csd` is about to run its function: if that is `__cfsb_csd_unthrottle`, the csd is
@@ -103,6 +119,7 @@ fn collect(slot: u32, key: u64, head: u64, link: u32) {
     // SAFETY: per-CPU slot; refill callbacks do not nest on a CPU.
     let p = unsafe { &mut *p };
     p.key = key;
+    p.cgroup = 0;
     p.n = 0;
     if link == ABSENT {
         return;
@@ -167,15 +184,14 @@ extern "C" fn entering(cfs_rq: u64, t: u64) -> i32 {
 }
 
 /// At a refill callback's exit: the listed cfs_rqs now unthrottled end as refills ([`exited`]).
+/// Returns the group whose callback this was, if [`timer_entry`] marked it running.
 #[inline(always)]
-fn refill_exit(slot: u32, key: u64) {
-    let Some(p) = TP_PENDING.get_ptr_mut(slot) else {
-        return;
-    };
+fn refill_exit(slot: u32, key: u64) -> Option<u64> {
+    let p = TP_PENDING.get_ptr_mut(slot)?;
     // SAFETY: per-CPU slot.
     let p = unsafe { &mut *p };
     if p.key == 0 || p.key != key {
-        return;
+        return None;
     }
     let t = now();
     let timer = u32::from(slot == SLOT_TIMER);
@@ -187,6 +203,7 @@ fn refill_exit(slot: u32, key: u64) {
     }
     p.key = 0;
     p.n = 0;
+    (p.cgroup != 0).then_some(p.cgroup)
 }
 
 /// One cfs_rq of [`refill_exit`]'s list, `t` the callback's exit, `timer` 1 for a timer's

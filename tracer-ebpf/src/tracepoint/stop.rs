@@ -62,7 +62,7 @@ pub(super) struct TpStop {
     /// The earliest sign of the end, so it is the END's time.
     pub(super) unthrottled_ns: u64,
     /// The group's `struct cgroup *` and this stop's `OPEN_BY_GROUP` key (with `indexed`).
-    cgroup: u64,
+    pub(super) cgroup: u64,
     key: GroupCpu,
 }
 
@@ -394,7 +394,41 @@ pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
         return;
     };
     mark_gone(cgroup, cgroup_id);
-    sweep(o, cgroup, cgroup_id, true);
+    sweep(o, cgroup, cgroup_id, Sweep::Gone);
+}
+
+/// Group timers (`struct cgroup *`) whose callback is running, before 6.2 only (see
+/// [`refill_begins`]).
+#[map]
+static TP_REFILLING: HashMap<u64, u8> = HashMap::with_max_entries(MAX_CPUS as u32, 0);
+
+/// Before 6.2 a group's timer callback unthrottles every CPU's cfs_rq itself, and it may
+/// unthrottle one that was throttled after its entry walked the list (the group's other CPU
+/// ran dry between the tracepoint and the refill). Such a stop is not on the callback's list,
+/// and its CPU sees the unthrottle before the callback's exit does: from here to
+/// [`refill_ends`] that observation leaves the end to the exit ([`refilling`]), the only place
+/// that reads the kernel's clock of the unthrottle before 6.6.
+#[inline(always)]
+pub(super) fn refill_begins(cgroup: u64) {
+    let _ = TP_REFILLING.insert(cgroup, 1, 0);
+}
+
+/// Whether `cgroup`'s timer callback is running ([`refill_begins`]).
+#[inline(always)]
+pub(super) fn refilling(cgroup: u64) -> bool {
+    // SAFETY: lookup only.
+    unsafe { TP_REFILLING.get(cgroup) }.is_some()
+}
+
+/// `cgroup`'s timer callback returned: every open stop of the group now unthrottled ends as a
+/// refill with the kernel's clock (the listed ones have, this takes the rest), then its
+/// observations end stops themselves again.
+#[inline(always)]
+pub(super) fn refill_ends(o: &Offsets, cgroup: u64) {
+    if let Some(cgroup_id) = stops::cgroup_id(o, cgroup) {
+        sweep(o, cgroup, cgroup_id, Sweep::Refilled);
+    }
+    let _ = TP_REFILLING.remove(cgroup);
 }
 
 /// The period timer of `cgroup`'s group expires: an open stop of the group whose cfs_rq is no
@@ -410,16 +444,27 @@ pub(super) fn period_expires(o: &Offsets, cgroup: u64) {
         return;
     }
     if let Some(cgroup_id) = stops::cgroup_id(o, cgroup) {
-        sweep(o, cgroup, cgroup_id, false);
+        sweep(o, cgroup, cgroup_id, Sweep::Expired);
     }
 }
 
-/// Ends the open stops of `cgroup` (id `cgroup_id`) on every CPU: all of them as `cgroup_gone`
-/// when `gone`, else those whose cfs_rq is unthrottled. The stops are found through
+/// Which of a group's open stops [`sweep`] ends, and how.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    /// The group was removed: all, as `cgroup_gone`.
+    Gone,
+    /// Its period timer expires: the unthrottled ones no exit is to end (`period_expires`).
+    Expired,
+    /// Its timer callback returned: the unthrottled ones, as refills (`refill_ends`).
+    Refilled,
+}
+
+/// Ends the open stops of `cgroup` (id `cgroup_id`) on every CPU that `how` says. The stops are
+/// found through
 /// `OPEN_BY_GROUP` and matched by the `struct cgroup *` remembered at their start, so that
 /// nothing of a removed group's (possibly freed) cfs_rq is read.
 #[inline(never)]
-fn sweep(o: &Offsets, cgroup: u64, cgroup_id: u64, gone: bool) {
+fn sweep(o: &Offsets, cgroup: u64, cgroup_id: u64, how: Sweep) {
     let cpus = nr_cpus();
     for cpu in 0..MAX_CPUS {
         if cpu >= cpus {
@@ -440,11 +485,13 @@ fn sweep(o: &Offsets, cgroup: u64, cgroup_id: u64, gone: bool) {
         if st.cgroup != cgroup {
             continue;
         }
-        if gone {
+        if how == Sweep::Gone {
             end(cfs_rq, st.ev.start_ns, END_CGROUP_GONE, false);
-        } else if read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(1) == 0
-            && (st.exit_pending == 0 || st.self_time0 != u64::MAX)
-        {
+        } else if read_bits(cfs_rq, &o.cfs_rq_throttled).unwrap_or(1) != 0 {
+            continue;
+        } else if how == Sweep::Refilled {
+            end(cfs_rq, st.ev.start_ns, END_REFILL, true);
+        } else if st.exit_pending == 0 || st.self_time0 != u64::MAX {
             end(cfs_rq, st.ev.start_ns, ended_reason(o, cfs_rq, st), false);
         }
     }
