@@ -51,6 +51,17 @@ pub struct Args {
     /// Seconds of each random-arrivals run.
     #[arg(long, default_value_t = 15)]
     arrivals_seconds: u32,
+    /// Check only these workloads, repeatable (default: all).
+    #[arg(long = "workload", value_enum)]
+    workloads: Vec<Kind>,
+}
+
+/// The workloads by name, for `--workload`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Kind {
+    Spiky,
+    Burst,
+    Arrivals,
 }
 
 /// A workload of known demand.
@@ -63,6 +74,14 @@ enum Workload {
 }
 
 impl Workload {
+    fn kind(self) -> Kind {
+        match self {
+            Self::Spiky { threads: 1, .. } => Kind::Spiky,
+            Self::Spiky { .. } => Kind::Burst,
+            Self::Arrivals => Kind::Arrivals,
+        }
+    }
+
     fn label(self) -> String {
         match self {
             Self::Spiky {
@@ -120,7 +139,10 @@ pub fn run(args: &Args) -> Result<()> {
         arrivals_seconds: args.arrivals_seconds,
     };
     let mut rows = Vec::new();
-    for workload in WORKLOADS {
+    for workload in WORKLOADS
+        .into_iter()
+        .filter(|w| args.workloads.is_empty() || args.workloads.contains(&w.kind()))
+    {
         eprintln!("advise-check: tracing {}", workload.label());
         let advice = runner.trace(&binaries.tracer, workload)?;
         eprintln!(

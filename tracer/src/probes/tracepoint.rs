@@ -135,7 +135,8 @@ pub fn why_blind(reason: &str) -> &'static str {
     match reason {
         "cpu_offline" => {
             "no tracepoint marks the unthrottle of CPU hot-unplug; the stop ends at the next \
-             observation of its cfs_rq"
+             observation of its cfs_rq, which tells it only if a context switch finds the \
+             offline CPU's bandwidth turned off"
         }
         "cgroup_gone" => super::removal::WHY_BLIND,
         "quota_change" => {
