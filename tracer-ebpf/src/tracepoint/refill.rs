@@ -87,11 +87,11 @@ pub(super) fn timer_exit(timer: u64) {
     }
 }
 
-/// The CSD `csd` is about to run its function: if that is `__cfsb_csd_unthrottle`, the csd is
+/// The CSD `csd` is about to run `function`: if that is `__cfsb_csd_unthrottle`, the csd is
 /// its rq's `cfsb_csd` and the rq's `cfsb_csd_list` is what it unthrottles.
 #[inline(always)]
-pub(super) fn csd_entry(o: &Offsets, csd: u64) {
-    if !load::<u64>(csd, o.csd_func).is_some_and(|function| is_csd_unthrottle(o, function)) {
+pub(super) fn csd_entry(o: &Offsets, function: u64, csd: u64) {
+    if !is_csd_unthrottle(o, function) || csd == 0 {
         return;
     }
     if o.rq_cfsb_csd == ABSENT || o.rq_cfsb_csd_list == ABSENT {

@@ -1,7 +1,8 @@
-//! The tracepoint backend: scheduler, hrtimer and CSD tracepoints only (tp_btf), for kernels
-//! without kprobes and fentry. The eBPF side (tracer-ebpf/src/tracepoint/) observes each
-//! cfs_rq's `throttled` flag at sched_switch / sched_wakeup, walks the group's throttled list at
-//! every CFS period/slack timer, and ends stops at the exit of the refill callbacks.
+//! The tracepoint backend: scheduler, hrtimer and CSD tracepoints only (tp_btf, and a raw
+//! tracepoint on `csd_function_entry`, tracer-ebpf/src/tracepoint/mod.rs says why), for
+//! kernels without kprobes and fentry. The eBPF side (tracer-ebpf/src/tracepoint/) observes
+//! each cfs_rq's `throttled` flag at sched_switch / sched_wakeup, walks the group's throttled
+//! list at every CFS period/slack timer, and ends stops at the exit of the refill callbacks.
 //!
 //! The hrtimer and CSD tracepoints fire for every timer and every cross-CPU call; the function
 //! pointer tells ours apart, and the programs learn those pointers from the kernel's own
@@ -12,7 +13,7 @@
 use aya::{
     Btf, Ebpf,
     maps::Array,
-    programs::{BtfTracePoint, Program, ProgramError},
+    programs::{Program, ProgramError},
 };
 use log::{debug, warn};
 use tracer_common::{ABSENT, Offsets};
@@ -80,7 +81,7 @@ pub fn attach(ebpf: &mut Ebpf, btf: &KernelBtf, offsets: &Offsets) -> Result<Att
     let mut csd_attached = 0;
     for ((program, tracepoint, needed), loaded) in wanted.into_iter().zip(loaded) {
         let is_csd = tracepoint.starts_with("csd_");
-        match loaded.and_then(|()| attach_loaded(ebpf, program)) {
+        match loaded.and_then(|()| attach_loaded(ebpf, program, tracepoint)) {
             Ok(()) if tracepoint.starts_with("cgroup_") => cgroup_removal_seen = true,
             Ok(()) if is_csd => csd_attached += 1,
             Ok(()) => {}
@@ -177,30 +178,40 @@ fn load(
     tracepoint: &str,
     btf: &Btf,
 ) -> Result<(), String> {
-    let p: &mut BtfTracePoint = program
-        .ok_or_else(|| format!("program {name} missing from the eBPF object"))?
-        .try_into()
-        .map_err(|e: ProgramError| format!("{name}: {e}"))?;
+    let program = program.ok_or_else(|| format!("program {name} missing from the eBPF object"))?;
     let phase = std::time::Instant::now();
-    p.load(tracepoint, btf).map_err(|e| verifier_text(&e))?;
+    let info = match program {
+        Program::BtfTracePoint(p) => {
+            p.load(tracepoint, btf).map_err(|e| verifier_text(&e))?;
+            p.info()
+        }
+        Program::RawTracePoint(p) => {
+            p.load().map_err(|e| verifier_text(&e))?;
+            p.info()
+        }
+        _ => return Err(format!("{name}: not a tracepoint program")),
+    };
     debug!(
         "startup: {name} verified in {:.1} ms",
         crate::agent::ms(phase)
     );
     // What the verifier's time goes with (5.16+ says it).
-    if let Some(n) = p.info().ok().and_then(|i| i.verified_instruction_count()) {
+    if let Some(n) = info.ok().and_then(|i| i.verified_instruction_count()) {
         debug!("{name}: the verifier processed {n} instructions");
     }
     Ok(())
 }
 
-fn attach_loaded(ebpf: &mut Ebpf, program: &str) -> Result<(), String> {
-    let p: &mut BtfTracePoint = ebpf
+fn attach_loaded(ebpf: &mut Ebpf, program: &str, tracepoint: &str) -> Result<(), String> {
+    let attached = match ebpf
         .program_mut(program)
         .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
-        .try_into()
-        .map_err(|e: ProgramError| format!("{program}: {e}"))?;
-    p.attach().map(|_| ()).map_err(|e| e.to_string())
+    {
+        Program::BtfTracePoint(p) => p.attach().map(drop),
+        Program::RawTracePoint(p) => p.attach(tracepoint).map(drop),
+        _ => return Err(format!("{program}: not a tracepoint program")),
+    };
+    attached.map_err(|e| e.to_string())
 }
 
 /// The error with its source chain (a load error's text carries the verifier's log).

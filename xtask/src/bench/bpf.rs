@@ -49,9 +49,9 @@ pub fn delta(before: &Snapshot, after: &Snapshot) -> Snapshot {
         .collect()
 }
 
-/// The programs behind the raw-tracepoint links (what tp_btf attaches with) that `pid` holds,
-/// from `/proc/<pid>/fdinfo`: the kernel truncates program names to 15 bytes; the link names
-/// the tracepoint.
+/// The programs behind the raw-tracepoint links (what tp_btf and raw tracepoint programs
+/// attach with) that `pid` holds, from `/proc/<pid>/fdinfo`: the kernel truncates program
+/// names to 15 bytes; the link names the tracepoint.
 pub fn attached_programs(pid: u32) -> Result<Vec<Program>> {
     let names: HashMap<u32, String> = aya::programs::loaded_programs()
         .flatten()
@@ -121,7 +121,9 @@ pub struct Floor {
 pub const FLOOR_NAME: &str = "tt_bench_empty";
 
 impl Floor {
-    /// On the raw tracepoint `hook` (what the tracepoint backend's tp_btf programs attach to).
+    /// A raw tracepoint program on the tracepoint `hook`: the type of the tracepoint backend's
+    /// CSD entry program, and the same call for its tp_btf programs, which attach to the same
+    /// raw tracepoint and which the kernel runs through the same `bpf_trace_run<N>`.
     pub fn attach(hook: &str) -> Result<Self> {
         let (prog, id) = load_empty(bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT, None)?;
         let link = raw_tracepoint_open(&prog, Some(hook))
