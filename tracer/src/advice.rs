@@ -724,8 +724,9 @@ mod tests {
         // 100 periods of 100 ms, two with 80 ms arriving evenly over them, on one CPU. At phase
         // k of 10 the boundaries split each into 80 × (1 − k/10) and 80 × k/10 ms: 80, 72 | 8,
         // 64 | 16, 56 | 24, … Replayed: 99 periods at phase 0 (the last never closes) and 100 at
-        // each other phase, 999 in all, so at most 6 may stop (one in 150). At 64 ms the 80 and 72 ms shares
-        // stop (phases 0, 1 and 9, 6 stops); below it the 64 ms ones too (phases 2 and 8, 10).
+        // each other phase, 999 in all, so at most 6 may stop (one in 150). At 64 ms the 80
+        // and 72 ms shares stop (phases 0, 1 and 9, 6 stops); below it the 64 ms ones too
+        // (phases 2 and 8, 10).
         let mut arrived = vec![0; 100];
         arrived[20] = 80 * MS;
         arrived[60] = 80 * MS;

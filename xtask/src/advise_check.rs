@@ -3,9 +3,9 @@
 //! cgroup at 50 ms / 100 ms: trace it with `--backend tracepoint`, take its `advice` line, then
 //! find by bisection (1 ms steps) the smallest quota, the smallest burst and the smallest period
 //! at the same ratio with which a rerun of the same workload has nr_throttled 0 (≤ 1 % of its
-//! periods for the random arrivals, over reruns of `ARRIVAL_PERIODS` periods in all), and print advised vs
-//! smallest. Fails when an advised value does not do it, or is more than 10 % above the
-//! smallest.
+//! periods for the random arrivals, over reruns of `ARRIVAL_PERIODS` periods in all), and print
+//! advised vs smallest. Fails when an advised value does not do it, or is more than 10 % above
+//! the smallest.
 //!
 //! Every cgroup has the most CPU weight, so that the machine's other load does not spread a
 //! burst of work over more periods (which lets a smaller quota look sufficient). Each rerun is
@@ -35,12 +35,12 @@ const EVERY_MS: u64 = 500;
 const LEAD_ROUNDS: u32 = 20;
 /// How far above the smallest value that works an advised one may be.
 const WASTE_LIMIT: f64 = 1.10;
-/// Periods of random arrivals per value tried, at least. Where the period boundaries fall
-/// among the requests differs from run to run, and one run of 15 s has too few periods for
-/// 1 % of them to be more than luck (at 350 ms, one of 43 may stop, or none; a fluid replay of
-/// the requests' own log stops 0.85–1.5 % of the periods at every period from 280 to 356 ms by
-/// phase): the value must keep Σ nr_throttled within 1 % of Σ nr_periods over enough reruns'
-/// independent phases that 1 % is several periods (four reruns at 100 ms).
+/// Periods of random arrivals per value tried, at least. One run of 15 s has too few periods
+/// for 1 % of them to be more than luck (at 350 ms, one of 43 may stop, or none): the value
+/// must keep Σ nr_throttled within 1 % of Σ nr_periods over enough reruns that 1 % is several
+/// periods (four reruns at 100 ms). The reruns do not sample the phase of the boundaries
+/// among the requests, though: each fresh cgroup's period timer starts when its workload first
+/// runs, and the seeded requests are the same, so they meet nearly one phase (docs/testing.md).
 const ARRIVAL_PERIODS: u64 = 560;
 
 #[derive(clap::Args)]
