@@ -38,9 +38,8 @@ const WASTE_LIMIT: f64 = 1.10;
 /// Periods of random arrivals per value tried, at least. One run of 15 s has too few periods
 /// for 1 % of them to be more than luck (at 350 ms, one of 43 may stop, or none): the value
 /// must keep Σ nr_throttled within 1 % of Σ nr_periods over enough reruns that 1 % is several
-/// periods (four reruns at 100 ms). The reruns do not sample the phase of the boundaries
-/// among the requests, though: each fresh cgroup's period timer starts when its workload first
-/// runs, and the seeded requests are the same, so they meet nearly one phase (docs/testing.md).
+/// periods (four reruns at 100 ms). The reruns are the traced requests (the same seed) met at
+/// as many phases of the period boundaries, spread evenly over one period (see `arrivals`).
 const ARRIVAL_PERIODS: u64 = 560;
 
 #[derive(clap::Args)]
@@ -277,7 +276,7 @@ impl Runner<'_> {
                 }
             }
             None => {
-                self.arrivals(&cgroup)?;
+                self.arrivals(&cgroup, 0)?;
             }
         }
         signal(child.child().id(), libc::SIGINT)?;
@@ -408,13 +407,13 @@ impl Runner<'_> {
                 };
                 let run_us = u64::from(self.arrivals_seconds) * 1_000_000;
                 let reruns = (ARRIVAL_PERIODS * b.period_us).div_ceil(run_us.max(1));
-                for _ in 0..reruns {
+                for k in 0..reruns {
                     let cgroup = Cgroup::create(CGROUP_NAME, b.quota_us, b.period_us)?;
                     cgroup.favour()?;
                     if b.burst_us > 0 {
                         cgroup.set_burst(b.burst_us)?;
                     }
-                    let one = self.arrivals(&cgroup)?;
+                    let one = self.arrivals(&cgroup, b.period_us * k / reruns)?;
                     all.periods += one.periods;
                     all.throttled += one.throttled;
                 }
@@ -482,8 +481,15 @@ impl Runner<'_> {
         cmd
     }
 
-    /// `throttle-workload arrivals` in `cgroup`, unpinned: cpu.stat over the whole run.
-    fn arrivals(&self, cgroup: &Cgroup) -> Result<Outcome> {
+    /// `throttle-workload arrivals` in `cgroup`, unpinned, its first request `delay_us` later
+    /// than it would come: cpu.stat over the whole run.
+    ///
+    /// A fresh cgroup's period boundaries fall at nearly the same offset from its workload's
+    /// start every time (its quota is written just before it), and the seeded requests come at
+    /// the same offsets too, so without the delay every rerun would meet the requests at
+    /// nearly one phase of the boundaries: whether 1 % of the periods stop is decided by which
+    /// requests share a period, which the phase decides, and the advice is for every phase.
+    fn arrivals(&self, cgroup: &Cgroup, delay_us: u64) -> Result<Outcome> {
         let mut cmd = Command::new(self.workload_bin);
         cmd.args([
             "arrivals",
@@ -499,6 +505,8 @@ impl Runner<'_> {
             &self.arrivals_seconds.to_string(),
             "--seed",
             "3",
+            "--delay-us",
+            &delay_us.to_string(),
         ]);
         let (periods, throttled) = (cgroup.stat("nr_periods")?, cgroup.stat("nr_throttled")?);
         let child = spawn_in(&mut cmd, cgroup, None)?;

@@ -4,7 +4,7 @@
 //! throttle-workload busy --threads N --seconds S
 //! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K] [--usage-file F]
 //! throttle-workload requests --seconds S
-//! throttle-workload arrivals --rate R --cost-ms D --threads K --seconds S [--seed N]
+//! throttle-workload arrivals --rate R --cost-ms D --threads K --seconds S [--seed N] [--delay-us US]
 //! throttle-workload held --seconds S
 //! throttle-workload pair --seconds S
 //! throttle-workload idle --seconds S
@@ -26,8 +26,8 @@
 //! its exit is no round's CPU. `requests` is the workload of
 //! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
 //! `arrivals` is reference 003's lab: requests of D ms of CPU arriving at random (Poisson, R
-//! per second, the same ones for the same seed) for K workers; one line per request at the end
-//! (see `arrivals.rs`).
+//! per second, the same ones for the same seed) for K workers, the first US µs after it starts;
+//! one line per request at the end (see `arrivals.rs`).
 //! `held` spins one thread for S seconds reading CLOCK_REALTIME, and at the end prints one line
 //! per time it was held (two reads 30 ms or more apart): the last read before and the first
 //! after, `held realtime_ns R resumed_realtime_ns R'`: its own wall-clock account of each stop.
@@ -109,6 +109,9 @@ enum Mode {
         /// Seed of the arrival times: the same seed, the same workload.
         #[arg(long, value_name = "N", default_value_t = 3)]
         seed: u64,
+        /// Wait before the first arrival, µs: moves the period boundaries among the arrivals.
+        #[arg(long, value_name = "US", default_value_t = 0)]
+        delay_us: u64,
     },
     /// Spins for S seconds, then prints its CLOCK_REALTIME around each time it was held, one
     /// line each.
@@ -165,6 +168,7 @@ fn main() -> ExitCode {
             threads,
             seconds,
             seed,
+            delay_us,
         } => {
             let shape = arrivals::Arrivals {
                 threads: threads as usize,
@@ -172,6 +176,7 @@ fn main() -> ExitCode {
                 rate,
                 length: Duration::from_secs(seconds.into()),
                 seed,
+                delay: Duration::from_micros(delay_us),
             };
             if let Err(e) = arrivals::run(&shape, &mut std::io::stdout().lock()) {
                 eprintln!("throttle-workload: cannot write the request lines: {e}");

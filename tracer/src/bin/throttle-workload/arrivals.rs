@@ -36,6 +36,9 @@ pub struct Arrivals {
     pub rate: f64,
     pub length: Duration,
     pub seed: u64,
+    /// Wait before the first arrival: where the group's period boundaries fall among the
+    /// arrivals (their phase), which is set when the cgroup's quota is written.
+    pub delay: Duration,
 }
 
 /// One request as measured.
@@ -118,7 +121,7 @@ pub fn run(shape: &Arrivals, out: &mut impl Write) -> io::Result<()> {
         .collect();
     drop(done_tx);
 
-    let start = Instant::now();
+    let start = Instant::now() + shape.delay;
     for (index, offset) in offsets.iter().enumerate() {
         if let Some(wait) = (start + *offset).checked_duration_since(Instant::now()) {
             thread::sleep(wait);
@@ -160,6 +163,7 @@ mod tests {
             rate: 100.0,
             length,
             seed,
+            delay: Duration::ZERO,
         }
     }
 
@@ -212,5 +216,22 @@ mod tests {
                     .all(|&(t, c)| start <= t && t <= end && c <= cpu)
             );
         }
+    }
+
+    #[test]
+    fn a_delay_holds_back_the_first_arrival() {
+        let mut quick = shape(1, Duration::from_millis(50));
+        let first_arrival = |shape: &Arrivals| {
+            let before = clock_ns(libc::CLOCK_MONOTONIC);
+            let mut out = Vec::new();
+            run(shape, &mut out).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            let first: u64 = text.split(' ').nth(3).unwrap().parse().unwrap();
+            first - before
+        };
+        let offset = u64::try_from(offsets(&quick)[0].as_nanos()).unwrap();
+        assert!(first_arrival(&quick) >= offset);
+        quick.delay = Duration::from_millis(30);
+        assert!(first_arrival(&quick) >= offset + 30_000_000);
     }
 }
