@@ -6,8 +6,8 @@
 //! one machine to another. The sections:
 //! - [`kernel`]: ns per invocation of each tracepoint-backend program (the kernel's BPF
 //!   run-time statistics) next to an empty program on the same hook and bpftrace's check;
-//! - [`slowdown`]: `perf bench sched pipe` and `sched messaging` without / with the tracer /
-//!   with bpftrace, alternated;
+//! - [`slowdown`]: `perf bench sched pipe` pinned to one CPU and `sched messaging` without /
+//!   with the tracer / with empty programs on its hooks / with bpftrace, in rotating rounds;
 //! - [`startup`]: exec → NDJSON `start` line per backend vs bpftrace's, and where it goes;
 //! - [`ingest`]: records/s through the real decode and aggregate path, and memory;
 //! - [`sustained`]: real cgroups throttling every few ms, with the losses counted.
