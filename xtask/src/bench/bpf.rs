@@ -9,6 +9,7 @@ use aya_obj::generated::{
 };
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::path::Path;
 
 /// A program: what it is attached to, and its id.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,6 +76,18 @@ pub fn attached_programs(pid: u32) -> Result<Vec<Program>> {
     }
     programs.sort_by_key(|p| (p.hook.clone(), p.name.clone()));
     Ok(programs)
+}
+
+/// The hook of each program throttle-tracer's tracepoint backend attaches (a hook twice if two
+/// programs share it), from a start of its own: what the floors are attached to.
+pub fn tracer_hooks(tracer: &Path) -> Result<Vec<String>> {
+    let mut traced = procs::Traced::tracer(tracer, super::TRACEPOINT, &[])?;
+    let hooks = attached_programs(traced.pid())?
+        .into_iter()
+        .map(|p| p.hook)
+        .collect();
+    traced.stop()?;
+    Ok(hooks)
 }
 
 fn parse_link_fdinfo(text: &str) -> Option<Program> {

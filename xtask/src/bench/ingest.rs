@@ -102,7 +102,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     let settle = Duration::from_millis(if bench.smoke { 200 } else { 1000 });
     let mut idle = Vec::new();
     for _ in 0..bench.runs.min(3) {
-        let t = Traced::tracer(&bench.tracer, &["--backend", "tracepoint", "--json"], &[])?;
+        let t = Traced::tracer(&bench.tracer, super::TRACEPOINT, &[])?;
         thread::sleep(settle);
         idle.push(Memory::of(t.pid())?);
     }

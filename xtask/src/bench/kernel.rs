@@ -11,7 +11,7 @@ use super::bpf::{self, Floor, Program, Snapshot};
 use super::loads;
 use super::procs::{Busy, Traced};
 use super::table::Row;
-use super::{BPFTRACE_CHECK, Bench, pipe_run};
+use super::{BPFTRACE_CHECK, Bench, PerfBench, TRACEPOINT};
 use crate::cgroup::Cgroup;
 use anyhow::{Context as _, Result, bail};
 use std::thread;
@@ -21,27 +21,17 @@ const SECTION: &str = "kernel cost, ns per invocation";
 
 pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     let loops = if bench.smoke { 20_000 } else { 100_000 };
-    let args = ["--backend", "tracepoint", "--json"];
     // The first program on a hook pays for being first, whichever program it is (measured:
     // 10-15 ns on the hrtimer and CSD hooks, an empty program first or last): an empty
     // program goes first on every hook, so that the tracer's programs and the floor they are
-    // compared with, attached after them, both run after another. The hooks are those of a
-    // first start of the tracer.
-    let hooks: Vec<String> = {
-        let mut first = Traced::tracer(&bench.tracer, &args, &[])?;
-        let mut hooks: Vec<String> = bpf::attached_programs(first.pid())?
-            .into_iter()
-            .map(|p| p.hook)
-            .collect();
-        first.stop()?;
-        hooks.dedup();
-        hooks
-    };
+    // compared with, attached after them, both run after another.
+    let mut hooks = bpf::tracer_hooks(&bench.tracer)?;
+    hooks.dedup();
     let leading = hooks
         .iter()
         .map(|h| Floor::attach(h))
         .collect::<Result<Vec<_>>>()?;
-    let mut tracer = Traced::tracer(&bench.tracer, &args, &[])?;
+    let mut tracer = Traced::tracer(&bench.tracer, TRACEPOINT, &[])?;
     let ours = bpf::attached_programs(tracer.pid())?;
     let floors = hooks
         .iter()
@@ -67,7 +57,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     let mut sleeps: Vec<Snapshot> = Vec::new();
     let (mut barriers, mut naps) = (0, 0);
     for _ in 0..bench.runs {
-        pipe.push(measured(&all, || pipe_run(loops).map(drop))?);
+        pipe.push(measured(&all, || PerfBench::pipe(loops).run().map(drop))?);
         csds.push(measured(&all, || {
             barriers += loads::membarrier(length)?;
             Ok(())

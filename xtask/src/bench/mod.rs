@@ -6,8 +6,8 @@
 //! one machine to another. The sections:
 //! - [`kernel`]: ns per invocation of each tracepoint-backend program (the kernel's BPF
 //!   run-time statistics) next to an empty program on the same hook and bpftrace's check;
-//! - [`slowdown`]: `perf bench sched pipe` and `sched messaging` without / with the tracer /
-//!   with bpftrace, alternated;
+//! - [`slowdown`]: `perf bench sched pipe` pinned to one CPU and `sched messaging` without /
+//!   with the tracer / with empty programs on its hooks / with bpftrace, in rotating rounds;
 //! - [`startup`]: exec → NDJSON `start` line per backend vs bpftrace's, and where it goes;
 //! - [`ingest`]: records/s through the real decode and aggregate path, and memory;
 //! - [`sustained`]: real cgroups throttling every few ms, with the losses counted.
@@ -31,9 +31,10 @@ pub mod vm_cost;
 use crate::binaries::{self, Binaries};
 use crate::{cmd, paths, setup};
 use anyhow::{Context as _, Result, bail};
+use std::io::Read as _;
 use std::os::fd::AsRawFd as _;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 use table::{Row, Table};
 
@@ -65,6 +66,9 @@ pub struct Bench {
 /// on a throttled cfs_rq; a count per task group.
 pub const BPFTRACE_CHECK: &str = "tracepoint:sched:sched_switch { $rq = curtask->se.cfs_rq; \
      if ($rq->throttled) { @[$rq->tg] = count(); } }";
+
+/// throttle-tracer's arguments wherever the bench measures its tracepoint backend.
+pub const TRACEPOINT: &[&str] = &["--backend", "tracepoint", "--json"];
 
 const LOCK: &str = "/tmp/tt-host.lock";
 
@@ -202,46 +206,156 @@ fn uptime() -> String {
         .unwrap_or_default()
 }
 
-/// One `perf bench sched pipe -l loops`: microseconds per message.
-pub fn pipe_run(loops: u64) -> Result<f64> {
-    let out = cmd::stdout(Command::new("perf").args([
-        "bench",
-        "sched",
-        "pipe",
-        "-l",
-        &loops.to_string(),
-    ]))?;
-    parse_value(&out, "usecs/op").with_context(|| format!("no `usecs/op` in perf's output:\n{out}"))
+/// `perf bench sched ARGS…`, on one CPU where [`PerfBench::on_cpu`] says.
+pub struct PerfBench {
+    args: Vec<String>,
+    /// Operations in a run where perf gives the time of one (pipe's messages).
+    ops: Option<u64>,
+    cpu: Option<usize>,
 }
 
-/// One `perf bench sched messaging -g groups -l loops`: seconds.
-pub fn messaging_run(groups: u32, loops: u32) -> Result<f64> {
-    let out = cmd::stdout(Command::new("perf").args([
-        "bench",
-        "sched",
-        "messaging",
-        "-g",
-        &groups.to_string(),
-        "-l",
-        &loops.to_string(),
-    ]))?;
-    out.lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("Total time:")?
-                .trim()
-                .strip_suffix("[sec]")?
-                .trim()
-                .parse()
-                .ok()
+/// What one run of a [`PerfBench`] took.
+#[derive(Clone, Copy, Debug)]
+pub struct PerfRun {
+    /// perf's own time of the benchmark, without its start-up, seconds: its µs per operation
+    /// times the operations where it prints that (to the ns), else its "Total time" (to the
+    /// ms).
+    pub wall: f64,
+    /// User + system time of perf and of the tasks it forked and reaped (wait4's rusage),
+    /// seconds: what the kernel charged the benchmark, whoever else ran beside it.
+    pub cpu: f64,
+    /// Their context switches, voluntary and not.
+    pub switches: u64,
+}
+
+impl PerfBench {
+    /// `pipe -l loops`: two tasks passing a message back and forth, two context switches a
+    /// message.
+    pub fn pipe(loops: u64) -> Self {
+        Self {
+            ops: Some(loops),
+            ..Self::new(["pipe", "-l", &loops.to_string()])
+        }
+    }
+
+    /// `messaging -g groups -l loops` (hackbench): groups of 20 senders and 20 receivers.
+    pub fn messaging(groups: u32, loops: u32) -> Self {
+        Self::new([
+            "messaging",
+            "-g",
+            &groups.to_string(),
+            "-l",
+            &loops.to_string(),
+        ])
+    }
+
+    fn new<'a>(args: impl IntoIterator<Item = &'a str>) -> Self {
+        Self {
+            args: args.into_iter().map(str::to_owned).collect(),
+            ops: None,
+            cpu: None,
+        }
+    }
+
+    /// Under `taskset -c cpu`: the benchmark's tasks inherit the affinity, so they take turns on
+    /// that CPU and every wakeup is local (no inter-processor interrupt, no idle exit).
+    pub fn on_cpu(mut self, cpu: usize) -> Self {
+        self.cpu = Some(cpu);
+        self
+    }
+
+    /// The command line, for the table.
+    pub fn command_line(&self) -> String {
+        let taskset = self.cpu.map(|c| format!("taskset -c {c} "));
+        format!(
+            "{}perf bench sched {}",
+            taskset.unwrap_or_default(),
+            self.args.join(" ")
+        )
+    }
+
+    pub fn run(&self) -> Result<PerfRun> {
+        let mut command = match self.cpu {
+            Some(cpu) => {
+                let mut taskset = Command::new("taskset");
+                taskset.args(["-c", &cpu.to_string(), "perf"]);
+                taskset
+            }
+            None => Command::new("perf"),
+        };
+        command
+            .args(["bench", "sched"])
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot run {}", self.command_line()))?;
+        // perf writes a few lines to each: neither pipe fills while the other is read.
+        let (mut out, mut err) = (String::new(), String::new());
+        child
+            .stdout
+            .take()
+            .expect("piped")
+            .read_to_string(&mut out)?;
+        child
+            .stderr
+            .take()
+            .expect("piped")
+            .read_to_string(&mut err)?;
+        // wait4 rather than Child::wait, for the resources of the benchmark's whole tree: taskset
+        // execs perf, and perf reaps its tasks before it exits.
+        let pid = libc::pid_t::try_from(child.id()).context("perf's pid")?;
+        let mut status = 0;
+        // SAFETY: plain integers and timevals; all zero is a valid rusage.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `pid` is our unreaped child; `status` and `usage` outlive the call.
+        while unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut usage) } < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e).context("wait4 on perf");
+            }
+        }
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            bail!(
+                "`{}` failed (wait status {status}):\n{}",
+                self.command_line(),
+                err.trim_end()
+            );
+        }
+        let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        let per_op = self
+            .ops
+            .zip(usecs_per_op(&out))
+            .map(|(ops, us)| us * ops as f64 * 1e-6);
+        Ok(PerfRun {
+            wall: per_op
+                .or_else(|| total_time(&out))
+                .with_context(|| format!("no time in perf's output:\n{out}"))?,
+            cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+            switches: u64::try_from(usage.ru_nvcsw + usage.ru_nivcsw).unwrap_or(0),
         })
-        .with_context(|| format!("no `Total time` in perf's output:\n{out}"))
+    }
 }
 
-fn parse_value(perf_output: &str, unit: &str) -> Option<f64> {
+/// perf bench's "8.572290 usecs/op".
+fn usecs_per_op(perf_output: &str) -> Option<f64> {
+    perf_output
+        .lines()
+        .find_map(|l| l.trim().strip_suffix("usecs/op")?.trim().parse().ok())
+}
+
+/// perf bench's "Total time: 0.857 [sec]".
+fn total_time(perf_output: &str) -> Option<f64> {
     perf_output.lines().find_map(|l| {
-        let (value, u) = l.trim().split_once(char::is_whitespace)?;
-        (u.trim() == unit).then(|| value.parse().ok())?
+        l.trim()
+            .strip_prefix("Total time:")?
+            .trim()
+            .strip_suffix("[sec]")?
+            .trim()
+            .parse()
+            .ok()
     })
 }
 
@@ -250,9 +364,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn usecs_per_op_from_perf() {
+    fn times_from_perf() {
         let out = "# Running 'sched/pipe' benchmark:\n# Executed 100000 pipe operations between two processes\n\n     Total time: 0.857 [sec]\n\n       8.572290 usecs/op\n         116654 ops/sec\n";
-        assert_eq!(parse_value(out, "usecs/op"), Some(8.572290));
-        assert_eq!(parse_value("Total time: 0.857 [sec]\n", "usecs/op"), None);
+        assert_eq!(total_time(out), Some(0.857));
+        assert_eq!(usecs_per_op(out), Some(8.572290));
+        assert_eq!(total_time("8.572290 usecs/op\n"), None);
+        assert_eq!(usecs_per_op("Total time: 0.857 [sec]\n"), None);
     }
 }

@@ -33,8 +33,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let mut loss_at = None;
     for &n in steps {
-        let mut tracer =
-            Traced::tracer(&bench.tracer, &["--backend", "tracepoint", "--json"], &[])?;
+        let mut tracer = Traced::tracer(&bench.tracer, super::TRACEPOINT, &[])?;
         let cgroups = (0..n)
             .map(|i| Cgroup::create(&format!("xtask-bench-load-{i}"), QUOTA_US, PERIOD_US))
             .collect::<Result<Vec<_>>>()?;

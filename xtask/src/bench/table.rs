@@ -38,16 +38,45 @@ impl Summary {
 
     /// The half-width of the mean's 95 % confidence interval (Student's t).
     pub fn ci95(&self) -> f64 {
-        // Two-sided 97.5 % quantiles of t for 1..=10 degrees of freedom, then the normal's.
-        const T: [f64; 10] = [
-            12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-        ];
-        let t = T.get(self.n.wrapping_sub(2)).copied().unwrap_or(1.96);
         if self.n < 2 {
             return f64::NAN;
         }
-        t * self.stddev / (self.n as f64).sqrt()
+        t975(self.n - 1) * self.stddev / (self.n as f64).sqrt()
     }
+}
+
+/// The 95 % confidence interval of the median of `values` that needs no assumption on their
+/// distribution (the sign test's): the k-th smallest and the k-th largest, k the largest for
+/// which fewer than k of n values fall below the median with probability at most 2.5 %. None
+/// below 6 values, where no such k exists.
+pub fn median_ci95(values: &[f64]) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    // P(B < k) for B ~ Binomial(n, 1/2), summed term by term.
+    let (mut term, mut below, mut k) = (0.5_f64.powi(i32::try_from(n).ok()?), 0.0, 0);
+    while k < n / 2 && below + term <= 0.025 {
+        below += term;
+        term *= (n - k) as f64 / (k + 1) as f64;
+        k += 1;
+    }
+    (k > 0).then(|| (v[k - 1], v[n - k]))
+}
+
+/// Student's t two-sided 95 % quantile for `df` degrees of freedom: a table up to 10, then the
+/// Cornish-Fisher expansion around the normal's 1.96 (within 0.0002 of the exact value there;
+/// the normal's alone would make 20 rounds' interval 6 % too narrow).
+fn t975(df: usize) -> f64 {
+    const T: [f64; 10] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    ];
+    if let Some(&t) = T.get(df.wrapping_sub(1)) {
+        return t;
+    }
+    let (z, v) = (1.959_964_f64, df as f64);
+    z + (z.powi(3) + z) / (4.0 * v)
+        + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * v.powi(2))
+        + (3.0 * z.powi(7) + 19.0 * z.powi(5) + 17.0 * z.powi(3) - 15.0 * z) / (384.0 * v.powi(3))
 }
 
 /// One line of the table.
@@ -202,6 +231,20 @@ mod tests {
         assert!((s.ci95() - 3.182 * 4.0825 / 2.0).abs() < 1e-2);
         assert_eq!(Summary::of(&[5.0]).median, 5.0);
         assert!(Summary::of(&[5.0]).ci95().is_nan());
+        // Exact values at 11, 20 and 100 degrees of freedom.
+        for (df, t) in [(11, 2.200_985), (20, 2.085_963), (100, 1.983_972)] {
+            assert!((t975(df) - t).abs() < 2e-4, "t975({df}) = {}", t975(df));
+        }
+    }
+
+    #[test]
+    fn median_interval() {
+        let v: Vec<f64> = (1..=30).map(f64::from).collect();
+        // n = 30: P(B ≤ 9) = 0.021, P(B ≤ 10) = 0.049: the 10th smallest and largest.
+        assert_eq!(median_ci95(&v), Some((10.0, 21.0)));
+        // n = 6: P(B = 0) = 0.016: the extremes.
+        assert_eq!(median_ci95(&v[..6]), Some((1.0, 6.0)));
+        assert_eq!(median_ci95(&v[..5]), None);
     }
 
     #[test]
