@@ -51,7 +51,7 @@ fn compare(
                     &["--backend", "tracepoint", "--json"],
                     &[],
                 )?),
-                Side::Bpftrace => Some(Traced::bpftrace(BPFTRACE_CHECK)?),
+                Side::Bpftrace => Some(Traced::bpftrace(&BPFTRACE_CHECK)?),
             };
             this[i] = run()?;
         }
