@@ -171,6 +171,15 @@ impl Traced {
         }
     }
 
+    /// SIGKILL, for a start that is measured and nothing more: under the emulator bpftrace
+    /// takes more than [`STOP_TIMEOUT`] to exit on SIGINT, and the startup rounds would mostly
+    /// wait for it. The kernel detaches its programs as their fds close.
+    pub fn kill(mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+        }
+    }
+
     /// Ends the process whatever its state (stdin closed, SIGINT, then SIGKILL); its stderr.
     fn halt(&mut self) -> String {
         self.stdin.take();

@@ -157,7 +157,7 @@ impl Startups {
                 self.chose = chose;
             }
             Err(e) if self.backend != "auto" => {
-                let why = last_line(&format!("{e:#}"));
+                let why = reason(&format!("{e:#}"));
                 eprintln!("startup: --backend {} refused: {why}", self.backend);
                 self.refused = Some(why);
             }
@@ -178,11 +178,12 @@ impl Peer {
         match Traced::bpftrace(check) {
             Ok(t) => {
                 let ms = ms(t.ready_after);
+                t.kill();
                 eprintln!("startup: bpftrace's {} check: {ms:.0} ms", self.backend);
                 self.ms.push(ms);
             }
             Err(e) => {
-                let why = last_line(&format!("{e:#}"));
+                let why = reason(&format!("{e:#}"));
                 eprintln!("startup: bpftrace's {} check failed: {why}", self.backend);
                 self.failed = Some(why);
             }
@@ -258,13 +259,16 @@ pub fn table_rows(section: &'static str, prefix: &str, measured: &Measured) -> V
     rows
 }
 
-/// The last non-empty line of an error chain: the kernel's or the tool's reason.
-fn last_line(text: &str) -> String {
-    text.lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
+/// The line of an error chain that says why: the first `error:` line of the tracer or
+/// `ERROR:` line of bpftrace (which follows it with the script and a line of carets, and with
+/// the errors it led to), else the last non-empty line.
+fn reason(text: &str) -> String {
+    let lines = text.lines().map(str::trim);
+    lines
+        .clone()
+        .find(|l| l.starts_with("error:") || l.contains("ERROR:"))
+        .or_else(|| lines.rev().find(|l| !l.is_empty()))
         .unwrap_or("")
-        .trim()
         .to_owned()
 }
 
@@ -282,6 +286,24 @@ fn ms(d: std::time::Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons() {
+        let bpftrace = "bpftrace loaded 0 of its 2 programs:\n\
+            stdin:1:1-22: ERROR: kfunc/kretfunc not available for your kernel version.\n\
+            kfunc:throttle_cfs_rq { @start[args->cfs_rq] = nsecs; }\n\
+            ~~~~~~~~~~~~~~~~~~~~~\n\
+            stdin:1:25-44: ERROR: Can't find function parameter cfs_rq\n";
+        assert_eq!(
+            reason(bpftrace),
+            "stdin:1:1-22: ERROR: kfunc/kretfunc not available for your kernel version."
+        );
+        assert_eq!(
+            reason("error: no kprobes\nhint: use x\n"),
+            "error: no kprobes"
+        );
+        assert_eq!(reason("EPERM\n\n"), "EPERM");
+    }
 
     #[test]
     fn phase_lines() {

@@ -53,11 +53,12 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     };
     let xtask = binaries::xtask()?;
     // The measurement, its exit status and its JSON line; its progress on the console.
-    // bpftrace 0.17 finds no BTF on 5.10 by itself (libbpf's search for the kernel's BTF
-    // fails there: `bpftrace --info` says "btf: no", and it looks for the kernel headers the
-    // guest does not have); named in BPFTRACE_BTF, the same file parses, on every kernel.
+    // bpftrace 0.17 finds no BTF on 5.10 by itself (`bpftrace --info`: "btf: no"; it then
+    // wants the kernel headers, which the guest does not have): there the file is named in
+    // BPFTRACE_BTF, and parses. Only there: with it, bpftrace refuses kfunc probes on 6.12.
     let init = guest::init_script(&format!(
-        "export BPFTRACE_BTF=/sys/kernel/btf/vmlinux\n\
+        "bpftrace --info 2>&1 | grep -q 'btf: yes' || export BPFTRACE_BTF=/sys/kernel/btf/vmlinux\n\
+         echo \"startup: BPFTRACE_BTF=${{BPFTRACE_BTF:-(unset: bpftrace finds the BTF)}}\"\n\
          xtask guest-startup --tracer /bin/throttle-tracer --runs {runs} > /tmp/startup\n\
          mark \"STARTUP exit status $?\"\n\
          section startup /tmp/startup"
