@@ -3,7 +3,7 @@
 use crate::binaries::{self, Binaries};
 use crate::cpio::Cpio;
 use anyhow::{Context as _, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Mounts, helpers and the kernel release marker, shared by every task's /init.
 const PRELUDE: &str = include_str!("../guest/prelude.sh");
@@ -19,9 +19,14 @@ pub fn init_script(task_part: &str) -> String {
     format!("{PRELUDE}\n{task_part}\nmark DONE\npoweroff -f\n")
 }
 
-/// The initramfs of `init`, with `binaries` in /bin (and /tests), and `xtask` as /bin/xtask if
-/// given.
-pub fn initramfs(init: &str, binaries: &Binaries, xtask: Option<&Path>) -> Result<Vec<u8>> {
+/// The initramfs of `init`, with `binaries` in /bin (and /tests), `xtask` as /bin/xtask if
+/// given, and each `(guest path, host file)` of `extra` (bench/vm_startup.rs's bpftrace).
+pub fn initramfs(
+    init: &str,
+    binaries: &Binaries,
+    xtask: Option<&Path>,
+    extra: &[(String, PathBuf)],
+) -> Result<Vec<u8>> {
     binaries::ensure_static(BUSYBOX.as_ref())?;
     let read =
         |path: &Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
@@ -53,6 +58,12 @@ pub fn initramfs(init: &str, binaries: &Binaries, xtask: Option<&Path>) -> Resul
         for program in ["throttle-tracer", "throttle-workload"] {
             cpio.symlink(&format!("{dir}/{program}"), &format!("/bin/{program}"));
         }
+    }
+    for (at, file) in extra {
+        if let Some((dir, _)) = at.rsplit_once('/') {
+            cpio.dirs(dir);
+        }
+        cpio.file(at, 0o755, &read(file)?);
     }
     cpio.file("init", 0o755, init.as_bytes());
     Ok(cpio.finish())

@@ -59,6 +59,9 @@ enum Cli {
     /// In a vm-test guest: the running tracer's kprobe/fentry programs' cost (bench/vm_cost.rs).
     #[command(hide = true)]
     GuestProgramCost(bench::vm_cost::GuestArgs),
+    /// In a vm-startup guest: exec → start line per backend, and bpftrace's (bench/startup.rs).
+    #[command(hide = true)]
+    GuestStartup(bench::startup::GuestArgs),
     /// The tracer left running over throttling groups for `--minutes`: its memory, CPU time
     /// and descriptors sampled, its totals against cpu.stat (root; not part of `test`).
     Soak(soak::Args),
@@ -82,6 +85,7 @@ fn main() -> std::process::ExitCode {
         Cli::BenchExporter(args) => exporter_memory::run(&args),
         Cli::AdviseCheck(args) => advise_check::run(&args),
         Cli::GuestProgramCost(args) => bench::vm_cost::guest(&args),
+        Cli::GuestStartup(args) => bench::startup::guest(&args),
         Cli::Soak(args) => soak::run(&args),
         Cli::Fuzz(args) => fuzz::run(&args),
     };

@@ -18,7 +18,7 @@ pub fn run() -> Result<()> {
     let initrd = vm.join("demo.cpio");
     std::fs::write(
         &initrd,
-        guest::initramfs(&guest::init_script(GUEST_PART), &binaries, None)?,
+        guest::initramfs(&guest::init_script(GUEST_PART), &binaries, None, &[])?,
     )?;
     std::fs::create_dir_all(vm.join("logs"))?;
     let log = vm.join("logs").join("demo.log");

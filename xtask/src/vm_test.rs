@@ -139,7 +139,7 @@ pub fn run(args: &Args) -> Result<()> {
     let xtask = cost.then(binaries::xtask).transpose()?;
     std::fs::write(
         &initrd,
-        guest::initramfs(&init, &binaries, xtask.as_deref())?,
+        guest::initramfs(&init, &binaries, xtask.as_deref(), &[])?,
     )?;
     std::fs::create_dir_all(vm.join("logs"))?;
 

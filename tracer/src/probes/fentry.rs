@@ -19,7 +19,7 @@ use aya_obj::{
 };
 
 use super::{
-    Attached, KernelBtf, end_contexts,
+    Attached, KernelBtf, Spent, end_contexts,
     errno::{self, Cause},
     removal,
 };
@@ -47,18 +47,22 @@ const THROTTLE_PROGRAMS: [(&str, Side, &str); 3] = [
 /// traced this way.
 pub fn attach(ebpf: &mut Ebpf, btf: &KernelBtf) -> Result<Attached, Failure> {
     let btf = kernel_btf(btf)?;
+    let mut spent = Spent::default();
     // Load the throttle programs before anything is attached: a kernel that refuses fentry
     // refuses it here, and nothing needs undoing.
     for (program, side, function) in THROTTLE_PROGRAMS {
-        load(ebpf, program, side, function, btf)?;
+        spent.load(|| load(ebpf, program, side, function, btf))?;
     }
     // Context programs (and the cgroup removal's) next: a stop that ends between the two
     // attach steps is then never reported with a reason we could have known.
     let mut blind_end_reasons = end_contexts::attach(ebpf, |ebpf, _, function| {
         for (side, suffix) in [(Side::Entry, "fentry"), (Side::Exit, "fexit")] {
             let program = format!("{function}_{suffix}");
-            load(ebpf, &program, side, function, btf).map_err(|f| f.to_string())?;
-            attach_program(ebpf, &program, side, function)
+            spent
+                .load(|| load(ebpf, &program, side, function, btf))
+                .map_err(|f| f.to_string())?;
+            spent
+                .attach(|| attach_program(ebpf, &program, side, function))
                 .map_err(|e| format!("attach {program}: {e}"))?;
         }
         Ok(())
@@ -67,24 +71,29 @@ pub fn attach(ebpf: &mut Ebpf, btf: &KernelBtf) -> Result<Attached, Failure> {
         blind_end_reasons.push("cgroup_gone");
     }
     for (program, side, function) in THROTTLE_PROGRAMS {
-        attach_program(ebpf, program, side, function).map_err(|e| {
-            Failure::environment(
-                format!("cannot attach {program} to {function}: {e}"),
-                "this kernel loads fentry programs but does not attach them; \
+        spent
+            .attach(|| attach_program(ebpf, program, side, function))
+            .map_err(|e| {
+                Failure::environment(
+                    format!("cannot attach {program} to {function}: {e}"),
+                    "this kernel loads fentry programs but does not attach them; \
                  use --backend kprobe or tracepoint",
-            )
-        })?;
+                )
+            })?;
     }
     let demand = "sched_cfs_period_timer_fentry";
-    if let Err(e) = load(ebpf, demand, Side::Entry, "sched_cfs_period_timer", btf)
+    if let Err(e) = spent
+        .load(|| load(ebpf, demand, Side::Entry, "sched_cfs_period_timer", btf))
         .map_err(|f| f.to_string())
         .and_then(|()| {
-            attach_program(ebpf, demand, Side::Entry, "sched_cfs_period_timer")
+            spent
+                .attach(|| attach_program(ebpf, demand, Side::Entry, "sched_cfs_period_timer"))
                 .map_err(|e| e.to_string())
         })
     {
         super::warn_no_demand("sched_cfs_period_timer", &e);
     }
+    spent.log("fentry");
     Ok(Attached { blind_end_reasons })
 }
 

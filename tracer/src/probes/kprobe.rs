@@ -8,7 +8,7 @@ use aya::{
     programs::{KProbe, ProbeKind},
 };
 
-use super::{Attached, end_contexts, removal};
+use super::{Attached, Spent, end_contexts, removal};
 use crate::error::Failure;
 
 /// Whether this kernel has kprobes at all.
@@ -30,9 +30,10 @@ pub fn available() -> Result<(), Failure> {
 pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
     // Context probes (and the cgroup removal's) first: a stop that ends between the two attach
     // steps is then never reported with a reason we could have known.
+    let mut spent = Spent::default();
     let mut blind_end_reasons = end_contexts::attach(ebpf, |ebpf, ctx, function| {
-        attach_kprobe(ebpf, ctx.kprobe_programs.0, function)
-            .and_then(|()| attach_kprobe(ebpf, ctx.kprobe_programs.1, function))
+        attach_kprobe(ebpf, ctx.kprobe_programs.0, function, &mut spent)
+            .and_then(|()| attach_kprobe(ebpf, ctx.kprobe_programs.1, function, &mut spent))
             .map_err(|e| e.to_string())
     });
     if !removal::attach(ebpf) {
@@ -44,7 +45,7 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
         ("throttle_cfs_rq_ret", "throttle_cfs_rq"),
         ("throttle_cfs_rq", "throttle_cfs_rq"),
     ] {
-        attach_kprobe(ebpf, program, function).map_err(|e| {
+        attach_kprobe(ebpf, program, function, &mut spent).map_err(|e| {
             let hint = if e.errno == Some(libc::EACCES) {
                 // Seen on Debian's 5.10, 6.1, 6.12 and 7.2 with CAP_BPF + CAP_PERFMON alone: the
                 // kprobe's perf event is refused to them, not the function to the kprobe.
@@ -61,9 +62,11 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Attached, Failure> {
             Failure::environment(format!("cannot attach a kprobe to {function}: {e}"), hint)
         })?;
     }
-    if let Err(e) = attach_kprobe(ebpf, "sched_cfs_period_timer", "sched_cfs_period_timer") {
-        super::warn_no_demand("sched_cfs_period_timer", &e);
+    let demand = "sched_cfs_period_timer";
+    if let Err(e) = attach_kprobe(ebpf, demand, demand, &mut spent) {
+        super::warn_no_demand(demand, &e);
     }
+    spent.log("kprobe");
     Ok(Attached { blind_end_reasons })
 }
 
@@ -92,19 +95,28 @@ impl From<String> for Refused {
     }
 }
 
-fn attach_kprobe(ebpf: &mut Ebpf, program: &str, function: &str) -> Result<(), Refused> {
+fn attach_kprobe(
+    ebpf: &mut Ebpf,
+    program: &str,
+    function: &str,
+    spent: &mut Spent,
+) -> Result<(), Refused> {
     let probe: &mut KProbe = ebpf
         .program_mut(program)
         .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
         .try_into()
         .map_err(|e| format!("{program}: {e}"))?;
     if probe.fd().is_err() {
-        probe.load().map_err(|e| format!("load {program}: {e}"))?;
+        spent
+            .load(|| probe.load())
+            .map_err(|e| format!("load {program}: {e}"))?;
     }
-    probe.attach(function, 0).map_err(|e| Refused {
-        errno: super::errno::of(&e),
-        message: e.to_string(),
-    })?;
+    spent
+        .attach(|| probe.attach(function, 0))
+        .map_err(|e| Refused {
+            errno: super::errno::of(&e),
+            message: e.to_string(),
+        })?;
     let kind = match probe.kind() {
         ProbeKind::Entry => "kprobe",
         ProbeKind::Return => "kretprobe",

@@ -551,6 +551,51 @@ fn load_failure(e: &aya::EbpfError) -> Failure {
     }
 }
 
+/// What the kernel took to verify and to attach a function-probe backend's programs (kprobe,
+/// fentry), summed over them for the `startup:` debug lines: they load and attach one at a
+/// time, and under an emulator their attaches are a large part of a start.
+#[derive(Default)]
+pub(crate) struct Spent {
+    loads: u32,
+    loading: std::time::Duration,
+    attaches: u32,
+    attaching: std::time::Duration,
+}
+
+impl Spent {
+    /// `load()`, timed as a program's load (its verification).
+    pub(crate) fn load<T>(&mut self, load: impl FnOnce() -> T) -> T {
+        let started = std::time::Instant::now();
+        let result = load();
+        self.loads += 1;
+        self.loading += started.elapsed();
+        result
+    }
+
+    /// `attach()`, timed as one attach.
+    pub(crate) fn attach<T>(&mut self, attach: impl FnOnce() -> T) -> T {
+        let started = std::time::Instant::now();
+        let result = attach();
+        self.attaches += 1;
+        self.attaching += started.elapsed();
+        result
+    }
+
+    pub(crate) fn log(&self, backend: &str) {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        debug!(
+            "startup: {} {backend} programs verified in {:.1} ms",
+            self.loads,
+            ms(self.loading)
+        );
+        debug!(
+            "startup: {} {backend} attaches in {:.1} ms",
+            self.attaches,
+            ms(self.attaching)
+        );
+    }
+}
+
 /// The per-period demand program did not attach to `hook`: stops are traced as before, but
 /// nothing measures demand, so no advice is given.
 pub(crate) fn warn_no_demand(hook: &str, error: &dyn std::fmt::Display) {

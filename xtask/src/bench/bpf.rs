@@ -106,12 +106,12 @@ pub fn loaded_ids() -> HashSet<u32> {
         .collect()
 }
 
-/// Tracepoint-type programs loaded since `before` (what a bpftrace just started loaded).
-pub fn tracepoint_programs_since(before: &HashSet<u32>, hook: &str) -> Vec<Program> {
+/// Programs of `kind` loaded since `before` (what a bpftrace just started loaded).
+pub fn programs_since(before: &HashSet<u32>, kind: bpf_prog_type, hook: &str) -> Vec<Program> {
     aya::programs::loaded_programs()
         .flatten()
         .filter(|p| !before.contains(&p.id()))
-        .filter(|p| p.program_type() == bpf_prog_type::BPF_PROG_TYPE_TRACEPOINT)
+        .filter(|p| p.program_type() == kind)
         .map(|p| Program {
             hook: hook.to_owned(),
             name: p.name_as_str().unwrap_or("").to_owned(),

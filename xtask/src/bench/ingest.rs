@@ -107,7 +107,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         idle.push(Memory::of(t.pid())?);
     }
     let bpftrace = {
-        let t = Traced::bpftrace(BPFTRACE_CHECK)?;
+        let t = Traced::bpftrace(&BPFTRACE_CHECK)?;
         thread::sleep(settle);
         Memory::of(t.pid())?
     };

@@ -37,7 +37,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         .iter()
         .map(|h| Floor::attach(h))
         .collect::<Result<Vec<_>>>()?;
-    let peer = Traced::bpftrace(BPFTRACE_CHECK)?;
+    let peer = Traced::bpftrace(&BPFTRACE_CHECK)?;
     let theirs = peer.programs.clone();
     if theirs.len() != 1 {
         bail!("expected one new tracepoint program from bpftrace, found {theirs:?}");
@@ -154,7 +154,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
                 "empty program on sched_switch",
                 floor_of("sched_switch", &pipe),
             )
-            .note(format!("`{BPFTRACE_CHECK}`")),
+            .note(format!("`{}`", BPFTRACE_CHECK.script)),
         );
         // All our programs' time over the context switches in the same window.
         let total: Vec<f64> = pipe

@@ -9,6 +9,7 @@
 //! - [`slowdown`]: `perf bench sched pipe` pinned to one CPU and `sched messaging` without /
 //!   with the tracer / with empty programs on its hooks / with bpftrace, in rotating rounds;
 //! - [`startup`]: exec → NDJSON `start` line per backend vs bpftrace's, and where it goes;
+//! - [`vm_startup`]: the same in the vm-test kernels' guests, where kprobe and fentry exist;
 //! - [`ingest`]: records/s through the real decode and aggregate path, and memory;
 //! - [`sustained`]: real cgroups throttling every few ms, with the losses counted.
 //!
@@ -23,14 +24,16 @@ mod kernel;
 mod loads;
 pub(crate) mod procs;
 mod slowdown;
-mod startup;
+pub mod startup;
 mod sustained;
 mod table;
 pub mod vm_cost;
+pub mod vm_startup;
 
 use crate::binaries::{self, Binaries};
 use crate::{cmd, paths, setup};
 use anyhow::{Context as _, Result, bail};
+use aya_obj::generated::bpf_prog_type;
 use std::io::Read as _;
 use std::os::fd::AsRawFd as _;
 use std::path::PathBuf;
@@ -49,9 +52,13 @@ pub struct Args {
     /// Measure this throttle-tracer binary instead of the one just built (to compare builds).
     #[arg(long, value_name = "PATH")]
     tracer: Option<PathBuf>,
-    /// Only these sections (kernel, slowdown, startup, ingest, sustained), for working on one.
+    /// Only these sections (kernel, slowdown, startup, ingest, sustained, vm-startup), for
+    /// working on one.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// vm-startup's kernel series, repeatable: 5.10, 6.1, 6.12, 7 (default: all of them).
+    #[arg(long = "kernel", value_name = "SERIES")]
+    kernels: Vec<String>,
 }
 
 /// What every section needs.
@@ -60,12 +67,75 @@ pub struct Bench {
     pub workload: PathBuf,
     pub smoke: bool,
     pub runs: usize,
+    /// vm-startup's kernel series (empty: every kernel of the VM matrix).
+    pub kernels: Vec<String>,
+}
+
+/// A bpftrace one-liner the bench compares with, and the programs it loads: bpftrace prints
+/// "Attaching" before it loads them, and is ready once they are all loaded.
+pub struct Check {
+    /// The tracer backend whose peer it is: it attaches as that backend does.
+    pub backend: &'static str,
+    pub script: &'static str,
+    pub program_type: bpf_prog_type,
+    /// What its programs attach to, for the table.
+    pub hook: &'static str,
+    /// How many programs it loads (one per probe).
+    pub programs: usize,
 }
 
 /// bpftrace's one-line version of the detection on sched_switch: is the task switched out
 /// on a throttled cfs_rq; a count per task group.
-pub const BPFTRACE_CHECK: &str = "tracepoint:sched:sched_switch { $rq = curtask->se.cfs_rq; \
-     if ($rq->throttled) { @[$rq->tg] = count(); } }";
+pub const BPFTRACE_CHECK: Check = Check {
+    backend: "tracepoint",
+    script: "tracepoint:sched:sched_switch { $rq = curtask->se.cfs_rq; \
+             if ($rq->throttled) { @[$rq->tg] = count(); } }",
+    program_type: bpf_prog_type::BPF_PROG_TYPE_TRACEPOINT,
+    hook: "sched_switch",
+    programs: 1,
+};
+
+/// The kprobe backend's peer: a throttle's length per task group, from kprobes on the two
+/// functions every kprobe-traced stop begins and ends in.
+pub const BPFTRACE_KPROBE_CHECK: Check = Check {
+    backend: "kprobe",
+    script: "kprobe:throttle_cfs_rq { @start[arg0] = nsecs; } \
+             kprobe:unthrottle_cfs_rq /@start[arg0]/ { \
+             @[((struct cfs_rq *)arg0)->tg] = hist(nsecs - @start[arg0]); delete(@start[arg0]); }",
+    program_type: bpf_prog_type::BPF_PROG_TYPE_KPROBE,
+    hook: "throttle_cfs_rq, unthrottle_cfs_rq",
+    programs: 2,
+};
+
+/// The fentry backend's peer: the same as [`BPFTRACE_KPROBE_CHECK`] with bpftrace's kfunc
+/// (fentry) probes, which read the functions' typed arguments from BTF.
+pub const BPFTRACE_KFUNC_CHECK: Check = Check {
+    backend: "fentry",
+    script: "kfunc:throttle_cfs_rq { @start[args->cfs_rq] = nsecs; } \
+             kfunc:unthrottle_cfs_rq /@start[args->cfs_rq]/ { \
+             @[args->cfs_rq->tg] = hist(nsecs - @start[args->cfs_rq]); delete(@start[args->cfs_rq]); }",
+    program_type: bpf_prog_type::BPF_PROG_TYPE_TRACING,
+    hook: "throttle_cfs_rq, unthrottle_cfs_rq",
+    programs: 2,
+};
+
+impl Check {
+    /// bpftrace's probe type (`kprobe`, `kfunc`, `tracepoint`).
+    pub fn probe(&self) -> &'static str {
+        self.script.split(':').next().unwrap_or("")
+    }
+}
+
+/// The check that attaches as `backend` does.
+pub fn check_for(backend: &str) -> Option<&'static Check> {
+    [
+        &BPFTRACE_CHECK,
+        &BPFTRACE_KPROBE_CHECK,
+        &BPFTRACE_KFUNC_CHECK,
+    ]
+    .into_iter()
+    .find(|c| c.backend == backend)
+}
 
 /// throttle-tracer's arguments wherever the bench measures its tracepoint backend.
 pub const TRACEPOINT: &[&str] = &["--backend", "tracepoint", "--json"];
@@ -77,7 +147,12 @@ pub fn run(args: &Args) -> Result<()> {
     if runs == 0 {
         bail!("--runs must be at least 1");
     }
-    setup::run(&[setup::Part::Build, setup::Part::Bench])?;
+    // QEMU and busybox for vm-startup, which --smoke leaves out.
+    if args.smoke {
+        setup::run(&[setup::Part::Build, setup::Part::Bench])?;
+    } else {
+        setup::run(&[setup::Part::Build, setup::Part::Bench, setup::Part::Vm])?;
+    }
     let mut binaries = binaries::build()?;
     if let Some(tracer) = &args.tracer {
         binaries.tracer.clone_from(tracer);
@@ -89,6 +164,7 @@ pub fn run(args: &Args) -> Result<()> {
             workload: binaries.workload,
             smoke: args.smoke,
             runs,
+            kernels: args.kernels.clone(),
         },
     )
 }
@@ -102,6 +178,7 @@ pub fn smoke(binaries: &Binaries) -> Result<()> {
         runs: None,
         tracer: None,
         only: Vec::new(),
+        kernels: Vec::new(),
     };
     measure(
         &args,
@@ -110,6 +187,7 @@ pub fn smoke(binaries: &Binaries) -> Result<()> {
             workload: binaries.workload.clone(),
             smoke: true,
             runs: 1,
+            kernels: Vec::new(),
         },
     )
 }
@@ -126,13 +204,17 @@ fn measure(args: &Args, bench: &Bench) -> Result<()> {
         ("startup", startup::rows),
         ("ingest and memory", ingest::rows),
         ("sustained load", sustained::rows),
+        ("vm-startup", vm_startup::rows),
     ];
     if let Some(unknown) = args.only.iter().find(|o| {
         !sections
             .iter()
             .any(|(name, _)| name.starts_with(o.as_str()))
     }) {
-        bail!("--only {unknown}: no such section (kernel, slowdown, startup, ingest, sustained)");
+        bail!(
+            "--only {unknown}: no such section (kernel, slowdown, startup, ingest, sustained, \
+             vm-startup)"
+        );
     }
     let _lock = host_lock()?;
     let started = Instant::now();
@@ -146,7 +228,11 @@ fn measure(args: &Args, bench: &Bench) -> Result<()> {
         eprintln!("bench: {name}…");
         // A section that fails leaves a row saying why, and the others are still measured.
         match section(bench) {
-            Ok(section_rows) => rows.extend(section_rows),
+            // A section that fails in part (a kernel of vm-startup) says so in "failed" rows.
+            Ok(section_rows) => {
+                failed |= section_rows.iter().any(|r| r.section == "failed");
+                rows.extend(section_rows);
+            }
             Err(e) => {
                 eprintln!("bench: {name} failed: {e:#}");
                 rows.push(Row::new("failed", name, "-", &[]).note(format!("{e:#}")));

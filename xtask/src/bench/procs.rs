@@ -1,6 +1,6 @@
 //! The processes the bench runs and reads: the tracer, bpftrace, busy loops in quota'd
 //! cgroups; and what /proc says about a process (memory, CPU time, BPF maps).
-use super::bpf;
+use super::{Check, bpf};
 use crate::process::{die_with_parent, signal, wait_timeout};
 use anyhow::{Context as _, Result, bail};
 use std::io::{BufRead as _, BufReader, Read as _};
@@ -13,7 +13,8 @@ use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// A hang guard. Under TCG (vm-startup's guests) a start takes up to tens of seconds.
+const START_TIMEOUT: Duration = Duration::from_secs(180);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Not seen yet, in [`Traced::lost`].
 const UNSEEN: u64 = u64::MAX;
@@ -24,6 +25,8 @@ pub struct Traced {
     started: Instant,
     /// exec → ready (the `start` line; bpftrace's program loaded).
     pub ready_after: Duration,
+    /// The line that said it is ready (the tracer's `start` line).
+    pub ready_line: String,
     /// bpftrace's programs (none for the tracer, whose are found by its links).
     pub programs: Vec<bpf::Program>,
     /// `stop` lines read so far.
@@ -45,22 +48,28 @@ impl Traced {
         Self::spawn(command, |line| line.contains(r#""type":"start""#))
     }
 
-    /// `bpftrace -e SCRIPT`, ready when its tracepoint program is loaded: it prints
-    /// "Attaching" before it loads anything.
-    pub fn bpftrace(script: &str) -> Result<Self> {
+    /// `bpftrace -e SCRIPT` of `check`, ready when all its programs are loaded: it prints
+    /// "Attaching" before it loads anything, and attaches each program as it loads it (the
+    /// last one's attach is not in `ready_after`).
+    pub fn bpftrace(check: &Check) -> Result<Self> {
         let before = bpf::loaded_ids();
         let mut command = Command::new("bpftrace");
-        command.args(["-e", script]);
+        command.args(["-e", check.script]);
         let mut traced = Self::spawn(command, |line| line.starts_with("Attaching"))?;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            traced.programs = bpf::tracepoint_programs_since(&before, "sched_switch");
-            if !traced.programs.is_empty() {
+            traced.programs = bpf::programs_since(&before, check.program_type, check.hook);
+            if traced.programs.len() >= check.programs {
                 traced.ready_after = traced.started.elapsed();
                 return Ok(traced);
             }
             if Instant::now() > deadline {
-                bail!("bpftrace loaded no tracepoint program within {START_TIMEOUT:?}");
+                bail!(
+                    "bpftrace loaded {} of its {} {:?} programs within {START_TIMEOUT:?}",
+                    traced.programs.len(),
+                    check.programs,
+                    check.program_type
+                );
             }
             thread::sleep(Duration::from_millis(2));
         }
@@ -90,7 +99,7 @@ impl Traced {
         let stdout = thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 if ready(&line) {
-                    let _ = ready_tx.send(Instant::now());
+                    let _ = ready_tx.send((Instant::now(), line));
                 } else if line.starts_with(r#"{"type":"stop""#) {
                     counter.fetch_add(1, Ordering::Relaxed);
                     let record: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
@@ -116,6 +125,7 @@ impl Traced {
             child: Some(child),
             started,
             ready_after: Duration::ZERO,
+            ready_line: String::new(),
             programs: Vec::new(),
             stops,
             kernel_ns,
@@ -125,7 +135,10 @@ impl Traced {
             stderr: Some(stderr),
         };
         match ready_rx.recv_timeout(START_TIMEOUT) {
-            Ok(at) => traced.ready_after = at - started,
+            Ok((at, line)) => {
+                traced.ready_after = at - started;
+                traced.ready_line = line;
+            }
             Err(_) => {
                 let stderr = traced.halt();
                 bail!(
@@ -155,6 +168,15 @@ impl Traced {
             Some(s) if s.success() => Ok((stderr, lost)),
             Some(s) => bail!("the tracer exited with {s}:\n{}", stderr.trim_end()),
             None => bail!("the tracer did not exit within {STOP_TIMEOUT:?} of SIGINT"),
+        }
+    }
+
+    /// SIGKILL, for a start that is measured and nothing more: under the emulator bpftrace
+    /// takes more than [`STOP_TIMEOUT`] to exit on SIGINT, and the startup rounds would mostly
+    /// wait for it. The kernel detaches its programs as their fds close.
+    pub fn kill(mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
         }
     }
 

@@ -48,7 +48,7 @@ impl Side {
         };
         let traced = match self {
             Side::Tracer => Some(Traced::tracer(&bench.tracer, TRACEPOINT, &[])?),
-            Side::Bpftrace => Some(Traced::bpftrace(BPFTRACE_CHECK)?),
+            Side::Bpftrace => Some(Traced::bpftrace(&BPFTRACE_CHECK)?),
             Side::Without | Side::Floor => None,
         };
         Ok(Attached {
