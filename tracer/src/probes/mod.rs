@@ -565,20 +565,12 @@ pub(crate) struct Spent {
 impl Spent {
     /// `load()`, timed as a program's load (its verification).
     pub(crate) fn load<T>(&mut self, load: impl FnOnce() -> T) -> T {
-        let started = std::time::Instant::now();
-        let result = load();
-        self.loads += 1;
-        self.loading += started.elapsed();
-        result
+        timed(&mut self.loads, &mut self.loading, load)
     }
 
     /// `attach()`, timed as one attach.
     pub(crate) fn attach<T>(&mut self, attach: impl FnOnce() -> T) -> T {
-        let started = std::time::Instant::now();
-        let result = attach();
-        self.attaches += 1;
-        self.attaching += started.elapsed();
-        result
+        timed(&mut self.attaches, &mut self.attaching, attach)
     }
 
     pub(crate) fn log(&self, backend: &str) {
@@ -594,6 +586,15 @@ impl Spent {
             ms(self.attaching)
         );
     }
+}
+
+/// `f()`, counted in `count` and its time added to `total`.
+fn timed<T>(count: &mut u32, total: &mut std::time::Duration, f: impl FnOnce() -> T) -> T {
+    let started = std::time::Instant::now();
+    let result = f();
+    *count += 1;
+    *total += started.elapsed();
+    result
 }
 
 /// The per-period demand program did not attach to `hook`: stops are traced as before, but
