@@ -28,6 +28,10 @@ pub const EVENT_PERIOD: u32 = 4;
 /// is the kernel's own throttled time however many ends were lost.
 pub const LOST_KERNEL_NS: u32 = 5;
 
+/// `DeferredEvent::kind`: a thread a stop held ran the work the stop deferred (tracepoint
+/// backend).
+pub const EVENT_DEFERRED: u32 = 6;
+
 /// The key of a cgroup's count of lost records of one kind (`EVENT_*`) in the programs'
 /// `LOST_BY_CGROUP` map: the kind in the top 4 bits, the cgroup id below (kernfs ids are an
 /// inode number in the low 32 bits and a wrap generation above it, far below 2^60).
@@ -172,6 +176,27 @@ pub struct PeriodEvent {
     /// refill left. The refill counts `runtime_snap - (runtime + quota)`, when positive, as
     /// burst the period spent (cpu.stat `burst_time` / `burst_usec`).
     pub runtime_snap_ns: u64,
+}
+
+/// One ring-buffer record per thread a stop held, once the work it had waiting is done: the CPU
+/// time it ran from its hold until it next blocked (went to sleep or exited), or until a later
+/// stop held it again first (`continues`; its next record then goes on with the same work). The
+/// work a stop defers is known only in hindsight: the kernel keeps no count of it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeferredEvent {
+    /// `EVENT_DEFERRED`.
+    pub kind: u32,
+    pub tid: u32,
+    /// The stopped group's cgroup id.
+    pub cgroup_id: u64,
+    /// `bpf_ktime_get_ns()` when the stop began to hold it (`HeldThread::since_ns`).
+    pub since_ns: u64,
+    /// Δ its `sum_exec_runtime` from the hold to the block (or to the next hold).
+    pub ran_ns: u64,
+    /// 1: a later stop held it again before it blocked.
+    pub continues: u32,
+    pub _reserved: u32,
 }
 
 /// Most direct children listed in one `StopEvent`.
@@ -396,4 +421,6 @@ mod pod {
     unsafe impl aya::Pod for super::Offsets {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PeriodEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::DeferredEvent {}
 }

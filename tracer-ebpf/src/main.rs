@@ -15,6 +15,7 @@
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 
 mod calls;
+mod deferred;
 mod demand;
 mod end_reason;
 mod fentry;

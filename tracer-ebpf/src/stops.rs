@@ -7,9 +7,9 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use tracer_common::{
-    ABSENT, BitField, END_CGROUP_GONE, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END,
-    KERNEL_NS_UNKNOWN, LOST_KERNEL_NS, MAX_CHILDREN, MAX_THREADS, Offsets, PeriodEvent, StopEvent,
-    lost_key,
+    ABSENT, BitField, DeferredEvent, END_CGROUP_GONE, EVENT_END, EVENT_START,
+    EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, LOST_KERNEL_NS, MAX_CHILDREN, MAX_THREADS, Offsets,
+    PeriodEvent, StopEvent, lost_key,
 };
 
 use crate::{
@@ -178,7 +178,17 @@ impl Record for PeriodEvent {
     }
 }
 
-/// Puts one record (a `StopEvent` or a `PeriodEvent`) on the ring buffer; one that finds it
+impl Record for DeferredEvent {
+    fn kind(&self) -> u32 {
+        self.kind
+    }
+
+    fn cgroup_id(&self) -> u64 {
+        self.cgroup_id
+    }
+}
+
+/// Puts one record (a `StopEvent`, `PeriodEvent` or `DeferredEvent`) on the ring buffer; one that finds it
 /// full is counted in `LOST` and, by its cgroup and kind, in `LOST_BY_CGROUP`, where a lost
 /// end's kernel time is added up too (`LOST_KERNEL_NS`).
 pub fn emit<T: Record>(event: &T) {
@@ -279,7 +289,7 @@ pub fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> Option<u64>
 /// (`on_rq` cleared; 6.12+ may instead delay the dequeue, `sched_delayed` set) before the pick
 /// that can throttle its group. Where the kernel's BTF lacks the flags it counts as queued.
 #[inline(always)]
-fn still_queued(o: &Offsets, task: u64) -> bool {
+pub fn still_queued(o: &Offsets, task: u64) -> bool {
     let on_rq = read_bits(task, &o.task_on_rq).is_none_or(|q| q != 0);
     let delayed = o.task_se != ABSENT
         && read_bits(task + u64::from(o.task_se), &o.se_sched_delayed).is_some_and(|d| d != 0);
@@ -299,6 +309,7 @@ pub fn hold(o: &Offsets, task: u64, since_ns: u64, ev: &mut StopEvent) {
     // pointer on one of the paths the compiler merged ("R3 invalid mem access 'inv'").
     for i in 0..MAX_THREADS {
         if i == n {
+            crate::deferred::held(o, task, tid, ev.cgroup_id, since_ns);
             let entry = &mut ev.held[i];
             entry.tid = tid;
             entry.pid = read::<u32>(task, o.task_tgid).unwrap_or(0);

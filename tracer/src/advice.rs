@@ -565,6 +565,8 @@ mod tests {
             unfinished: None,
             bandwidth: Bandwidth::default(),
             burst_spent_ns: None,
+            waiting: DurationSummary::default(),
+            holds_dropped: 0,
         }
     }
 

@@ -710,6 +710,12 @@ impl Intake {
                     aggregate.ingest_period(&period);
                 }
             }
+            Ok(Record::Deferred(deferred)) => {
+                if self.traced.for_itself(deferred.cgroup_id, hierarchy) {
+                    report.deferred(&deferred, hierarchy.path_of(deferred.cgroup_id));
+                    aggregate.ingest_deferred(&deferred);
+                }
+            }
             Ok(Record::Stop(event)) => {
                 let cgroup_id = event.cgroup_id();
                 let resolve = |ids: Vec<u64>, hierarchy: &mut Hierarchy| -> Vec<CgroupRef> {

@@ -182,6 +182,10 @@ pub fn record(data: &[u8]) {
             aggregate.ingest_period(&period);
             period.end_ns
         }
+        Ok(Record::Deferred(deferred)) => {
+            aggregate.ingest_deferred(&deferred);
+            deferred.since_ns
+        }
         Err(RecordError::Size { got, .. }) => {
             assert_eq!(got, data.len());
             return;

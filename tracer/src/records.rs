@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use std::mem::size_of;
 
 use tracer_common::{
-    END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, EVENT_END, EVENT_PERIOD,
-    EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, LOST_KERNEL_NS, MAX_CHILDREN,
-    MAX_THREADS, PeriodEvent, StopEvent,
+    DeferredEvent, END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, EVENT_DEFERRED,
+    EVENT_END, EVENT_PERIOD, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN,
+    LOST_KERNEL_NS, MAX_CHILDREN, MAX_THREADS, PeriodEvent, StopEvent,
 };
 
 /// Why a ring-buffer record could not be turned into an [`Event`].
@@ -344,11 +344,57 @@ fn burst_spent(raw: &PeriodEvent) -> Option<u64> {
     Some(snap.saturating_sub(runtime.saturating_add(quota)))
 }
 
-/// Any ring-buffer record: a stop's ([`Event`]) or a period's.
+/// The work a stop deferred that one held thread ran (tracepoint backend): the CPU time from
+/// its hold until it next blocked, or until a later stop held it again first (`continues`:
+/// its next record goes on with the same work). Serialised as the NDJSON `deferred` line's
+/// fields, where the cgroup id is the line's own.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deferred {
+    /// Not serialised: the line's `cgroup_id` is it.
+    #[serde(skip)]
+    #[cfg_attr(test, proptest(value = "0"))]
+    pub cgroup_id: u64,
+    pub tid: u32,
+    /// CLOCK_MONOTONIC ns when the stop began to hold it.
+    pub since_ns: u64,
+    /// Its CPU time from then to the block (or the next hold), ns.
+    pub ran_ns: u64,
+    pub continues: bool,
+}
+
+impl Deferred {
+    fn from_raw(raw: &DeferredEvent) -> Self {
+        Self {
+            cgroup_id: raw.cgroup_id,
+            tid: raw.tid,
+            since_ns: raw.since_ns,
+            ran_ns: raw.ran_ns,
+            continues: raw.continues != 0,
+        }
+    }
+}
+
+/// Any ring-buffer record: a stop's ([`Event`]), a period's, or a held thread's deferred work.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     Stop(Event),
     Period(Period),
+    Deferred(Deferred),
+}
+
+/// A plain `#[repr(C)]` record of exactly its size in `bytes`.
+fn plain<T: Copy>(bytes: &[u8]) -> Result<T, RecordError> {
+    let want = size_of::<T>();
+    if bytes.len() != want {
+        return Err(RecordError::Size {
+            got: bytes.len(),
+            want,
+        });
+    }
+    // SAFETY: as in `Event::parse`: `T` is a plain `#[repr(C)]` record of integers, valid for
+    // every bit pattern, and `bytes` is exactly its size.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) })
 }
 
 impl Record {
@@ -357,19 +403,11 @@ impl Record {
         let kind = bytes
             .get(..4)
             .map(|k| u32::from_ne_bytes([k[0], k[1], k[2], k[3]]));
-        if kind != Some(EVENT_PERIOD) {
-            return Event::parse(bytes).map(Self::Stop);
+        match kind {
+            Some(EVENT_PERIOD) => Ok(Self::Period(Period::from_raw(&plain(bytes)?))),
+            Some(EVENT_DEFERRED) => Ok(Self::Deferred(Deferred::from_raw(&plain(bytes)?))),
+            _ => Event::parse(bytes).map(Self::Stop),
         }
-        let want = size_of::<PeriodEvent>();
-        if bytes.len() != want {
-            return Err(RecordError::Size {
-                got: bytes.len(),
-                want,
-            });
-        }
-        // SAFETY: as in `Event::parse`, for the plain `#[repr(C)]` `PeriodEvent`.
-        let raw: PeriodEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-        Ok(Self::Period(Period::from_raw(&raw)))
     }
 }
 
@@ -388,6 +426,9 @@ pub struct Lost {
     /// Periods: missing from the demand and the advice.
     #[serde(default, rename = "lost_periods", skip_serializing_if = "is_zero")]
     pub periods: u64,
+    /// Deferred-work records: the advice cannot place the work of those stops.
+    #[serde(default, rename = "lost_deferred", skip_serializing_if = "is_zero")]
+    pub deferred: u64,
     /// Σ kernel time (ns) of the lost ends whose kernel time was read: what the cross-check
     /// falls short by, so that the traced kernel time plus this is cpu.stat's.
     #[serde(
@@ -410,6 +451,7 @@ impl Lost {
             EVENT_START => &mut self.starts,
             EVENT_END | EVENT_UNSEEN_START_END => &mut self.ends,
             EVENT_PERIOD => &mut self.periods,
+            EVENT_DEFERRED => &mut self.deferred,
             LOST_KERNEL_NS => &mut self.kernel_ns,
             _ => return,
         };
@@ -421,6 +463,7 @@ impl Lost {
         self.starts
             .saturating_add(self.ends)
             .saturating_add(self.periods)
+            .saturating_add(self.deferred)
     }
 }
 
@@ -491,15 +534,10 @@ pub(crate) mod tests {
     use super::*;
 
     /// The bytes the kernel would put in the ring buffer for `ev`.
-    pub(crate) fn bytes_of(ev: &StopEvent) -> Vec<u8> {
+    pub(crate) fn bytes_of<T>(ev: &T) -> Vec<u8> {
         // SAFETY: test-only view of a plain `#[repr(C)]` value as its bytes.
-        unsafe {
-            std::slice::from_raw_parts(
-                (ev as *const StopEvent).cast::<u8>(),
-                size_of::<StopEvent>(),
-            )
-        }
-        .to_vec()
+        unsafe { std::slice::from_raw_parts((ev as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
     }
 
     pub(crate) fn raw(
@@ -706,6 +744,40 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn deferred_records_decode_and_count_when_lost() {
+        let raw = DeferredEvent {
+            kind: EVENT_DEFERRED,
+            tid: 42,
+            cgroup_id: 7,
+            since_ns: 1_000,
+            ran_ns: 31_000_000,
+            continues: 1,
+            _reserved: 0,
+        };
+        let bytes = bytes_of(&raw);
+        assert_eq!(
+            Record::parse(&bytes),
+            Ok(Record::Deferred(Deferred {
+                cgroup_id: 7,
+                tid: 42,
+                since_ns: 1_000,
+                ran_ns: 31_000_000,
+                continues: true,
+            }))
+        );
+        assert_eq!(
+            Record::parse(&bytes[..bytes.len() - 1]),
+            Err(RecordError::Size {
+                got: bytes.len() - 1,
+                want: bytes.len()
+            })
+        );
+        let mut lost = Lost::default();
+        lost.add(EVENT_DEFERRED, 3);
+        assert_eq!((lost.deferred, lost.total()), (3, 3));
+    }
+
+    #[test]
     fn period_records_decode_and_stop_records_still_do() {
         let period = PeriodEvent {
             kind: EVENT_PERIOD,
@@ -723,14 +795,8 @@ pub(crate) mod tests {
             cpus_read: 2,
             runtime_snap_ns: 80,
         };
-        // SAFETY: test-only view of a plain `#[repr(C)]` value as its bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                (&period as *const PeriodEvent).cast::<u8>(),
-                size_of::<PeriodEvent>(),
-            )
-        };
-        let Ok(Record::Period(p)) = Record::parse(bytes) else {
+        let bytes = bytes_of(&period);
+        let Ok(Record::Period(p)) = Record::parse(&bytes) else {
             panic!("not a period");
         };
         assert_eq!(

@@ -179,6 +179,7 @@ impl Recorded {
                     );
                     aggregate.ingest_period(&period);
                 }
+                (Line::Deferred(d), _) => aggregate.ingest_deferred(&d.record()),
                 (Line::AncestorStop(a), _) => {
                     let end = a
                         .stop

@@ -32,7 +32,7 @@ use crate::cgroups::Version;
 use crate::cpustat::CpuStat;
 use crate::names::Name;
 use crate::records::{
-    Bandwidth, EndReason, EndedStop, Event, HeldThread, Lost, Period, RecordError, Task,
+    Bandwidth, Deferred, EndReason, EndedStop, Event, HeldThread, Lost, Period, RecordError, Task,
 };
 use crate::wallclock::{Reading, Step, Utc};
 
@@ -50,6 +50,7 @@ pub enum Line {
     Summary(Box<Summary>),
     End(End),
     Period(PeriodLine),
+    Deferred(DeferredLine),
     Advice(Box<AdviceLine>),
     /// A line type this version does not know (from a newer tracer): read, never written.
     #[serde(other, skip_serializing)]
@@ -74,6 +75,7 @@ impl Line {
             Self::UnseenStartStop(u) => &mut u.cgroup,
             Self::Summary(s) => &mut s.cgroup,
             Self::Period(p) => &mut p.cgroup,
+            Self::Deferred(d) => &mut d.cgroup,
             Self::Advice(a) => &mut a.cgroup,
             Self::Start(_) | Self::ClockStep(_) | Self::End(_) | Self::Other => return,
         };
@@ -91,6 +93,7 @@ impl Line {
             Self::Summary(s) => s.open_stops.iter_mut().for_each(|o| o.stamp(clock)),
             Self::Period(p) => p.stamp(clock),
             Self::Advice(a) => a.stamp(clock),
+            Self::Deferred(d) => d.stamp(clock),
             Self::ClockStep(_) | Self::End(_) | Self::Other => {}
         }
     }
@@ -722,6 +725,45 @@ pub struct PeriodLine {
     pub wall: WallSpan,
 }
 
+/// `deferred`: the work a stop deferred that one held thread ran (tracepoint backend), once it
+/// blocked: docs/definitions.md, "deferred work".
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeferredLine {
+    #[serde(flatten)]
+    pub cgroup: CgroupRef,
+    /// The record, less its cgroup id (`cgroup` has it).
+    #[serde(flatten)]
+    pub deferred: Deferred,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_utc: Option<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_unix_ns: Option<i64>,
+}
+
+impl DeferredLine {
+    pub fn of(d: &Deferred, cgroup: Option<&str>) -> Self {
+        Self {
+            cgroup: CgroupRef::new(d.cgroup_id, cgroup),
+            deferred: *d,
+            since_utc: None,
+            since_unix_ns: None,
+        }
+    }
+
+    fn stamp(&mut self, clock: Reading) {
+        (self.since_utc, self.since_unix_ns) = wall(clock, self.deferred.since_ns);
+    }
+
+    /// The record this line was made from.
+    pub fn record(&self) -> Deferred {
+        Deferred {
+            cgroup_id: self.cgroup.id,
+            ..self.deferred
+        }
+    }
+}
+
 /// The wall-clock twins of a `start_ns` / `end_ns` span (left out when unknown).
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -798,6 +840,21 @@ pub struct AdviceLine {
     pub burst_spent_ns: Option<u64>,
     pub run_p50_ns: Option<u64>,
     pub run_p90_ns: Option<u64>,
+    /// The work waiting at a throttled period's end, over the throttled periods whose held
+    /// threads all finished it (tracepoint backend; docs/definitions.md, "deferred work"):
+    /// how many, and its p50, p99 and largest. Absent in recordings made before it.
+    #[serde(default)]
+    pub waiting_periods: u64,
+    #[serde(default)]
+    pub waiting_p50_ns: Option<u64>,
+    #[serde(default)]
+    pub waiting_p99_ns: Option<u64>,
+    #[serde(default)]
+    pub waiting_max_ns: Option<u64>,
+    /// Holds whose deferred work was not kept, past the most the agent keeps per cgroup: their
+    /// periods have no figure.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiting_dropped: u64,
     /// Run demand in [2^i, 2^(i+1)) ms at index i.
     pub runs_log2_ms: Vec<u32>,
     /// The largest runs, largest first.

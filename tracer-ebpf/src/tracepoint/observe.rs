@@ -11,7 +11,7 @@ use super::stop::{
     refilling, start,
 };
 use crate::{
-    offsets,
+    deferred, offsets,
     stops::{self, load, load_bits, now, number, read, read_bits},
 };
 
@@ -49,29 +49,33 @@ const THROTTLED: u32 = 4;
 /// chains are observed.
 #[inline(always)]
 pub(super) fn switched(o: &Offsets, prev: u64, next: u64) {
-    walk(o, prev, Seen::SwitchedOut);
+    if walk(o, prev, Seen::SwitchedOut) && deferred::any_pending() {
+        deferred::switched_out(o, prev);
+    }
     walk(o, next, Seen::SwitchedIn);
 }
 
 /// Walks `task`'s sched_entity chain up through its parents and observes every cfs_rq with a
 /// bandwidth limit. `task` is the tracepoint's BTF-typed argument, so the chain is read with
 /// direct loads. The root's cfs_rq (the entity without a parent) never has a limit, so a task
-/// of the root group costs one load.
+/// of the root group costs one load. Returns whether a level has a bandwidth limit.
 #[inline(always)]
-pub(super) fn walk(o: &Offsets, task: u64, seen: Seen) {
+pub(super) fn walk(o: &Offsets, task: u64, seen: Seen) -> bool {
+    let mut limited = false;
     if task == 0 || o.task_se == ABSENT {
-        return;
+        return limited;
     }
     let mut se = task + o.task_se as u64;
     for _ in 0..MAX_DEPTH {
         let parent = load::<u64>(se, o.se_parent).unwrap_or(0);
         if parent == 0 {
-            return;
+            return limited;
         }
         let Some(cfs_rq) = load::<u64>(se, o.se_cfs_rq) else {
-            return;
+            return limited;
         };
         if load::<i32>(cfs_rq, o.cfs_rq_runtime_enabled).unwrap_or(0) != 0 {
+            limited = true;
             if let Some(throttled) = load_bits(cfs_rq, &o.cfs_rq_throttled) {
                 observe(cfs_rq, throttled != 0, task, seen);
             }
@@ -82,6 +86,7 @@ pub(super) fn walk(o: &Offsets, task: u64, seen: Seen) {
         }
         se = parent;
     }
+    limited
 }
 
 /// One bandwidth-limited `cfs_rq` on `task`'s chain: an unthrottled one with no open stop

@@ -11,19 +11,31 @@
 //! - **parallelism** of a run: the most CPUs the group ran on within one of its periods (an
 //!   upper bound of the CPUs it ran on at once).
 //!
+//! - **deferred work** at a throttled period's end: what the threads its stops held ran from
+//!   their hold until they next blocked (`Deferred` records, tracepoint backend): the work that
+//!   had arrived and was waiting. A thread held again before it blocked counts what it ran
+//!   after that hold toward every hold of its chain, since all of it was waiting at each.
+//!
 //! A period whose usage is unknown (the first one seen, a CPU without the previous reading)
 //! breaks the run it falls in: that run is dropped and counted (`broken_runs`), never
 //! reported short. A run still throttled when the trace ends is `unfinished`, a lower bound
 //! kept apart from the distribution.
 
 use super::durations::{DurationSummary, Durations};
-use crate::records::{Bandwidth, Period};
+use crate::FastMap;
+use crate::records::{Bandwidth, Deferred, Period};
 
 /// Largest runs kept with their times.
 const LARGEST: usize = 5;
 /// Runs kept in order for the advice's replay of the refill (`DemandSummary::runs_in_order`);
 /// ~3 hours of runs of one at 100 ms. Past it the advice covers the first ones only.
 const MAX_IN_ORDER: usize = 100_000;
+
+/// Holds and throttled period ends kept for the work waiting at those ends (~4 threads held
+/// in each of 100,000 throttled periods); past it the rest are counted in `holds_dropped`.
+const MAX_HOLDS: usize = 4 * MAX_IN_ORDER;
+/// Holds one thread's unfinished work is followed through (one per throttled period).
+const MAX_CHAIN: usize = 64;
 
 /// One busy run (or a run of one period).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -71,6 +83,11 @@ pub struct DemandSummary {
     /// Σ burst spent over every period seen, as the refills counted it into cpu.stat
     /// `burst_time` (ns); `None` when the kernel does not say (before 5.16).
     pub burst_spent_ns: Option<u64>,
+    /// The work waiting at the end of each throttled period whose held threads all finished
+    /// it (docs/definitions.md, "deferred work"); `count` is how many such periods there were.
+    pub waiting: DurationSummary,
+    /// Holds (and throttled periods) whose deferred work was not kept (`MAX_HOLDS`).
+    pub holds_dropped: u64,
 }
 
 /// One cgroup's periods so far.
@@ -93,6 +110,15 @@ pub(super) struct Demand {
     burst_spent_ns: Option<u64>,
     /// The end of the last period taken, ns.
     last_end_ns: u64,
+    /// The throttled periods' (start, end), in order.
+    throttled: Vec<(u64, u64)>,
+    /// Per thread, its holds whose work it has not finished: (since, ran so far) each.
+    chains: FastMap<u32, Vec<(u64, u64)>>,
+    /// Holds of chains too long to follow (`MAX_CHAIN`): their periods have no figure.
+    given_up: Vec<u64>,
+    /// Finished holds: (since, the deferred work it waited with).
+    holds: Vec<(u64, u64)>,
+    holds_dropped: u64,
 }
 
 impl Demand {
@@ -119,6 +145,13 @@ impl Demand {
         self.covered_ns = self.covered_ns.saturating_add(p.end_ns - start_ns);
         self.max_cpus = self.max_cpus.max(p.cpus_used);
         self.throttled_periods += u64::from(throttled);
+        if throttled {
+            if self.throttled.len() < MAX_HOLDS {
+                self.throttled.push((start_ns, p.end_ns));
+            } else {
+                self.holds_dropped += 1;
+            }
+        }
         if self.broken {
             // The tail of a broken run: as a run of its own it would be reported short.
             self.broken = throttled;
@@ -165,8 +198,67 @@ impl Demand {
         Some(run)
     }
 
+    /// Takes one held thread's deferred work.
+    pub(super) fn deferred(&mut self, d: &Deferred) {
+        let chain = self.chains.entry(d.tid).or_default();
+        // What it ran after this hold was waiting at every earlier hold of the chain too.
+        for (_, ran) in chain.iter_mut() {
+            *ran = ran.saturating_add(d.ran_ns);
+        }
+        if chain.len() == MAX_CHAIN {
+            // A thread that never blocks (a CPU-bound loop) has no end to its deferred work:
+            // its oldest hold's figure stays unknown.
+            let (since, _) = chain.remove(0);
+            if self.given_up.len() < MAX_HOLDS {
+                self.given_up.push(since);
+            }
+        }
+        chain.push((d.since_ns, d.ran_ns));
+        if d.continues {
+            return;
+        }
+        let done = self.chains.remove(&d.tid).unwrap_or_default();
+        let room = MAX_HOLDS.saturating_sub(self.holds.len());
+        self.holds_dropped += done.len().saturating_sub(room) as u64;
+        self.holds.extend(done.into_iter().take(room));
+    }
+
+    /// The work waiting at each throttled period's end, from the finished holds: a hold
+    /// belongs to the throttled period it began in (one a refill outside a period boundary
+    /// ended, in a period that then ended unthrottled, to none). A period with a hold not
+    /// finished, or none, has no figure.
+    fn waiting(&self) -> DurationSummary {
+        let periods = &self.throttled;
+        let at = |since: u64| {
+            let i = periods.partition_point(|&(_, end)| end < since);
+            periods
+                .get(i)
+                .filter(|&&(start, _)| start < since)
+                .map(|_| i)
+        };
+        let mut waiting: Vec<Option<u64>> = vec![None; periods.len()];
+        for &(since, ns) in &self.holds {
+            if let Some(i) = at(since) {
+                waiting[i] = Some(waiting[i].unwrap_or(0).saturating_add(ns));
+            }
+        }
+        let open = self.chains.values().flatten().map(|&(since, _)| since);
+        for since in open.chain(self.given_up.iter().copied()) {
+            if let Some(i) = at(since) {
+                waiting[i] = None;
+            }
+        }
+        let mut summary = Durations::default();
+        waiting
+            .into_iter()
+            .flatten()
+            .for_each(|ns| summary.record(ns));
+        summary.summary()
+    }
+
     pub(super) fn finish(self) -> DemandSummary {
         DemandSummary {
+            waiting: self.waiting(),
             periods: self.periods,
             unknown_periods: self.unknown_periods,
             throttled_periods: self.throttled_periods,
@@ -180,6 +272,7 @@ impl Demand {
             max_cpus: self.max_cpus,
             bandwidth: self.bandwidth,
             burst_spent_ns: self.burst_spent_ns,
+            holds_dropped: self.holds_dropped,
         }
     }
 }
@@ -251,6 +344,53 @@ pub(crate) mod tests {
         assert_eq!(s.runs_in_order[0].demand_ns, 10 * MS);
         assert_eq!(s.max_cpus, 2);
         assert_eq!((s.broken_runs, s.unfinished), (0, None));
+    }
+
+    fn deferred(tid: u32, since_ms: u64, ran_ms: u64, continues: bool) -> Deferred {
+        Deferred {
+            cgroup_id: 1,
+            tid,
+            since_ns: since_ms * MS,
+            ran_ns: ran_ms * MS,
+            continues,
+        }
+    }
+
+    #[test]
+    fn the_work_waiting_at_a_throttled_end_is_what_its_held_threads_ran_before_they_slept() {
+        let run = [
+            period(100, 10, 1, false),
+            period(200, 50, 2, true),
+            period(300, 50, 1, true),
+            period(400, 20, 1, false),
+        ];
+        let waiting = |records: &[Deferred]| {
+            let mut d = Demand::default();
+            for p in &run {
+                d.period(p);
+            }
+            for r in records {
+                d.deferred(r);
+            }
+            let w = d.finish().waiting;
+            (w.count, w.sum_ns / MS, w.percentiles.map(|p| p.max_ns / MS))
+        };
+        // Thread 1, held at 150 ms, ran 40 ms after the refill and was held again at 260 ms
+        // before it slept, then ran 15 ms more: all 55 ms were waiting at 200 ms, 15 at 300.
+        // Thread 2, held at 180 ms, ran 10 ms and slept.
+        let finished = [
+            deferred(1, 150, 40, true),
+            deferred(2, 180, 10, false),
+            deferred(1, 260, 15, false),
+        ];
+        assert_eq!(waiting(&finished), (2, 65 + 15, Some(65)));
+        // Thread 3, held at 290 ms, never slept before the trace ended: nothing is known of
+        // what waited at 300 ms.
+        let mut unfinished = finished.to_vec();
+        unfinished.push(deferred(3, 290, 5, true));
+        assert_eq!(waiting(&unfinished), (1, 65, Some(65)));
+        // A hold in no throttled period (a refill outside a boundary) has no period.
+        assert_eq!(waiting(&[deferred(4, 50, 9, false)]), (0, 0, None));
     }
 
     #[test]

@@ -159,7 +159,7 @@ pub struct Percentiles {
 }
 
 /// A finished distribution of durations.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DurationSummary {
     pub count: u64,
     /// Σ durations, ns.

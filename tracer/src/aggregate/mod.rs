@@ -55,7 +55,7 @@ pub use holders::{HeldSummary, ProcessHeld};
 pub use window::IntervalSummary;
 use window::Window;
 
-use crate::records::{EndedStop, Event, Period};
+use crate::records::{Deferred, EndedStop, Event, Period};
 
 /// All cgroups' state for one trace.
 #[derive(Debug, Default)]
@@ -151,6 +151,14 @@ impl Aggregate {
         if self.demand.len() > self.cgroups.len() + 2 * QUIET_DEMAND {
             self.forget_quiet_demand();
         }
+    }
+
+    /// Takes one held thread's deferred work (a cgroup with a quota that stopped).
+    pub fn ingest_deferred(&mut self, deferred: &Deferred) {
+        self.demand
+            .entry(deferred.cgroup_id)
+            .or_default()
+            .deferred(deferred);
     }
 
     /// Forgets the periods of the cgroups that never stopped, all but the `QUIET_DEMAND` that

@@ -398,6 +398,8 @@ pub fn try_backend(
     // A record wakes the reader once a sixteenth of the ring is pending (64 KiB of the default
     // 1 MiB); below that the reader's 100 ms tick drains it.
     let wakeup_bytes = u64::from(ring_bytes / 16);
+    // Only the tracepoint backend sees a held thread block, which ends its deferred work.
+    let deferred_on = u32::from(backend == Backend::Tracepoint);
     let mut loader = EbpfLoader::new();
     loader
         .btf(btf.get().ok())
@@ -406,6 +408,7 @@ pub fn try_backend(
         .override_global("OFFSETS", offsets, true)
         .override_global("FILTER_CGROUPS", &filter_on, true)
         .override_global("NR_CPUS", &nr_cpus, true)
+        .override_global("DEFERRED_ON", &deferred_on, true)
         .override_global("AYA_LOG_LEVEL", &log_level, false);
     for (name, entries) in map_sizes(backend, nr_cpus) {
         loader.map_max_entries(name, entries);
@@ -496,6 +499,7 @@ fn map_sizes(backend: Backend, nr_cpus: u64) -> Vec<(&'static str, u32)> {
         Backend::Kprobe | Backend::Fentry => vec![
             ("OPEN", per_cfs_rq(65536)),
             ("OPEN_BY_GROUP", per_cfs_rq(65536)),
+            ("PENDING", 1),
             ("TP_OPEN", 1),
             ("TP_ENDED", unused_lru),
             // Every backend measures the per-period demand.

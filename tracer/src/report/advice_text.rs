@@ -89,6 +89,23 @@ fn demand(out: &mut String, d: &DemandSummary) {
             ms(spent)
         );
     }
+    if let Some(p) = d.waiting.percentiles {
+        let _ = writeln!(
+            out,
+            "  work waiting      at a throttled period's end: p50 {}   p99 {}   max {} ({} periods; what the held threads ran after the refill before they slept)",
+            ms(p.p50_ns),
+            ms(p.p99_ns),
+            ms(p.max_ns),
+            d.waiting.count
+        );
+    }
+    if d.holds_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "  work waiting      {} held threads or throttled periods past the most kept: their periods have no figure",
+            d.holds_dropped
+        );
+    }
     for run in &d.largest {
         let _ = writeln!(
             out,

@@ -40,7 +40,7 @@ use crate::advice::{self, Advice};
 use crate::aggregate::{CgroupSummary, DurationSummary};
 use crate::cgroups::Hierarchy;
 use crate::cpustat::CpuStat;
-use crate::records::{Bandwidth, EndedStop, Event, Lost, Period};
+use crate::records::{Bandwidth, Deferred, EndedStop, Event, Lost, Period};
 use crate::sampler::{Baseline, Sample, Snapshot};
 use crate::schema::{self, CgroupRef, End, Line, Start};
 use crate::wallclock::{self, Step};
@@ -144,6 +144,11 @@ impl CgroupReport {
             burst_spent_ns: d.burst_spent_ns,
             run_p50_ns: d.runs.percentiles.map(|p| p.p50_ns),
             run_p90_ns: d.runs.percentiles.map(|p| p.p90_ns),
+            waiting_periods: d.waiting.count,
+            waiting_p50_ns: d.waiting.percentiles.map(|p| p.p50_ns),
+            waiting_p99_ns: d.waiting.percentiles.map(|p| p.p99_ns),
+            waiting_max_ns: d.waiting.percentiles.map(|p| p.max_ns),
+            waiting_dropped: d.holds_dropped,
             runs_log2_ms: d.runs.log2_ms.clone(),
             largest_runs: d
                 .largest
@@ -344,6 +349,15 @@ impl<'a> Report<'a> {
     pub fn period(&mut self, period: &Period, cgroup: Option<&str>) {
         self.emit(
             || Line::Period(schema::PeriodLine::of(period, cgroup)),
+            None,
+            &[],
+        );
+    }
+
+    /// The deferred work one held thread ran: a `deferred` line.
+    pub fn deferred(&mut self, deferred: &Deferred, cgroup: Option<&str>) {
+        self.emit(
+            || Line::Deferred(schema::DeferredLine::of(deferred, cgroup)),
             None,
             &[],
         );

@@ -171,6 +171,7 @@ impl<W: Write + Send> Sink for Ndjson<W> {
                 | Line::AncestorStop(_)
                 | Line::UnseenStartStop(_)
                 | Line::Period(_)
+                | Line::Deferred(_)
         );
         let written = self.out.write_all(&self.buffer);
         if let Err(e) = written.and_then(|()| if record { Ok(()) } else { self.out.flush() }) {

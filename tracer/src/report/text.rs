@@ -467,6 +467,14 @@ fn lost(out: &mut String, lost: &Lost) {
             lost.periods
         );
     }
+    if lost.deferred > 0 {
+        let _ = writeln!(
+            out,
+            "  lost              {} deferred-work records: the work waiting at the ends of \
+             their periods is unknown or short",
+            lost.deferred
+        );
+    }
 }
 
 fn footer(out: &mut String, reports: &[CgroupReport], totals: &End) {
@@ -692,6 +700,7 @@ mod tests {
             starts: 1,
             ends: 3,
             periods: 0,
+            deferred: 0,
             kernel_ns: 240_000_000,
         };
         r.summary.unmatched_ends = 2;

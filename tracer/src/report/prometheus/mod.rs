@@ -262,6 +262,7 @@ impl Sink for Exporter {
             }
             Line::Start(_)
             | Line::Period(_)
+            | Line::Deferred(_)
             | Line::Advice(_)
             | Line::ClockStep(_)
             | Line::Summary(_)

@@ -1,0 +1,122 @@
+//! The work a stop deferred, measured in hindsight (tracepoint backend): every thread a stop
+//! holds is remembered with its `sum_exec_runtime` at the hold, and when it next blocks (is
+//! switched out no longer queued: asleep or exiting) what it ran since is one
+//! `DeferredEvent`. The kernel keeps no count of the work waiting in a throttled group; what
+//! its held threads run before they wait for more is that work (docs/definitions.md,
+//! "deferred work"). A thread held again by a later stop before it blocked sends what it ran
+//! so far with `continues` set and starts over from the new hold.
+//!
+//! The context switch looks a thread up only while some thread is pending and only when its
+//! group has a bandwidth limit: a machine with no stop recently pays one array load per switch.
+use aya_ebpf::{
+    Global,
+    macros::map,
+    maps::{Array, HashMap},
+};
+use tracer_common::{ABSENT, DeferredEvent, EVENT_DEFERRED, Offsets};
+
+use crate::stops::{atomic_add, emit, load, read, read_bits, still_queued};
+
+/// 1 when the backend can see the threads block (the tracepoint backend's context switch);
+/// set by the agent at load. The other backends hold threads too, but nothing would end them.
+#[unsafe(no_mangle)]
+static DEFERRED_ON: Global<u32> = Global::new(0);
+
+/// A held thread's work in progress.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Pending {
+    cgroup_id: u64,
+    since_ns: u64,
+    /// Its `sum_exec_runtime` at the hold.
+    exec_ns: u64,
+}
+
+/// Held threads by tid. Full, a hold is not measured (userspace counts a stop's threads and
+/// the deferred records that came for them).
+#[map]
+static PENDING: HashMap<u32, Pending> = HashMap::with_max_entries(16384, 0);
+
+/// Entries in `PENDING`, kept with atomic adds: the context switch reads it before any lookup.
+#[map]
+static PENDING_COUNT: Array<u64> = Array::with_max_entries(1, 0);
+
+fn count(delta: u64) {
+    if let Some(p) = PENDING_COUNT.get_ptr_mut(0) {
+        // SAFETY: a valid, aligned map value; every update is this atomic add.
+        unsafe { atomic_add(p, delta) };
+    }
+}
+
+/// Whether any held thread is still to be ended.
+#[inline(always)]
+pub fn any_pending() -> bool {
+    PENDING_COUNT.get(0).is_some_and(|&n| n != 0)
+}
+
+#[inline(always)]
+fn exec_ns(o: &Offsets, task: u64) -> Option<u64> {
+    if o.task_se == ABSENT {
+        return None;
+    }
+    read::<u64>(task + u64::from(o.task_se), o.se_sum_exec_runtime)
+}
+
+fn send(tid: u32, p: &Pending, exec_ns: u64, continues: u32) {
+    emit(&DeferredEvent {
+        kind: EVENT_DEFERRED,
+        tid,
+        cgroup_id: p.cgroup_id,
+        since_ns: p.since_ns,
+        ran_ns: exec_ns.saturating_sub(p.exec_ns),
+        continues,
+        _reserved: 0,
+    });
+}
+
+/// The stop of `cgroup_id` holds `task` (thread `tid`) from `since_ns`.
+#[inline(always)]
+pub fn held(o: &Offsets, task: u64, tid: u32, cgroup_id: u64, since_ns: u64) {
+    if DEFERRED_ON.load() == 0 {
+        return;
+    }
+    let Some(exec) = exec_ns(o, task) else {
+        return;
+    };
+    let now = Pending {
+        cgroup_id,
+        since_ns,
+        exec_ns: exec,
+    };
+    if let Some(p) = PENDING.get_ptr_mut(tid) {
+        // SAFETY: a valid map value; only programs holding this thread's rq lock (its holds
+        // and its switch-out) touch its entry.
+        let p = unsafe { &mut *p };
+        send(tid, p, exec, 1);
+        *p = now;
+    } else if PENDING.insert(tid, now, 0).is_ok() {
+        count(1);
+    }
+}
+
+/// `prev` (a BTF-typed task pointer) is being switched out: if it is held work's thread and no
+/// longer queued, its work is done.
+#[inline(always)]
+pub fn switched_out(o: &Offsets, prev: u64) {
+    let Some(tid) = load::<u32>(prev, o.task_pid) else {
+        return;
+    };
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(p) = (unsafe { PENDING.get(tid) }).copied() else {
+        return;
+    };
+    // Still queued (preempted, or held again by a stop), or parked by the 6.18 throttle:
+    // its work is not done.
+    if still_queued(o, prev) || read_bits(prev, &o.task_throttled).is_some_and(|t| t != 0) {
+        return;
+    }
+    send(tid, &p, exec_ns(o, prev).unwrap_or(p.exec_ns), 0);
+    if PENDING.remove(tid).is_ok() {
+        count(u64::MAX);
+    }
+}
