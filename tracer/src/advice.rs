@@ -94,6 +94,10 @@ pub struct Advice {
     /// them, plus a runtime slice for each CPU but one.
     #[serde(default)]
     pub p99_period_ns: u64,
+    /// The runtime slice allowed for in it: the machine's `sched_cfs_bandwidth_slice_us`;
+    /// `None` when the trace did not read it (the kernel's default, 5 ms, was assumed).
+    #[serde(default)]
+    pub slice_ns: Option<u64>,
     /// The settings the advice starts from.
     #[serde(flatten)]
     pub current: Bandwidth,
@@ -161,7 +165,12 @@ pub fn advise(demand: &DemandSummary, current: Bandwidth, kernel: Kernel) -> Opt
         longer_period(&runs, quota, period, top.cpus)
     };
     let arrived = arrived(&runs, demand.periods, quota, period);
-    let p99_period = p99_demand(&arrived, period, top.cpus);
+    let p99_period = p99_demand(
+        &arrived,
+        period,
+        top.cpus,
+        demand.slice_ns.unwrap_or(SLICE_NS),
+    );
     let period_p99 = (p99_period > quota)
         .then(|| p99_longer_period(&arrived, quota, period, top.cpus))
         .flatten();
@@ -172,6 +181,7 @@ pub fn advise(demand: &DemandSummary, current: Bandwidth, kernel: Kernel) -> Opt
         largest_run_cpus: top.cpus,
         p99_run_ns: p99,
         p99_period_ns: p99_period,
+        slice_ns: demand.slice_ns,
         current,
         fits,
         quota: quota_for(need),
@@ -414,7 +424,7 @@ fn replay_stops(arrived: &[u64], period: u64, cpus: u32, quota: u64) -> (u64, u6
 }
 
 /// The kernel's default `sched_cfs_bandwidth_slice_us`: the runtime a CPU draws from the
-/// group's pool at a time.
+/// group's pool at a time; the advice assumes it where the trace did not read the machine's.
 const SLICE_NS: u64 = 5 * MS;
 
 /// Periods replayed per period a p99 replay may stop: 150, not 100. The trace's per-period
@@ -427,8 +437,8 @@ const SLICE_NS: u64 = 5 * MS;
 const REPLAYED_PER_STOP: u64 = 150;
 
 /// The p99 period's demand: the smallest quota (1 ms steps) with which a replay of `arrived`
-/// at today's period stops at most one period in [`REPLAYED_PER_STOP`], plus one [`SLICE_NS`]
-/// for each CPU but one. A bisection: more quota never stops more, and `cpus` CPUs cannot use
+/// at today's period stops at most one period in [`REPLAYED_PER_STOP`], plus one `slice` (the
+/// machine's `sched_cfs_bandwidth_slice_us`) for each CPU but one. A bisection: more quota never stops more, and `cpus` CPUs cannot use
 /// more than `cpus` × period, which stops nothing.
 ///
 /// The replay shares one pool between the CPUs; the kernel's CPUs draw from it a slice at a
@@ -436,7 +446,7 @@ const REPLAYED_PER_STOP: u64 = 150;
 /// yet, and the group stops that much before the pool's total is spent (reruns of reference
 /// 003's random arrivals on 2 CPUs: a replay's 80 ms stopped 1.25 % of the periods, 86 ms
 /// 0.89 %).
-fn p99_demand(arrived: &[u64], period: u64, cpus: u32) -> u64 {
+fn p99_demand(arrived: &[u64], period: u64, cpus: u32, slice: u64) -> u64 {
     let works = |quota_ms: u64| {
         let (stopped, periods) = replay_stops(arrived, period, cpus, quota_ms * MS);
         stopped.saturating_mul(REPLAYED_PER_STOP) <= periods
@@ -453,7 +463,7 @@ fn p99_demand(arrived: &[u64], period: u64, cpus: u32) -> u64 {
             stops = mid;
         }
     }
-    works_ms * MS + u64::from(cpus.max(1) - 1) * SLICE_NS
+    works_ms * MS + u64::from(cpus.max(1) - 1) * slice
 }
 
 /// The shortest period up to 1 s at today's ratio in which at most 1 % of the windows of its
@@ -567,6 +577,7 @@ mod tests {
             burst_spent_ns: None,
             waiting: DurationSummary::default(),
             holds_dropped: 0,
+            slice_ns: None,
         }
     }
 
@@ -734,15 +745,17 @@ mod tests {
         arrived[60] = 80 * MS;
         assert_eq!(replay_stops(&arrived, 100 * MS, 1, 64 * MS), (6, 999));
         assert_eq!(replay_stops(&arrived, 100 * MS, 1, 63 * MS), (10, 999));
-        assert_eq!(p99_demand(&arrived, 100 * MS, 1), 64 * MS);
+        assert_eq!(p99_demand(&arrived, 100 * MS, 1, SLICE_NS), 64 * MS);
         // Its 4 ms a step never needs a second CPU, so on three the replay's quota is the
-        // same; each CPU but one may hold a slice when the pool runs dry: 64 + 2 × 5 ms.
-        assert_eq!(p99_demand(&arrived, 100 * MS, 3), 74 * MS);
+        // same; each CPU but one may hold a slice when the pool runs dry: 64 + 2 × 5 ms, or
+        // on a machine whose slice is 1 ms, 64 + 2 × 1 ms.
+        assert_eq!(p99_demand(&arrived, 100 * MS, 3, SLICE_NS), 74 * MS);
+        assert_eq!(p99_demand(&arrived, 100 * MS, 3, MS), 66 * MS);
         // What a stopped period cannot run waits for the next: at 30 ms a cluster stops two
         // periods at every phase (phase 0: 80 ms, then 50 deferred; phase 5: 40, then 40 + 10)
         // but phase 7 (24 | 56: 26 ms deferred, which the third period runs): 2 × 19.
         assert_eq!(replay_stops(&arrived, 100 * MS, 2, 30 * MS), (38, 999));
         // Nothing arrived: nothing stops, whatever the quota.
-        assert_eq!(p99_demand(&[0; 50], 100 * MS, 4), 0);
+        assert_eq!(p99_demand(&[0; 50], 100 * MS, 4, SLICE_NS), 0);
     }
 }

@@ -410,15 +410,17 @@ impl Session {
             utc_offset_s: Some(wallclock::local_utc_offset_s(
                 clock.in_use().unix_ns(started_ns),
             )),
+            bandwidth_slice_ns: bandwidth_slice_ns(),
             ..Start::default()
         };
+        let slice_ns = start.bandwidth_slice_ns;
         let report = Report::new(start, request.sinks);
         let mut reader = Reader::new(ring)?;
         reader.intake.traced.ancestors = ancestors;
         let mut session = Self {
             probes,
             reader,
-            aggregate: Aggregate::watching(&filter),
+            aggregate: Aggregate::watching(&filter).with_slice(slice_ns),
             report,
             hierarchy,
             sampler,
@@ -755,6 +757,12 @@ impl Intake {
 /// Milliseconds since `since`, for the `startup:` debug lines `cargo xtask bench` reads.
 pub fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
+}
+
+/// `sched_cfs_bandwidth_slice_us` in ns; `None` when unreadable (no CFS bandwidth control).
+fn bandwidth_slice_ns() -> Option<u64> {
+    let us = fs::read_to_string("/proc/sys/kernel/sched_cfs_bandwidth_slice_us").ok()?;
+    us.trim().parse::<u64>().ok()?.checked_mul(1000)
 }
 
 pub fn kernel_release() -> String {

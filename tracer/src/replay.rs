@@ -135,6 +135,7 @@ impl Recorded {
             match (record, start.is_some()) {
                 (Line::Start(s), false) => {
                     realtime_offset_ns = s.realtime_offset_ns;
+                    aggregate.set_slice(s.bandwidth_slice_ns);
                     start = Some(s);
                 }
                 (_, false) => return Err(ReadError::NotARecording),

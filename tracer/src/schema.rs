@@ -230,6 +230,12 @@ pub struct Start {
     /// shows times of day at it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub utc_offset_s: Option<i32>,
+    /// The machine's `sched_cfs_bandwidth_slice_us` at the start, in ns: the runtime a CPU
+    /// draws from a group's pool at a time, which the p99 quota allows for. Absent when it
+    /// could not be read, and in recordings made before it (the advice then assumes the
+    /// kernel's default, 5 ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_slice_ns: Option<u64>,
 }
 
 impl Start {

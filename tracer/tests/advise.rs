@@ -885,6 +885,18 @@ fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_pe
         "advice: quota {}, burst {} ({}), period {} ({})",
         a["quota"], a["burst"]["burst_ns"], a["burst"]["why_not"], a["period"], a["period_why_not"]
     );
+    // The p99 quota allows for the machine's runtime slice, which the start line records.
+    let slice_us: u64 = std::fs::read_to_string("/proc/sys/kernel/sched_cfs_bandwidth_slice_us")
+        .expect("sched_cfs_bandwidth_slice_us")
+        .trim()
+        .parse()
+        .expect("a number of µs");
+    let start = lines
+        .iter()
+        .find(|v| v["type"] == "start")
+        .expect("a start line");
+    assert_eq!(ns(&start["bandwidth_slice_ns"]), slice_us * 1000, "{start}");
+    assert_eq!(ns(&a["slice_ns"]), slice_us * 1000, "{a}");
     // Only the tracepoint backend sees held threads block (docs/definitions.md).
     if common::backend() == "tracepoint" {
         assert_waiting_is_the_requests_left(&lines, &requests, a);

@@ -88,6 +88,8 @@ pub struct DemandSummary {
     pub waiting: DurationSummary,
     /// Holds (and throttled periods) whose deferred work was not kept (`MAX_HOLDS`).
     pub holds_dropped: u64,
+    /// The machine's `sched_cfs_bandwidth_slice_us` (ns) when the trace read it.
+    pub slice_ns: Option<u64>,
 }
 
 /// One cgroup's periods so far.
@@ -256,8 +258,9 @@ impl Demand {
         summary.summary()
     }
 
-    pub(super) fn finish(self) -> DemandSummary {
+    pub(super) fn finish(self, slice_ns: Option<u64>) -> DemandSummary {
         DemandSummary {
+            slice_ns,
             waiting: self.waiting(),
             periods: self.periods,
             unknown_periods: self.unknown_periods,
@@ -308,7 +311,7 @@ pub(crate) mod tests {
         for p in periods {
             d.period(p);
         }
-        d.finish()
+        d.finish(None)
     }
 
     #[test]
@@ -372,7 +375,7 @@ pub(crate) mod tests {
             for r in records {
                 d.deferred(r);
             }
-            let w = d.finish().waiting;
+            let w = d.finish(None).waiting;
             (w.count, w.sum_ns / MS, w.percentiles.map(|p| p.max_ns / MS))
         };
         // Thread 1, held at 150 ms, ran 40 ms after the refill and was held again at 260 ms

@@ -69,6 +69,8 @@ pub struct Aggregate {
     demand: FastMap<u64, demand::Demand>,
     /// Cgroups that never stopped whose periods were forgotten to stay bounded.
     forgotten_demand: u64,
+    /// The machine's bandwidth slice, for the demand summaries.
+    slice_ns: Option<u64>,
 }
 
 /// Cgroups that never stopped whose periods are kept (the latest to have one): a quota's
@@ -89,6 +91,7 @@ impl Aggregate {
             window: None,
             demand: FastMap::default(),
             forgotten_demand: 0,
+            slice_ns: None,
         }
     }
 
@@ -100,6 +103,19 @@ impl Aggregate {
 
     /// Also keeps the stops of the current interval for [`Aggregate::take_interval`], leaving
     /// out stops and group stops shorter than `min_stop_ns` (the whole-run figures keep them).
+    /// The machine's `sched_cfs_bandwidth_slice_us` (ns), which the demand summaries carry for
+    /// the advice; `None`: not known.
+    pub fn with_slice(mut self, slice_ns: Option<u64>) -> Self {
+        self.set_slice(slice_ns);
+        self
+    }
+
+    /// [`Aggregate::with_slice`], for a reader that learns it after it began (a recording's
+    /// `start` line).
+    pub fn set_slice(&mut self, slice_ns: Option<u64>) {
+        self.slice_ns = slice_ns;
+    }
+
     pub fn with_intervals(mut self, min_stop_ns: u64) -> Self {
         self.window = Some(Window::new(min_stop_ns));
         self
@@ -226,7 +242,7 @@ impl Aggregate {
             .cgroups
             .into_iter()
             .map(|(id, state)| CgroupSummary {
-                demand: demand.remove(&id).map(demand::Demand::finish),
+                demand: demand.remove(&id).map(|d| d.finish(self.slice_ns)),
                 ..state.finish(id, now_ns)
             })
             .collect();

@@ -176,9 +176,14 @@ fn advice(out: &mut String, a: &Advice, version: Option<Version>) {
         let _ = writeln!(
             out,
             "                    {} stops at most 1 % of the periods (the p99 period's demand is \
-             {}): {}",
+             {}, with {} for each CPU but one: {}): {}",
             ms(q.quota_ns),
             ms(a.p99_period_ns),
+            a.slice_ns.map_or_else(|| "5.0 ms".to_owned(), ms),
+            a.slice_ns.map_or(
+                "the kernel's default runtime slice, the machine's was not read",
+                |_| "the machine's runtime slice"
+            ),
             quota_files(&q, version)
         );
     }
