@@ -262,6 +262,8 @@ fn run_spiky(cgroup: &Cgroup, burn_ms: u32, rounds: u32, threads: u32) -> Outcom
 /// The tracer, started for one cgroup, and its stdout lines.
 struct Tracer {
     child: Running,
+    /// Its `start` line.
+    start: Value,
     lines: mpsc::Receiver<String>,
 }
 
@@ -274,8 +276,12 @@ impl Tracer {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
         );
-        let (_, lines) = common::ndjson_lines(&mut child);
-        Self { child, lines }
+        let (start, lines) = common::ndjson_lines(&mut child);
+        Self {
+            child,
+            start,
+            lines,
+        }
     }
 
     /// SIGINTs the tracer and returns every line it printed after `start`.
@@ -793,6 +799,7 @@ fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_pe
         usage_ns,
         usage,
     } = run_arrivals(&cgroup);
+    let start = tracer.start.clone();
     let lines = tracer.stop();
     eprintln!(
         "{} requests of {ARRIVALS_COST_MS} ms at {ARRIVALS_RATE}/s: nr_throttled {throttled} of {periods} periods ({:.1} %)",
@@ -891,10 +898,6 @@ fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_pe
         .trim()
         .parse()
         .expect("a number of µs");
-    let start = lines
-        .iter()
-        .find(|v| v["type"] == "start")
-        .expect("a start line");
     assert_eq!(ns(&start["bandwidth_slice_ns"]), slice_us * 1000, "{start}");
     assert_eq!(ns(&a["slice_ns"]), slice_us * 1000, "{a}");
     // Only the tracepoint backend sees held threads block (docs/definitions.md).
