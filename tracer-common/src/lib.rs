@@ -31,6 +31,9 @@ pub const LOST_KERNEL_NS: u32 = 5;
 /// `DeferredEvent::kind`: a thread a stop held ran the work the stop deferred (tracepoint
 /// backend).
 pub const EVENT_DEFERRED: u32 = 6;
+/// `DeferredEvent::continues` values.
+pub const DEFERRED_CONTINUES: u32 = 1;
+pub const DEFERRED_UNFOLLOWED: u32 = 2;
 
 /// The key of a cgroup's count of lost records of one kind (`EVENT_*`) in the programs'
 /// `LOST_BY_CGROUP` map: the kind in the top 4 bits, the cgroup id below (kernfs ids are an
@@ -194,7 +197,9 @@ pub struct DeferredEvent {
     pub since_ns: u64,
     /// Δ its `sum_exec_runtime` from the hold to the block (or to the next hold).
     pub ran_ns: u64,
-    /// 1: a later stop held it again before it blocked.
+    /// `DEFERRED_CONTINUES`: a later stop held it again before it blocked;
+    /// `DEFERRED_UNFOLLOWED`: the hold could not be followed (the programs' map of held
+    /// threads was full), `ran_ns` is 0 and the work is unknown; 0: it blocked.
     pub continues: u32,
     pub _reserved: u32,
 }

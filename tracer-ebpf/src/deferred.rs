@@ -13,7 +13,9 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap},
 };
-use tracer_common::{ABSENT, DeferredEvent, EVENT_DEFERRED, Offsets};
+use tracer_common::{
+    ABSENT, DEFERRED_CONTINUES, DEFERRED_UNFOLLOWED, DeferredEvent, EVENT_DEFERRED, Offsets,
+};
 
 use crate::stops::{atomic_add, emit, load, read, read_bits, still_queued};
 
@@ -32,8 +34,7 @@ struct Pending {
     exec_ns: u64,
 }
 
-/// Held threads by tid. Full, a hold is not measured (userspace counts a stop's threads and
-/// the deferred records that came for them).
+/// Held threads by tid. Full, a hold is sent at once as not followed.
 #[map]
 static PENDING: HashMap<u32, Pending> = HashMap::with_max_entries(16384, 0);
 
@@ -92,10 +93,12 @@ pub fn held(o: &Offsets, task: u64, tid: u32, cgroup_id: u64, since_ns: u64) {
         // SAFETY: a valid map value; only programs holding this thread's rq lock (its holds
         // and its switch-out) touch its entry.
         let p = unsafe { &mut *p };
-        send(tid, p, exec, 1);
+        send(tid, p, exec, DEFERRED_CONTINUES);
         *p = now;
     } else if PENDING.insert(tid, now, 0).is_ok() {
         count(1);
+    } else {
+        send(tid, &now, exec, DEFERRED_UNFOLLOWED);
     }
 }
 

@@ -188,9 +188,9 @@ impl Record for DeferredEvent {
     }
 }
 
-/// Puts one record (a `StopEvent`, `PeriodEvent` or `DeferredEvent`) on the ring buffer; one that finds it
-/// full is counted in `LOST` and, by its cgroup and kind, in `LOST_BY_CGROUP`, where a lost
-/// end's kernel time is added up too (`LOST_KERNEL_NS`).
+/// Puts one record (a `StopEvent`, `PeriodEvent` or `DeferredEvent`) on the ring buffer; one
+/// that finds it full is counted in `LOST` and, by its cgroup and kind, in `LOST_BY_CGROUP`,
+/// where a lost end's kernel time is added up too (`LOST_KERNEL_NS`).
 pub fn emit<T: Record>(event: &T) {
     let flags = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES.load() {
         BPF_RB_FORCE_WAKEUP

@@ -13,9 +13,10 @@ use serde::{Deserialize, Serialize};
 use std::mem::size_of;
 
 use tracer_common::{
-    DeferredEvent, END_CGROUP_GONE, END_CPU_OFFLINE, END_QUOTA_CHANGE, END_REFILL, EVENT_DEFERRED,
-    EVENT_END, EVENT_PERIOD, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN,
-    LOST_KERNEL_NS, MAX_CHILDREN, MAX_THREADS, PeriodEvent, StopEvent,
+    DEFERRED_CONTINUES, DEFERRED_UNFOLLOWED, DeferredEvent, END_CGROUP_GONE, END_CPU_OFFLINE,
+    END_QUOTA_CHANGE, END_REFILL, EVENT_DEFERRED, EVENT_END, EVENT_PERIOD, EVENT_START,
+    EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, LOST_KERNEL_NS, MAX_CHILDREN, MAX_THREADS,
+    PeriodEvent, StopEvent,
 };
 
 /// Why a ring-buffer record could not be turned into an [`Event`].
@@ -361,6 +362,10 @@ pub struct Deferred {
     /// Its CPU time from then to the block (or the next hold), ns.
     pub ran_ns: u64,
     pub continues: bool,
+    /// The programs could not follow this hold (their map of held threads was full): the
+    /// work it waited with is unknown.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unfollowed: bool,
 }
 
 impl Deferred {
@@ -370,7 +375,8 @@ impl Deferred {
             tid: raw.tid,
             since_ns: raw.since_ns,
             ran_ns: raw.ran_ns,
-            continues: raw.continues != 0,
+            continues: raw.continues == DEFERRED_CONTINUES,
+            unfollowed: raw.continues == DEFERRED_UNFOLLOWED,
         }
     }
 }
@@ -763,6 +769,7 @@ pub(crate) mod tests {
                 since_ns: 1_000,
                 ran_ns: 31_000_000,
                 continues: true,
+                unfollowed: false,
             }))
         );
         assert_eq!(

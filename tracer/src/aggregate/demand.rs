@@ -116,8 +116,8 @@ pub(super) struct Demand {
     throttled: Vec<(u64, u64)>,
     /// Per thread, its holds whose work it has not finished: (since, ran so far) each.
     chains: FastMap<u32, Vec<(u64, u64)>>,
-    /// Holds of chains too long to follow (`MAX_CHAIN`): their periods have no figure.
-    given_up: Vec<u64>,
+    /// Holds whose work is unknown ([`Demand::unknown_hold`]): their periods have no figure.
+    unknown_holds: Vec<u64>,
     /// Finished holds: (since, the deferred work it waited with).
     holds: Vec<(u64, u64)>,
     holds_dropped: u64,
@@ -202,20 +202,22 @@ impl Demand {
 
     /// Takes one held thread's deferred work.
     pub(super) fn deferred(&mut self, d: &Deferred) {
+        if d.unfollowed {
+            self.unknown_hold(d.since_ns);
+            return;
+        }
         let chain = self.chains.entry(d.tid).or_default();
         // What it ran after this hold was waiting at every earlier hold of the chain too.
         for (_, ran) in chain.iter_mut() {
             *ran = ran.saturating_add(d.ran_ns);
         }
-        if chain.len() == MAX_CHAIN {
-            // A thread that never blocks (a CPU-bound loop) has no end to its deferred work:
-            // its oldest hold's figure stays unknown.
-            let (since, _) = chain.remove(0);
-            if self.given_up.len() < MAX_HOLDS {
-                self.given_up.push(since);
-            }
-        }
+        // A thread that never blocks (a CPU-bound loop) has no end to its deferred work: its
+        // oldest hold's figure stays unknown.
+        let oldest = (chain.len() == MAX_CHAIN).then(|| chain.remove(0).0);
         chain.push((d.since_ns, d.ran_ns));
+        if let Some(since) = oldest {
+            self.unknown_hold(since);
+        }
         if d.continues {
             return;
         }
@@ -223,6 +225,16 @@ impl Demand {
         let room = MAX_HOLDS.saturating_sub(self.holds.len());
         self.holds_dropped += done.len().saturating_sub(room) as u64;
         self.holds.extend(done.into_iter().take(room));
+    }
+
+    /// A hold at `since_ns` whose work is unknown: a thread past those a stop lists, a hold
+    /// the programs could not follow, a chain too long to follow. Its period has no figure.
+    pub(super) fn unknown_hold(&mut self, since_ns: u64) {
+        if self.unknown_holds.len() < MAX_HOLDS {
+            self.unknown_holds.push(since_ns);
+        } else {
+            self.holds_dropped += 1;
+        }
     }
 
     /// The work waiting at each throttled period's end, from the finished holds: a hold
@@ -245,7 +257,7 @@ impl Demand {
             }
         }
         let open = self.chains.values().flatten().map(|&(since, _)| since);
-        for since in open.chain(self.given_up.iter().copied()) {
+        for since in open.chain(self.unknown_holds.iter().copied()) {
             if let Some(i) = at(since) {
                 waiting[i] = None;
             }
@@ -356,6 +368,7 @@ pub(crate) mod tests {
             since_ns: since_ms * MS,
             ran_ns: ran_ms * MS,
             continues,
+            unfollowed: false,
         }
     }
 
@@ -394,6 +407,13 @@ pub(crate) mod tests {
         assert_eq!(waiting(&unfinished), (1, 65, Some(65)));
         // A hold in no throttled period (a refill outside a boundary) has no period.
         assert_eq!(waiting(&[deferred(4, 50, 9, false)]), (0, 0, None));
+        // A hold the programs could not follow leaves its period without a figure.
+        let mut unfollowed = finished.to_vec();
+        unfollowed.push(Deferred {
+            unfollowed: true,
+            ..deferred(5, 120, 0, false)
+        });
+        assert_eq!(waiting(&unfollowed), (1, 15, Some(15)));
     }
 
     #[test]

@@ -137,6 +137,13 @@ impl Aggregate {
             Event::Start(stop) => self.state(stop.cgroup_id).start(stop),
             Event::End(end) => {
                 self.credit(end, |_| true);
+                if end.stop.threads_unlisted > 0 {
+                    // Threads it held past those it lists: their deferred work is not known.
+                    self.demand
+                        .entry(end.stop.cgroup_id)
+                        .or_default()
+                        .unknown_hold(end.stop.start_ns);
+                }
                 self.state(end.stop.cgroup_id).end(end)
             }
             Event::UnseenStartEnd {
@@ -488,6 +495,32 @@ pub(crate) mod tests {
         assert!(!agg.demand.contains_key(&2));
         let s = agg.finish(20_000 * MS);
         assert_eq!(s[0].demand.as_ref().map(|d| d.periods), Some(10_000));
+    }
+
+    #[test]
+    fn a_stop_with_threads_it_does_not_list_leaves_its_period_without_waiting_work() {
+        let waiting = |unlisted: u32| {
+            let mut agg = Aggregate::watching(&[]);
+            let Event::End(mut stop) = end(1, 0, 150 * MS, 200 * MS) else {
+                unreachable!()
+            };
+            stop.stop.threads_unlisted = unlisted;
+            agg.ingest(&Event::End(stop));
+            agg.ingest_period(&demand::tests::period(200, 50, 1, true));
+            agg.ingest_period(&demand::tests::period(300, 20, 1, false));
+            agg.ingest_deferred(&Deferred {
+                cgroup_id: 1,
+                tid: 7,
+                since_ns: 150 * MS,
+                ran_ns: 20 * MS,
+                continues: false,
+                unfollowed: false,
+            });
+            let s = agg.finish(300 * MS);
+            s[0].demand.as_ref().map(|d| d.waiting.count)
+        };
+        assert_eq!(waiting(0), Some(1));
+        assert_eq!(waiting(3), Some(0));
     }
 
     pub(super) fn run(events: &[Event], now_ns: u64) -> Vec<CgroupSummary> {
