@@ -46,9 +46,7 @@ use std::collections::HashMap;
 use crate::FastMap;
 
 pub use demand::{DemandSummary, Run};
-pub use durations::DurationSummary;
-#[cfg(test)]
-pub use durations::Percentiles;
+pub use durations::{DurationSummary, Percentiles};
 pub use episodes::{Attributed, CgroupSummary, OpenStop};
 use episodes::{CgroupState, sort_attributed};
 pub use holders::{HeldSummary, ProcessHeld};

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::CgroupReport;
 use crate::advice::{Advice, Setting};
-use crate::aggregate::DemandSummary;
+use crate::aggregate::{DemandSummary, Percentiles};
 use crate::cgroups::Version;
 use crate::schema::{End, Start};
 
@@ -61,6 +61,16 @@ pub(super) fn render(out: &mut String, r: &CgroupReport, version: Option<Version
     }
 }
 
+fn percentiles(p: &Percentiles) -> String {
+    format!(
+        "p50 {}   p90 {}   p99 {}   max {}",
+        ms(p.p50_ns),
+        ms(p.p90_ns),
+        ms(p.p99_ns),
+        ms(p.max_ns)
+    )
+}
+
 fn demand(out: &mut String, d: &DemandSummary) {
     let _ = writeln!(
         out,
@@ -72,14 +82,7 @@ fn demand(out: &mut String, d: &DemandSummary) {
     );
     let _ = write!(out, "  busy runs         {}", d.runs.count);
     if let Some(p) = d.runs.percentiles {
-        let _ = write!(
-            out,
-            "   p50 {}   p90 {}   p99 {}   max {}",
-            ms(p.p50_ns),
-            ms(p.p90_ns),
-            ms(p.p99_ns),
-            ms(p.max_ns)
-        );
+        let _ = write!(out, "   {}", percentiles(&p));
     }
     let _ = writeln!(out, "   most CPUs in one period {}", d.max_cpus);
     if let Some(spent) = d.burst_spent_ns {
@@ -92,10 +95,8 @@ fn demand(out: &mut String, d: &DemandSummary) {
     if let Some(p) = d.waiting.percentiles {
         let _ = writeln!(
             out,
-            "  work waiting      at a throttled period's end: p50 {}   p99 {}   max {} ({} periods; what the held threads ran after the refill before they slept)",
-            ms(p.p50_ns),
-            ms(p.p99_ns),
-            ms(p.max_ns),
+            "  work waiting      at a throttled period's end: {} ({} periods; what the held threads ran after the refill before they slept)",
+            percentiles(&p),
             d.waiting.count
         );
     }
