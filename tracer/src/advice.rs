@@ -576,7 +576,7 @@ mod tests {
             bandwidth: Bandwidth::default(),
             burst_spent_ns: None,
             waiting: DurationSummary::default(),
-            holds_dropped: 0,
+            holds_unplaced: 0,
             slice_ns: None,
         }
     }

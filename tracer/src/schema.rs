@@ -857,10 +857,10 @@ pub struct AdviceLine {
     pub waiting_p99_ns: Option<u64>,
     #[serde(default)]
     pub waiting_max_ns: Option<u64>,
-    /// Holds whose deferred work was not kept, past the most the agent keeps per cgroup: their
-    /// periods have no figure.
+    /// Holds whose deferred work came for no throttled period the agent still kept open to it
+    /// (the last 128 of the cgroup's, or a refill between period boundaries): in no figure.
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub waiting_dropped: u64,
+    pub waiting_unplaced: u64,
     /// Run demand in [2^i, 2^(i+1)) ms at index i.
     pub runs_log2_ms: Vec<u32>,
     /// The largest runs, largest first.

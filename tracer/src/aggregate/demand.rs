@@ -22,6 +22,8 @@
 //! kept apart from the distribution.
 
 use super::durations::{DurationSummary, Durations};
+use std::collections::VecDeque;
+
 use crate::FastMap;
 use crate::records::{Bandwidth, Deferred, Period};
 
@@ -31,11 +33,12 @@ const LARGEST: usize = 5;
 /// ~3 hours of runs of one at 100 ms. Past it the advice covers the first ones only.
 const MAX_IN_ORDER: usize = 100_000;
 
-/// Holds and throttled period ends kept for the work waiting at those ends (~4 threads held
-/// in each of 100,000 throttled periods); past it the rest are counted in `holds_dropped`.
-const MAX_HOLDS: usize = 4 * MAX_IN_ORDER;
 /// Holds one thread's unfinished work is followed through (one per throttled period).
 const MAX_CHAIN: usize = 64;
+/// Throttled periods whose work waiting can still grow: a hold's record comes when its thread
+/// next sleeps or is held again, so a period is summed up once this many newer throttled
+/// periods have ended (past `MAX_CHAIN`, no hold of it can still be followed).
+const RECENT: usize = 2 * MAX_CHAIN;
 
 /// One busy run (or a run of one period).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -86,10 +89,26 @@ pub struct DemandSummary {
     /// The work waiting at the end of each throttled period whose held threads all finished
     /// it (docs/definitions.md, "deferred work"); `count` is how many such periods there were.
     pub waiting: DurationSummary,
-    /// Holds (and throttled periods) whose deferred work was not kept (`MAX_HOLDS`).
-    pub holds_dropped: u64,
+    /// Holds whose record came for no throttled period still open to it (older than the
+    /// last `RECENT`, or a refill between period boundaries): not counted anywhere.
+    pub holds_unplaced: u64,
     /// The machine's `sched_cfs_bandwidth_slice_us` (ns) when the trace read it.
     pub slice_ns: Option<u64>,
+}
+
+/// A throttled period, while holds of it may still report.
+#[derive(Debug)]
+struct Throttled {
+    start_ns: u64,
+    end_ns: u64,
+    /// Σ deferred work of its finished holds.
+    waiting_ns: u64,
+    /// Its holds seen and not finished.
+    open: u32,
+    /// A hold of it finished.
+    seen: bool,
+    /// A hold of it will never be known.
+    unknown: bool,
 }
 
 /// One cgroup's periods so far.
@@ -112,15 +131,12 @@ pub(super) struct Demand {
     burst_spent_ns: Option<u64>,
     /// The end of the last period taken, ns.
     last_end_ns: u64,
-    /// The throttled periods' (start, end), in order.
-    throttled: Vec<(u64, u64)>,
+    /// The last `RECENT` throttled periods, in order.
+    recent: VecDeque<Throttled>,
     /// Per thread, its holds whose work it has not finished: (since, ran so far) each.
     chains: FastMap<u32, Vec<(u64, u64)>>,
-    /// Holds whose work is unknown ([`Demand::unknown_hold`]): their periods have no figure.
-    unknown_holds: Vec<u64>,
-    /// Finished holds: (since, the deferred work it waited with).
-    holds: Vec<(u64, u64)>,
-    holds_dropped: u64,
+    waiting: Durations,
+    holds_unplaced: u64,
 }
 
 impl Demand {
@@ -148,11 +164,17 @@ impl Demand {
         self.max_cpus = self.max_cpus.max(p.cpus_used);
         self.throttled_periods += u64::from(throttled);
         if throttled {
-            if self.throttled.len() < MAX_HOLDS {
-                self.throttled.push((start_ns, p.end_ns));
-            } else {
-                self.holds_dropped += 1;
+            if self.recent.len() == RECENT {
+                self.sum_up_oldest();
             }
+            self.recent.push_back(Throttled {
+                start_ns,
+                end_ns: p.end_ns,
+                waiting_ns: 0,
+                open: 0,
+                seen: false,
+                unknown: false,
+            });
         }
         if self.broken {
             // The tail of a broken run: as a run of its own it would be reported short.
@@ -206,6 +228,9 @@ impl Demand {
             self.unknown_hold(d.since_ns);
             return;
         }
+        if let Some(t) = self.throttled_at(d.since_ns) {
+            t.open += 1;
+        }
         let chain = self.chains.entry(d.tid).or_default();
         // What it ran after this hold was waiting at every earlier hold of the chain too.
         for (_, ran) in chain.iter_mut() {
@@ -217,63 +242,59 @@ impl Demand {
         chain.push((d.since_ns, d.ran_ns));
         if let Some(since) = oldest {
             self.unknown_hold(since);
+            if let Some(t) = self.throttled_at(since) {
+                t.open = t.open.saturating_sub(1);
+            }
         }
         if d.continues {
             return;
         }
-        let done = self.chains.remove(&d.tid).unwrap_or_default();
-        let room = MAX_HOLDS.saturating_sub(self.holds.len());
-        self.holds_dropped += done.len().saturating_sub(room) as u64;
-        self.holds.extend(done.into_iter().take(room));
+        for (since, ns) in self.chains.remove(&d.tid).unwrap_or_default() {
+            match self.throttled_at(since) {
+                Some(t) => {
+                    t.waiting_ns = t.waiting_ns.saturating_add(ns);
+                    t.open = t.open.saturating_sub(1);
+                    t.seen = true;
+                }
+                None => self.holds_unplaced += 1,
+            }
+        }
     }
 
     /// A hold at `since_ns` whose work is unknown: a thread past those a stop lists, a hold
     /// the programs could not follow, a chain too long to follow. Its period has no figure.
     pub(super) fn unknown_hold(&mut self, since_ns: u64) {
-        if self.unknown_holds.len() < MAX_HOLDS {
-            self.unknown_holds.push(since_ns);
-        } else {
-            self.holds_dropped += 1;
+        match self.throttled_at(since_ns) {
+            Some(t) => t.unknown = true,
+            None => self.holds_unplaced += 1,
         }
     }
 
-    /// The work waiting at each throttled period's end, from the finished holds: a hold
-    /// belongs to the throttled period it began in (one a refill outside a period boundary
-    /// ended, in a period that then ended unthrottled, to none). A period with a hold not
-    /// finished, or none, has no figure.
-    fn waiting(&self) -> DurationSummary {
-        let periods = &self.throttled;
-        let at = |since: u64| {
-            let i = periods.partition_point(|&(_, end)| end < since);
-            periods
-                .get(i)
-                .filter(|&&(start, _)| start < since)
-                .map(|_| i)
-        };
-        let mut waiting: Vec<Option<u64>> = vec![None; periods.len()];
-        for &(since, ns) in &self.holds {
-            if let Some(i) = at(since) {
-                waiting[i] = Some(waiting[i].unwrap_or(0).saturating_add(ns));
-            }
-        }
-        let open = self.chains.values().flatten().map(|&(since, _)| since);
-        for since in open.chain(self.unknown_holds.iter().copied()) {
-            if let Some(i) = at(since) {
-                waiting[i] = None;
-            }
-        }
-        let mut summary = Durations::default();
-        waiting
-            .into_iter()
-            .flatten()
-            .for_each(|ns| summary.record(ns));
-        summary.summary()
+    /// The recent throttled period a hold at `since_ns` began in.
+    fn throttled_at(&mut self, since_ns: u64) -> Option<&mut Throttled> {
+        let i = self.recent.partition_point(|t| t.end_ns < since_ns);
+        self.recent.get_mut(i).filter(|t| t.start_ns < since_ns)
     }
 
-    pub(super) fn finish(self, slice_ns: Option<u64>) -> DemandSummary {
+    /// Sums up the oldest recent throttled period: the work waiting at its end is known when
+    /// a hold of it finished and every one did.
+    fn sum_up_oldest(&mut self) {
+        if let Some(t) = self.recent.pop_front()
+            && t.seen
+            && t.open == 0
+            && !t.unknown
+        {
+            self.waiting.record(t.waiting_ns);
+        }
+    }
+
+    pub(super) fn finish(mut self, slice_ns: Option<u64>) -> DemandSummary {
+        while !self.recent.is_empty() {
+            self.sum_up_oldest();
+        }
         DemandSummary {
             slice_ns,
-            waiting: self.waiting(),
+            waiting: self.waiting.summary(),
             periods: self.periods,
             unknown_periods: self.unknown_periods,
             throttled_periods: self.throttled_periods,
@@ -287,7 +308,7 @@ impl Demand {
             max_cpus: self.max_cpus,
             bandwidth: self.bandwidth,
             burst_spent_ns: self.burst_spent_ns,
-            holds_dropped: self.holds_dropped,
+            holds_unplaced: self.holds_unplaced,
         }
     }
 }
@@ -414,6 +435,23 @@ pub(crate) mod tests {
             ..deferred(5, 120, 0, false)
         });
         assert_eq!(waiting(&unfollowed), (1, 15, Some(15)));
+    }
+
+    #[test]
+    fn a_period_is_summed_up_once_no_hold_of_it_can_still_be_followed() {
+        let mut d = Demand::default();
+        d.period(&period(100, 10, 1, false));
+        d.period(&period(200, 50, 1, true));
+        d.deferred(&deferred(1, 150, 12, false));
+        for end in (300..=100 * (RECENT as u64 + 2)).step_by(100) {
+            d.period(&period(end, 50, 1, true));
+        }
+        // The first throttled period was summed up when the 129th ended: a record for it
+        // now is counted, not placed.
+        d.deferred(&deferred(2, 160, 7, false));
+        let s = d.finish(None);
+        assert_eq!((s.waiting.count, s.waiting.sum_ns), (1, 12 * MS));
+        assert_eq!(s.holds_unplaced, 1);
     }
 
     #[test]

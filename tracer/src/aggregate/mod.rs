@@ -503,8 +503,9 @@ pub(crate) mod tests {
                 unreachable!()
             };
             stop.stop.threads_unlisted = unlisted;
-            agg.ingest(&Event::End(stop));
+            // The period's record comes at the timer's expiry, the stop's end after the refill.
             agg.ingest_period(&demand::tests::period(200, 50, 1, true));
+            agg.ingest(&Event::End(stop));
             agg.ingest_period(&demand::tests::period(300, 20, 1, false));
             agg.ingest_deferred(&Deferred {
                 cgroup_id: 1,

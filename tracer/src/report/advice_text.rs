@@ -100,11 +100,11 @@ fn demand(out: &mut String, d: &DemandSummary) {
             d.waiting.count
         );
     }
-    if d.holds_dropped > 0 {
+    if d.holds_unplaced > 0 {
         let _ = writeln!(
             out,
-            "  work waiting      {} held threads or throttled periods past the most kept: their periods have no figure",
-            d.holds_dropped
+            "  work waiting      {} holds came for no throttled period still open to them (older than the last 128, or a refill between boundaries): in no figure",
+            d.holds_unplaced
         );
     }
     for run in &d.largest {

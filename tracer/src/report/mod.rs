@@ -148,7 +148,7 @@ impl CgroupReport {
             waiting_p50_ns: d.waiting.percentiles.map(|p| p.p50_ns),
             waiting_p99_ns: d.waiting.percentiles.map(|p| p.p99_ns),
             waiting_max_ns: d.waiting.percentiles.map(|p| p.max_ns),
-            waiting_dropped: d.holds_dropped,
+            waiting_unplaced: d.holds_unplaced,
             runs_log2_ms: d.runs.log2_ms.clone(),
             largest_runs: d
                 .largest
