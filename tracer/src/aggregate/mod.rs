@@ -135,12 +135,13 @@ impl Aggregate {
             Event::Start(stop) => self.state(stop.cgroup_id).start(stop),
             Event::End(end) => {
                 self.credit(end, |_| true);
-                if end.stop.threads_unlisted > 0 {
-                    // Threads it held past those it lists: their deferred work is not known.
-                    self.demand
-                        .entry(end.stop.cgroup_id)
-                        .or_default()
-                        .unknown_hold(end.stop.start_ns);
+                // Threads it held past those it lists: their deferred work is not known. Only
+                // for a cgroup whose periods are measured (its period comes before the end):
+                // an entry per stopped cgroup would cost every cgroup its demand's size.
+                if end.stop.threads_unlisted > 0
+                    && let Some(demand) = self.demand.get_mut(&end.stop.cgroup_id)
+                {
+                    demand.unknown_hold(end.stop.start_ns);
                 }
                 self.state(end.stop.cgroup_id).end(end)
             }
