@@ -438,8 +438,8 @@ const REPLAYED_PER_STOP: u64 = 150;
 
 /// The p99 period's demand: the smallest quota (1 ms steps) with which a replay of `arrived`
 /// at today's period stops at most one period in [`REPLAYED_PER_STOP`], plus one `slice` (the
-/// machine's `sched_cfs_bandwidth_slice_us`) for each CPU but one. A bisection: more quota never stops more, and `cpus` CPUs cannot use
-/// more than `cpus` × period, which stops nothing.
+/// machine's `sched_cfs_bandwidth_slice_us`) for each CPU but one. A bisection: more quota
+/// never stops more, and `cpus` CPUs cannot use more than `cpus` × period, which stops nothing.
 ///
 /// The replay shares one pool between the CPUs; the kernel's CPUs draw from it a slice at a
 /// time, so when one runs dry each other may still hold up to a slice its queue does not need
