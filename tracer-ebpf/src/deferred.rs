@@ -17,7 +17,7 @@ use tracer_common::{
     ABSENT, DEFERRED_CONTINUES, DEFERRED_UNFOLLOWED, DeferredEvent, EVENT_DEFERRED, Offsets,
 };
 
-use crate::stops::{atomic_add, emit, load, read, read_bits, still_queued};
+use crate::stops::{add_to, emit, load, nonzero, read, read_bits, still_queued};
 
 /// 1 when the backend can see the threads block (the tracepoint backend's context switch);
 /// set by the agent at load. The other backends hold threads too, but nothing would end them.
@@ -42,17 +42,10 @@ static PENDING: HashMap<u32, Pending> = HashMap::with_max_entries(16384, 0);
 #[map]
 static PENDING_COUNT: Array<u64> = Array::with_max_entries(1, 0);
 
-fn count(delta: u64) {
-    if let Some(p) = PENDING_COUNT.get_ptr_mut(0) {
-        // SAFETY: a valid, aligned map value; every update is this atomic add.
-        unsafe { atomic_add(p, delta) };
-    }
-}
-
 /// Whether any held thread is still to be ended.
 #[inline(always)]
 pub fn any_pending() -> bool {
-    PENDING_COUNT.get(0).is_some_and(|&n| n != 0)
+    nonzero(&PENDING_COUNT)
 }
 
 #[inline(always)]
@@ -96,7 +89,7 @@ pub fn held(o: &Offsets, task: u64, tid: u32, cgroup_id: u64, since_ns: u64) {
         send(tid, p, exec, DEFERRED_CONTINUES);
         *p = now;
     } else if PENDING.insert(tid, now, 0).is_ok() {
-        count(1);
+        add_to(&PENDING_COUNT, 1);
     } else {
         send(tid, &now, exec, DEFERRED_UNFOLLOWED);
     }
@@ -120,6 +113,6 @@ pub fn switched_out(o: &Offsets, prev: u64) {
     }
     send(tid, &p, exec_ns(o, prev).unwrap_or(p.exec_ns), 0);
     if PENDING.remove(tid).is_ok() {
-        count(u64::MAX);
+        add_to(&PENDING_COUNT, u64::MAX);
     }
 }

@@ -64,10 +64,8 @@ pub fn mark_gone(cgroup: u64, cgroup_id: u64) {
     if GONE
         .insert(Gone { cgroup, cgroup_id }, 1, BPF_NOEXIST.into())
         .is_ok()
-        && let Some(p) = GONE_INSERTED.get_ptr_mut(0)
     {
-        // SAFETY: a valid, aligned map value; every update is this atomic add.
-        unsafe { stops::atomic_add(p, 1) };
+        stops::add_to(&GONE_INSERTED, 1);
     }
 }
 

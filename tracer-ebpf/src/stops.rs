@@ -4,7 +4,7 @@ use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::map,
-    maps::PerCpuArray,
+    maps::{Array, PerCpuArray},
 };
 use tracer_common::{
     ABSENT, BitField, DeferredEvent, END_CGROUP_GONE, EVENT_END, EVENT_START,
@@ -131,6 +131,22 @@ pub unsafe fn atomic_add(p: *mut u64, v: u64) {
         core::sync::atomic::AtomicU64::from_ptr(p)
             .fetch_add(v, core::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// Adds `delta` (`u64::MAX` subtracts one) to a counter kept in slot 0 of a one-slot array,
+/// from any CPU: every update of such a counter is this atomic add.
+#[inline(always)]
+pub fn add_to(counter: &Array<u64>, delta: u64) {
+    if let Some(p) = counter.get_ptr_mut(0) {
+        // SAFETY: a valid, aligned map value; every update is this atomic add.
+        unsafe { atomic_add(p, delta) };
+    }
+}
+
+/// Whether the counter [`add_to`] keeps is not 0.
+#[inline(always)]
+pub fn nonzero(counter: &Array<u64>) -> bool {
+    counter.get(0).is_some_and(|&n| n != 0)
 }
 
 #[inline(always)]

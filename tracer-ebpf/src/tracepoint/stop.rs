@@ -79,16 +79,13 @@ static TP_OPEN_COUNT: Array<u64> = Array::with_max_entries(1, 0);
 
 #[inline(always)]
 fn count_open(delta: u64) {
-    if let Some(p) = TP_OPEN_COUNT.get_ptr_mut(0) {
-        // SAFETY: a valid, aligned map value; every update is this atomic add.
-        unsafe { stops::atomic_add(p, delta) };
-    }
+    stops::add_to(&TP_OPEN_COUNT, delta);
 }
 
 /// Whether any stop may be open.
 #[inline(always)]
 pub(super) fn any_open() -> bool {
-    TP_OPEN_COUNT.get(0).is_some_and(|&n| n != 0)
+    stops::nonzero(&TP_OPEN_COUNT)
 }
 
 /// One stop: its cfs_rq and its `start_ns` (two stops of one cfs_rq never share a start).
