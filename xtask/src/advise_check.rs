@@ -41,6 +41,8 @@ const WASTE_LIMIT: f64 = 1.10;
 /// periods (four reruns at 100 ms). The reruns are the traced requests (the same seed) met at
 /// as many phases of the period boundaries, spread evenly over one period (see `arrivals`).
 const ARRIVAL_PERIODS: u64 = 560;
+/// The stopped share random arrivals may have (`Workload::allowed`).
+const ALLOWED_SHARE: f64 = 0.01;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -53,6 +55,17 @@ pub struct Args {
     /// Check only these workloads, repeatable (default: all).
     #[arg(long = "workload", value_enum)]
     workloads: Vec<Kind>,
+    /// Periods of random-arrival reruns per value, at least.
+    #[arg(long, default_value_t = ARRIVAL_PERIODS)]
+    arrival_periods: u64,
+    /// Instead of the check: the random arrivals' stopped share at this period (ms, at the
+    /// ratio 50 / 100), with its 95 % interval; repeatable.
+    #[arg(long = "at-period", value_name = "MS")]
+    at_periods: Vec<u64>,
+    /// Instead of the check: the random arrivals' stopped share at this quota (ms, period
+    /// 100 ms), with its 95 % interval; repeatable.
+    #[arg(long = "at-quota", value_name = "MS")]
+    at_quotas: Vec<u64>,
 }
 
 /// The workloads by name, for `--workload`.
@@ -124,9 +137,47 @@ struct Bandwidth {
 }
 
 /// cpu.stat's deltas over a workload run's measured part.
+#[derive(Clone, Copy)]
 struct Outcome {
     periods: u64,
     throttled: u64,
+}
+
+impl Outcome {
+    /// The stopped share's 95 % interval (Wilson's score interval for a binomial share):
+    /// reruns of random arrivals are a sample of how the requests meet the period boundaries,
+    /// and near 1 % a few hundred periods leave the share uncertain by about half itself.
+    fn interval(self) -> (f64, f64) {
+        const Z: f64 = 1.96;
+        let n = self.periods.max(1) as f64;
+        let share = self.throttled as f64 / n;
+        let denominator = 1.0 + Z * Z / n;
+        let centre = (share + Z * Z / (2.0 * n)) / denominator;
+        let half = Z * (share * (1.0 - share) / n + Z * Z / (4.0 * n * n)).sqrt() / denominator;
+        ((centre - half).max(0.0), (centre + half).min(1.0))
+    }
+
+    /// Whether the interval lies wholly on one side of `share`: `Some(true)` below it (the
+    /// value works), `Some(false)` above (it is stopped), `None` undecided at this sample.
+    fn decided(self, share: f64) -> Option<bool> {
+        match self.interval() {
+            (_, hi) if hi < share => Some(true),
+            (lo, _) if lo > share => Some(false),
+            _ => None,
+        }
+    }
+
+    fn describe(self) -> String {
+        let (lo, hi) = self.interval();
+        format!(
+            "{} of {} periods ({:.2} %, 95 % interval {:.2}–{:.2} %)",
+            self.throttled,
+            self.periods,
+            100.0 * self.throttled as f64 / self.periods.max(1) as f64,
+            100.0 * lo,
+            100.0 * hi
+        )
+    }
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -136,7 +187,11 @@ pub fn run(args: &Args) -> Result<()> {
         workload_bin: &binaries.workload,
         rounds: args.rounds,
         arrivals_seconds: args.arrivals_seconds,
+        arrival_periods: args.arrival_periods,
     };
+    if !args.at_periods.is_empty() || !args.at_quotas.is_empty() {
+        return runner.shares(&args.at_quotas, &args.at_periods);
+    }
     let mut rows = Vec::new();
     for workload in WORKLOADS
         .into_iter()
@@ -176,6 +231,22 @@ struct Bisected {
     smallest_ms: u64,
     /// The advised value itself was stopped on its rerun.
     advised_failed: bool,
+    /// Random arrivals: the smallest value that works lies in (from, to] as far as the tried
+    /// values' 95 % intervals decide (`to` none: no value tried was decided working).
+    decided: Option<(u64, Option<u64>)>,
+}
+
+impl Bisected {
+    /// "(decided only outside 250–452 ms)", or nothing for a workload stopped never or always.
+    fn decided_note(&self) -> String {
+        match self.decided {
+            None => String::new(),
+            Some((from, Some(to))) => format!(" (decided only outside {from}–{to} ms)"),
+            Some((from, None)) => {
+                format!(" (decided only up to {from} ms: no value tried was decided working)")
+            }
+        }
+    }
 }
 
 impl Row {
@@ -193,15 +264,19 @@ fn print_table(rows: &[Row]) {
     for r in rows {
         match &r.result {
             Ok(b) if b.advised_failed => println!(
-                "| {} | {} | {} ms | (the advised value was stopped) | — |",
-                r.workload, r.setting, b.advised_ms
+                "| {} | {} | {} ms | (the advised value was stopped){} | — |",
+                r.workload,
+                r.setting,
+                b.advised_ms,
+                b.decided_note()
             ),
             Ok(b) => println!(
-                "| {} | {} | {} ms | {} ms | {:.2} |",
+                "| {} | {} | {} ms | {} ms{} | {:.2} |",
                 r.workload,
                 r.setting,
                 b.advised_ms,
                 b.smallest_ms,
+                b.decided_note(),
                 b.advised_ms as f64 / b.smallest_ms.max(1) as f64
             ),
             Err(why) => println!("| {} | {} | none: {why} | — | — |", r.workload, r.setting),
@@ -213,6 +288,7 @@ struct Runner<'a> {
     workload_bin: &'a Path,
     rounds: u32,
     arrivals_seconds: u32,
+    arrival_periods: u64,
 }
 
 impl Runner<'_> {
@@ -363,17 +439,17 @@ impl Runner<'_> {
         advised_ms: u64,
         settings: impl Fn(u64) -> Bandwidth,
     ) -> Result<Bisected> {
-        if !self.passes(workload, settings(advised_ms))? {
-            return Ok(Bisected {
-                advised_ms,
-                smallest_ms: advised_ms,
-                advised_failed: true,
-            });
-        }
+        let mut tried = Vec::new();
+        let mut passes = |ms| -> Result<bool> {
+            let (pass, outcome) = self.passes(workload, settings(ms))?;
+            tried.push((ms, outcome));
+            Ok(pass)
+        };
+        let advised_failed = !passes(advised_ms)?;
         let (mut lo, mut hi) = (failing_ms, advised_ms);
-        while hi > lo + 1 {
+        while !advised_failed && hi > lo + 1 {
             let mid = lo + (hi - lo) / 2;
-            if self.passes(workload, settings(mid))? {
+            if passes(mid)? {
                 hi = mid;
             } else {
                 lo = mid;
@@ -382,12 +458,53 @@ impl Runner<'_> {
         Ok(Bisected {
             advised_ms,
             smallest_ms: hi,
-            advised_failed: false,
+            advised_failed,
+            decided: matches!(workload, Workload::Arrivals)
+                .then(|| decided_between(&tried, failing_ms)),
         })
     }
 
-    /// Whether a rerun of `workload` at `b` in a fresh cgroup is stopped no more than allowed.
-    fn passes(&self, workload: Workload, b: Bandwidth) -> Result<bool> {
+    /// The random arrivals' stopped share at each quota (period 100 ms) and each period (at the
+    /// ratio 50 / 100), with its 95 % interval: how sharply the share crosses 1 %.
+    fn shares(&self, quotas_ms: &[u64], periods_ms: &[u64]) -> Result<()> {
+        let ratio = QUOTA_US as f64 / PERIOD_US as f64;
+        let settings = quotas_ms
+            .iter()
+            .map(|&ms| ("quota", ms, ms * 1000, PERIOD_US))
+            .chain(periods_ms.iter().map(|&ms| {
+                let quota_us = (ms as f64 * 1000.0 * ratio).round() as u64;
+                ("period", ms, quota_us, ms * 1000)
+            }));
+        let mut lines = Vec::new();
+        for (setting, ms, quota_us, period_us) in settings {
+            let b = Bandwidth {
+                quota_us,
+                period_us,
+                burst_us: 0,
+            };
+            let (_, outcome) = self.passes(Workload::Arrivals, b)?;
+            let verdict = match outcome.decided(ALLOWED_SHARE) {
+                Some(true) => "works",
+                Some(false) => "stopped",
+                None => "undecided",
+            };
+            lines.push(format!(
+                "| {setting} | {ms} ms | {} | {verdict} |",
+                outcome.describe()
+            ));
+        }
+        println!(
+            "| setting | value | nr_throttled of nr_periods | against 1 % |\n|---|---|---|---|"
+        );
+        for line in lines {
+            println!("{line}");
+        }
+        Ok(())
+    }
+
+    /// Whether a rerun of `workload` at `b` in a fresh cgroup is stopped no more than allowed,
+    /// and cpu.stat's counts.
+    fn passes(&self, workload: Workload, b: Bandwidth) -> Result<(bool, Outcome)> {
         let outcome = match workload {
             Workload::Spiky { burn_ms, threads } => {
                 // The workload finds the period boundary by a stop of 30 ms or more, which a
@@ -406,7 +523,7 @@ impl Runner<'_> {
                     throttled: 0,
                 };
                 let run_us = u64::from(self.arrivals_seconds) * 1_000_000;
-                let reruns = (ARRIVAL_PERIODS * b.period_us).div_ceil(run_us.max(1));
+                let reruns = (self.arrival_periods * b.period_us).div_ceil(run_us.max(1));
                 for k in 0..reruns {
                     let cgroup = Cgroup::create(CGROUP_NAME, b.quota_us, b.period_us)?;
                     cgroup.favour()?;
@@ -422,16 +539,15 @@ impl Runner<'_> {
         };
         let pass = outcome.throttled <= workload.allowed(outcome.periods);
         eprintln!(
-            "advise-check: {} at quota {} µs / period {} µs, burst {} µs: nr_throttled {} of {} periods{}",
+            "advise-check: {} at quota {} µs / period {} µs, burst {} µs: nr_throttled {}{}",
             workload.label(),
             b.quota_us,
             b.period_us,
             b.burst_us,
-            outcome.throttled,
-            outcome.periods,
+            outcome.describe(),
             if pass { "" } else { " (stopped)" }
         );
-        Ok(pass)
+        Ok((pass, outcome))
     }
 
     /// `throttle-workload spiky` in `cgroup` (see [`pin`]), synced at the cgroup's quota and then
@@ -519,6 +635,26 @@ impl Runner<'_> {
             throttled: cgroup.stat("nr_throttled")? - throttled,
         })
     }
+}
+
+/// Where the tried values' 95 % intervals leave the smallest value that works: above the
+/// largest decided stopped (`failing_ms`, taken as stopped, if none) and at or below the smallest
+/// decided working, if any. A bisection's answer between them is the sample's luck.
+fn decided_between(tried: &[(u64, Outcome)], failing_ms: u64) -> (u64, Option<u64>) {
+    let verdicts = || {
+        tried
+            .iter()
+            .filter_map(|&(ms, o)| o.decided(ALLOWED_SHARE).map(|works| (ms, works)))
+    };
+    let from = verdicts()
+        .filter(|&(_, works)| !works)
+        .map(|(ms, _)| ms)
+        .fold(failing_ms, u64::max);
+    let to = verdicts()
+        .filter(|&(ms, works)| works && ms > from)
+        .map(|(ms, _)| ms)
+        .min();
+    (from, to)
 }
 
 /// One thread is pinned to the last CPU, so that one cfs_rq spends the quota; more threads are
@@ -619,4 +755,44 @@ fn monotonic_ns() -> u64 {
 
 fn num(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(throttled: u64, periods: u64) -> Outcome {
+        Outcome { periods, throttled }
+    }
+
+    #[test]
+    fn the_share_has_wilsons_interval() {
+        // 20 of 100: Wilson's 95 % interval is 13.3–28.9 %.
+        let (lo, hi) = outcome(20, 100).interval();
+        assert!(
+            (lo - 0.1333).abs() < 1e-3 && (hi - 0.2893).abs() < 1e-3,
+            "{lo} {hi}"
+        );
+        // None stopped still leaves an upper bound above 0.
+        let (lo, hi) = outcome(0, 560).interval();
+        assert!(lo == 0.0 && (hi - 0.00681).abs() < 1e-4, "{lo} {hi}");
+        // Five of 587 (advise-check's 282 ms) decides nothing against 1 %.
+        assert_eq!(outcome(5, 587).decided(ALLOWED_SHARE), None);
+        assert_eq!(outcome(0, 560).decided(ALLOWED_SHARE), Some(true));
+        assert_eq!(outcome(20, 560).decided(ALLOWED_SHARE), Some(false));
+    }
+
+    #[test]
+    fn a_bisection_is_decided_only_where_the_intervals_exclude_one_percent() {
+        let tried = [
+            (452, outcome(0, 560)),
+            (276, outcome(9, 600)),
+            (364, outcome(1, 580)),
+            (320, outcome(7, 570)),
+            (250, outcome(25, 620)),
+            (298, outcome(6, 590)),
+        ];
+        assert_eq!(decided_between(&tried, 100), (250, Some(364)));
+        assert_eq!(decided_between(&tried[1..2], 100), (100, None));
+    }
 }
