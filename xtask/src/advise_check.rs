@@ -1,6 +1,7 @@
 //! `cargo xtask advise-check`: is the advice not wasteful? For each workload of known demand
 //! (a spiky burn, a burst of requests on as many threads, reference 003's random arrivals) in a
-//! cgroup at 50 ms / 100 ms: trace it with `--backend tracepoint`, take its `advice` line, then
+//! cgroup at 50 ms / 100 ms: trace it with `--backend tracepoint` (the random arrivals over
+//! `--traced-runs` runs of their requests, at as many phases), take its `advice` line, then
 //! find by bisection (1 ms steps) the smallest quota, the smallest burst and the smallest period
 //! at the same ratio with which a rerun of the same workload has nr_throttled 0 (≤ 1 % of its
 //! periods for the random arrivals, over reruns of `ARRIVAL_PERIODS` periods in all), and print
@@ -56,6 +57,11 @@ pub struct Args {
     /// Seconds of each random-arrivals run.
     #[arg(long, default_value_t = 15)]
     arrivals_seconds: u32,
+    /// Runs of the random arrivals the advice is traced over, met at as many phases of the
+    /// period as the reruns are: four of 15 s are reference 003's 60 s, and the reruns' sample
+    /// of how the requests meet the boundaries, which one run's single phase is not.
+    #[arg(long, default_value_t = 4)]
+    traced_runs: u64,
     /// Check only these workloads, repeatable (default: all).
     #[arg(long = "workload", value_enum)]
     workloads: Vec<Kind>,
@@ -192,6 +198,7 @@ pub fn run(args: &Args) -> Result<()> {
         rounds: args.rounds,
         arrivals_seconds: args.arrivals_seconds,
         arrival_periods: args.arrival_periods,
+        traced_runs: args.traced_runs.max(1),
     };
     if !args.at_periods.is_empty() || !args.at_quotas.is_empty() {
         return runner.shares(&args.at_quotas, &args.at_periods);
@@ -293,6 +300,7 @@ struct Runner<'a> {
     rounds: u32,
     arrivals_seconds: u32,
     arrival_periods: u64,
+    traced_runs: u64,
 }
 
 impl Runner<'_> {
@@ -356,7 +364,9 @@ impl Runner<'_> {
                 }
             }
             None => {
-                self.arrivals(&cgroup, 0)?;
+                for k in 0..self.traced_runs {
+                    self.arrivals(&cgroup, PERIOD_US * k / self.traced_runs)?;
+                }
             }
         }
         signal(child.child().id(), libc::SIGINT)?;
