@@ -46,8 +46,8 @@ const WASTE_LIMIT: f64 = 1.10;
 /// Even 560 leave a share near 1 % uncertain by about half itself ([`Outcome::interval`]):
 /// deciding one 0.2 points from 1 % takes about 9,500 (docs/testing.md).
 const ARRIVAL_PERIODS: u64 = 560;
-/// The stopped share random arrivals may have (`Workload::allowed`).
-const ALLOWED_SHARE: f64 = 0.01;
+/// Random arrivals may be stopped in one period of this many (`Workload::allowed`).
+const ALLOWED_ONE_IN: u64 = 100;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -121,7 +121,7 @@ impl Workload {
     fn allowed(self, periods: u64) -> u64 {
         match self {
             Self::Spiky { .. } => 0,
-            Self::Arrivals => periods / 100,
+            Self::Arrivals => periods / ALLOWED_ONE_IN,
         }
     }
 }
@@ -146,6 +146,26 @@ struct Bandwidth {
     burst_us: u64,
 }
 
+impl Bandwidth {
+    /// A quota of `ms` at the traced period.
+    fn quota(ms: u64) -> Self {
+        Self {
+            quota_us: ms * 1000,
+            period_us: PERIOD_US,
+            burst_us: 0,
+        }
+    }
+
+    /// A period of `ms` at the traced ratio, its quota to the µs.
+    fn period(ms: u64) -> Self {
+        Self {
+            quota_us: (ms * 1000 * QUOTA_US + PERIOD_US / 2) / PERIOD_US,
+            period_us: ms * 1000,
+            burst_us: 0,
+        }
+    }
+}
+
 /// cpu.stat's deltas over a workload run's measured part.
 #[derive(Clone, Copy)]
 struct Outcome {
@@ -167,9 +187,11 @@ impl Outcome {
         ((centre - half).max(0.0), (centre + half).min(1.0))
     }
 
-    /// Whether the interval lies wholly on one side of `share`: `Some(true)` below it (the
-    /// value works), `Some(false)` above (it is stopped), `None` undecided at this sample.
-    fn decided(self, share: f64) -> Option<bool> {
+    /// Whether the interval lies wholly on one side of the allowed share: `Some(true)` below
+    /// it (the value works), `Some(false)` above (it is stopped), `None` undecided at this
+    /// sample.
+    fn decided(self) -> Option<bool> {
+        let share = 1.0 / ALLOWED_ONE_IN as f64;
         match self.interval() {
             (_, hi) if hi < share => Some(true),
             (lo, _) if lo > share => Some(false),
@@ -390,7 +412,6 @@ impl Runner<'_> {
             setting,
             result,
         };
-        let ratio = QUOTA_US as f64 / PERIOD_US as f64;
         // Random arrivals may be stopped in 1 % of their periods: the quota and period for them
         // are the ones that stop at most that; every other workload must not be stopped at all.
         let (quota_setting, quota_key, period_setting, period_key) = match workload {
@@ -404,13 +425,7 @@ impl Runner<'_> {
         };
         let quota = match advice[quota_key]["quota_ns"].as_u64() {
             None => Err("the largest run fits today's quota".to_string()),
-            Some(ns) => Ok(
-                self.bisect(workload, QUOTA_US / 1000, ns / MS, |ms| Bandwidth {
-                    quota_us: ms * 1000,
-                    period_us: PERIOD_US,
-                    burst_us: 0,
-                })?,
-            ),
+            Some(ns) => Ok(self.bisect(workload, QUOTA_US / 1000, ns / MS, Bandwidth::quota)?),
         };
         let burst = match advice["burst"]["burst_ns"].as_u64() {
             None => Err(advice["burst"]["why_not"]
@@ -428,14 +443,7 @@ impl Runner<'_> {
                 .as_str()
                 .unwrap_or("none needed")
                 .to_string()),
-            Some(ns) => Ok(self.bisect(workload, PERIOD_US / 1000, ns / MS, |ms| {
-                Bandwidth {
-                    // The same ratio, to the µs.
-                    quota_us: (ms as f64 * 1000.0 * ratio).round() as u64,
-                    period_us: ms * 1000,
-                    burst_us: 0,
-                }
-            })?),
+            Some(ns) => Ok(self.bisect(workload, PERIOD_US / 1000, ns / MS, Bandwidth::period)?),
         };
         Ok(vec![
             row(quota_setting, quota),
@@ -454,16 +462,16 @@ impl Runner<'_> {
         settings: impl Fn(u64) -> Bandwidth,
     ) -> Result<Bisected> {
         let mut tried = Vec::new();
-        let mut passes = |ms| -> Result<bool> {
+        let mut trial = |ms| -> Result<bool> {
             let (pass, outcome) = self.passes(workload, settings(ms))?;
             tried.push((ms, outcome));
             Ok(pass)
         };
-        let advised_failed = !passes(advised_ms)?;
+        let advised_failed = !trial(advised_ms)?;
         let (mut lo, mut hi) = (failing_ms, advised_ms);
         while !advised_failed && hi > lo + 1 {
             let mid = lo + (hi - lo) / 2;
-            if passes(mid)? {
+            if trial(mid)? {
                 hi = mid;
             } else {
                 lo = mid;
@@ -481,23 +489,18 @@ impl Runner<'_> {
     /// The random arrivals' stopped share at each quota (period 100 ms) and each period (at the
     /// ratio 50 / 100), with its 95 % interval: how sharply the share crosses 1 %.
     fn shares(&self, quotas_ms: &[u64], periods_ms: &[u64]) -> Result<()> {
-        let ratio = QUOTA_US as f64 / PERIOD_US as f64;
         let settings = quotas_ms
             .iter()
-            .map(|&ms| ("quota", ms, ms * 1000, PERIOD_US))
-            .chain(periods_ms.iter().map(|&ms| {
-                let quota_us = (ms as f64 * 1000.0 * ratio).round() as u64;
-                ("period", ms, quota_us, ms * 1000)
-            }));
+            .map(|&ms| ("quota", ms, Bandwidth::quota(ms)))
+            .chain(
+                periods_ms
+                    .iter()
+                    .map(|&ms| ("period", ms, Bandwidth::period(ms))),
+            );
         let mut lines = Vec::new();
-        for (setting, ms, quota_us, period_us) in settings {
-            let b = Bandwidth {
-                quota_us,
-                period_us,
-                burst_us: 0,
-            };
+        for (setting, ms, b) in settings {
             let (_, outcome) = self.passes(Workload::Arrivals, b)?;
-            let verdict = match outcome.decided(ALLOWED_SHARE) {
+            let verdict = match outcome.decided() {
                 Some(true) => "works",
                 Some(false) => "stopped",
                 None => "undecided",
@@ -658,7 +661,7 @@ fn decided_between(tried: &[(u64, Outcome)], failing_ms: u64) -> (u64, Option<u6
     let verdicts = || {
         tried
             .iter()
-            .filter_map(|&(ms, o)| o.decided(ALLOWED_SHARE).map(|works| (ms, works)))
+            .filter_map(|&(ms, o)| o.decided().map(|works| (ms, works)))
     };
     let from = verdicts()
         .filter(|&(_, works)| !works)
@@ -791,9 +794,9 @@ mod tests {
         let (lo, hi) = outcome(0, 560).interval();
         assert!(lo == 0.0 && (hi - 0.00681).abs() < 1e-4, "{lo} {hi}");
         // Five of 587 (advise-check's 282 ms) decides nothing against 1 %.
-        assert_eq!(outcome(5, 587).decided(ALLOWED_SHARE), None);
-        assert_eq!(outcome(0, 560).decided(ALLOWED_SHARE), Some(true));
-        assert_eq!(outcome(20, 560).decided(ALLOWED_SHARE), Some(false));
+        assert_eq!(outcome(5, 587).decided(), None);
+        assert_eq!(outcome(0, 560).decided(), Some(true));
+        assert_eq!(outcome(20, 560).decided(), Some(false));
     }
 
     #[test]
