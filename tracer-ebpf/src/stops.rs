@@ -116,7 +116,7 @@ pub fn is_throttled(o: &Offsets, cfs_rq: u64) -> Result<bool, &'static str> {
 /// # Safety
 /// `p` is valid and aligned, and every other update of `*p` is atomic too.
 #[inline(always)]
-pub unsafe fn atomic_add(p: *mut u64, v: u64) {
+unsafe fn atomic_add(p: *mut u64, v: u64) {
     #[cfg(target_arch = "bpf")]
     // SAFETY: as the caller promises.
     unsafe {
