@@ -398,7 +398,7 @@ fn every_parent_stop_credits_both_children() {
         let i = run.pids.iter().position(|p| p.contains(&(pid as u32)))?;
         Some(ids[i])
     };
-    let one_queued = |s: &Value| {
+    let one_child_held = |s: &Value| {
         let l = listed(s);
         let held = s["threads"].as_array().map_or(&[][..], Vec::as_slice);
         l.len() == 1
@@ -411,7 +411,7 @@ fn every_parent_stop_credits_both_children() {
     let parked_none = |s: &Value| common::task_based_throttle() && s["kernel_ns"] == 0;
     let fewer = stops
         .iter()
-        .filter(|s| !listed(s).eq(&ids) && (one_queued(s) || parked_none(s)))
+        .filter(|s| !listed(s).eq(&ids) && (one_child_held(s) || parked_none(s)))
         .count();
     for stop in stops.iter().filter(|s| listed(s) != ids) {
         println!("stop not crediting both children: {stop}");
