@@ -8,12 +8,16 @@
 //! - Every advised value has a margin of 5 % (at least 1 ms) over what the runs needed, rounded
 //!   up to 1 ms: the kernel hands out runtime in slices and keeps up to 1 ms per CPU, so an
 //!   exact fit can still stop.
-//! - **quota**: the largest run's need, in one period at today's period; and for a load that
-//!   may be stopped in 1 % of its periods (random arrivals), the **p99 period**'s: the
-//!   smallest quota with which a replay of the periods' [`arrived`] demand through the
-//!   kernel's deferral, at ten phases of the period boundaries, stops at most one in 150 of
-//!   them (1 %, with room for what a trace cannot show: [`REPLAYED_PER_STOP`]),
-//!   plus a runtime slice for each CPU but one ([`p99_demand`]).
+//! - **recommended quota** (the headline): for a throttling [`Target`] (default 1 % of the
+//!   periods), the smallest quota with which a replay of the periods' [`arrived`] demand
+//!   through the kernel's deferral, at ten phases of the period boundaries, stops at most the
+//!   target's share of them with room for what a trace cannot show ([`REPLAY_ROOM`]), plus a
+//!   runtime slice for each CPU but one ([`replayed_quota`]). It may be below today's quota:
+//!   the entitlement it frees is the cost of today's.
+//! - **no-stop quota**: the same replay stopping no period: from the demand that arrived, not
+//!   from a busy run that today's quota itself stretched over several periods.
+//! - **largest run**: the quota that fits the largest run's need in one period, kept for the
+//!   burst and period rules below.
 //! - **burst** (5.14+): the smallest burst with quota + burst ≥ the largest need (the margin on
 //!   the burst, need − quota, not on the need), then grown
 //!   until a replay of the runs in order with the kernel's refill rule (each period the pool
@@ -49,11 +53,16 @@ pub struct Setting {
 }
 
 impl Setting {
+    /// quota ÷ period in thousandths of a CPU, rounded up.
+    pub fn millicpus_of(quota_ns: u64, period_ns: u64) -> u64 {
+        (quota_ns.saturating_mul(1000)).div_ceil(period_ns.max(1))
+    }
+
     fn new(quota_ns: u64, period_ns: u64, cpus: u32) -> Self {
         Self {
             quota_ns,
             period_ns,
-            millicpus: (quota_ns.saturating_mul(1000)).div_ceil(period_ns.max(1)),
+            millicpus: Self::millicpus_of(quota_ns, period_ns),
             longest_stop_ns: period_ns.saturating_sub(quota_ns / u64::from(cpus.max(1))),
         }
     }
@@ -77,6 +86,117 @@ pub struct BurstAdvice {
     pub configured_useless: bool,
 }
 
+/// The throttling target the headline is for: the share of periods a recommended quota may
+/// stop, in parts per million (exact integer arithmetic in the replay's comparisons).
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "f64", try_from = "f64")]
+pub struct Target {
+    #[cfg_attr(test, proptest(strategy = "1u32..=500_000"))]
+    ppm: u32,
+}
+
+impl Target {
+    /// At most 1 % of the periods stopped.
+    pub const DEFAULT: Self = Self { ppm: 10_000 };
+
+    /// The share of periods, 0 < share ≤ 0.5.
+    pub fn share(self) -> f64 {
+        f64::from(self.ppm) / 1e6
+    }
+
+    /// Whether `stopped` of `periods` meets the target with `room`: stopped × room ≤ share ×
+    /// periods.
+    fn met(self, stopped: u64, periods: u64, room: u64) -> bool {
+        u128::from(stopped) * u128::from(room) * 1_000_000
+            <= u128::from(periods) * u128::from(self.ppm) * 100
+    }
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl From<Target> for f64 {
+    fn from(t: Target) -> f64 {
+        t.share()
+    }
+}
+
+impl TryFrom<f64> for Target {
+    type Error = String;
+
+    fn try_from(share: f64) -> Result<Self, String> {
+        if share > 0.0 && share <= 0.5 {
+            Ok(Self {
+                ppm: ((share * 1e6).round() as u32).max(1),
+            })
+        } else {
+            Err(format!(
+                "a target is a share of periods above 0 and at most 50 %, not {share}"
+            ))
+        }
+    }
+}
+
+impl std::str::FromStr for Target {
+    type Err = String;
+
+    /// `1%`, `0.5%` or a share, `0.01`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (number, scale) = match s.trim().strip_suffix('%') {
+            Some(pct) => (pct, 100.0),
+            None => (s.trim(), 1.0),
+        };
+        let share: f64 = number
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not a share of periods (e.g. 1% or 0.01)"))?;
+        Self::try_from(share / scale)
+    }
+}
+
+/// A share of periods, to the millionth: a fraction in the JSON.
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "f64", from = "f64")]
+pub struct Share {
+    #[cfg_attr(test, proptest(strategy = "0u32..=1_000_000"))]
+    ppm: u32,
+}
+
+impl Share {
+    /// `part` of `whole` (0 of nothing).
+    pub fn of(part: u64, whole: u64) -> Self {
+        let ppm = (u128::from(part) * 1_000_000)
+            .checked_div(u128::from(whole))
+            .unwrap_or(0);
+        Self {
+            ppm: u32::try_from(ppm).unwrap_or(u32::MAX),
+        }
+    }
+
+    pub fn fraction(self) -> f64 {
+        f64::from(self.ppm) / 1e6
+    }
+}
+
+impl From<Share> for f64 {
+    fn from(s: Share) -> f64 {
+        s.fraction()
+    }
+}
+
+impl From<f64> for Share {
+    fn from(f: f64) -> Self {
+        Self {
+            ppm: (f.clamp(0.0, 1.0) * 1e6).round() as u32,
+        }
+    }
+}
+
 /// The advice for one cgroup.
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,12 +209,18 @@ pub struct Advice {
     pub largest_run_ns: u64,
     pub largest_run_cpus: u32,
     pub p99_run_ns: u64,
-    /// The p99 period's demand: the smallest quota (1 ms steps) with which a replay of the
-    /// periods' arrived demand, at every phase of the boundaries, stops at most one in 150 of
-    /// them, plus a runtime slice for each CPU but one.
+    /// The target the headline is for.
     #[serde(default)]
-    pub p99_period_ns: u64,
-    /// The runtime slice allowed for in it: the machine's `sched_cfs_bandwidth_slice_us`;
+    pub target: Target,
+    /// The target period's demand: the smallest quota (1 ms steps) with which a replay of the
+    /// periods' arrived demand, at every phase of the boundaries, stops at most the target's
+    /// share of them (with [`REPLAY_ROOM`]), plus a runtime slice for each CPU but one.
+    #[serde(default)]
+    pub target_period_ns: u64,
+    /// The same replay stopping no period, plus the slices.
+    #[serde(default)]
+    pub no_stop_period_ns: u64,
+    /// The runtime slice allowed for in them: the machine's `sched_cfs_bandwidth_slice_us`;
     /// `None` when the trace did not read it (the kernel's default, 5 ms, was assumed).
     #[serde(default)]
     pub slice_ns: Option<u64>,
@@ -103,19 +229,29 @@ pub struct Advice {
     pub current: Bandwidth,
     /// Whether the largest run already fits the quota in one period.
     pub fits: bool,
-    /// The quota that fits the largest run (`None` when it fits already).
+    /// The headline: the quota for the target at today's period, with the margin; up or down.
+    #[serde(default)]
+    pub recommended: Option<Setting>,
+    /// The quota with which the replay stops no period, with the margin; up or down.
+    #[serde(default)]
+    pub no_stop: Option<Setting>,
+    /// The share of the periods the replay stops at today's quota, and at the recommended one
+    /// (each less the slices the replay's shared pool does not have): what the model predicts.
+    #[serde(default)]
+    pub stopped_now: Share,
+    #[serde(default)]
+    pub stopped_after: Share,
+    /// The quota that fits the largest run in one period (`None` when it fits already).
     pub quota: Option<Setting>,
-    /// The quota that fits the p99 period: at most 1 % of the periods would have been stopped.
-    pub quota_p99: Option<Setting>,
     pub burst: BurstAdvice,
     /// The period that fits the runs at today's ratio (`None` when it fits already, or no
     /// period up to 1 s does: `period_why_not`).
     pub period: Option<Setting>,
     pub period_why_not: Option<String>,
-    /// The period in which at most 1 % of the windows hold more than its quota (`None` when the
-    /// p99 period fits already, or no period up to 1 s does).
+    /// The period in which at most the target's share of the windows hold more than its quota
+    /// (`None` when the target period fits already, or no period up to 1 s does).
     #[serde(default)]
-    pub period_p99: Option<Setting>,
+    pub period_target: Option<Setting>,
     /// The run still stopped when the trace ended is larger than every run that ended: the
     /// advice is a lower bound.
     pub unfinished_larger: bool,
@@ -128,9 +264,14 @@ pub struct Kernel {
     pub burst: bool,
 }
 
-/// The advice for a cgroup whose runs are `demand`, with the settings `current`; `None`
-/// without a quota or a period, or without a single run.
-pub fn advise(demand: &DemandSummary, current: Bandwidth, kernel: Kernel) -> Option<Advice> {
+/// The advice for a cgroup whose runs are `demand`, with the settings `current`, for
+/// `target`; `None` without a quota or a period, or without a single run.
+pub fn advise(
+    demand: &DemandSummary,
+    current: Bandwidth,
+    kernel: Kernel,
+    target: Target,
+) -> Option<Advice> {
     let quota = current.quota_ns?;
     let period = current.period_ns.filter(|&p| p > 0)?;
     let mut runs: Vec<Run> = demand.runs_in_order.clone();
@@ -165,14 +306,19 @@ pub fn advise(demand: &DemandSummary, current: Bandwidth, kernel: Kernel) -> Opt
         longer_period(&runs, quota, period, top.cpus)
     };
     let arrived = arrived(&runs, demand.periods, quota, period);
-    let p99_period = p99_demand(
-        &arrived,
+    let replay = Replay {
+        arrived: &arrived,
         period,
-        top.cpus,
-        demand.slice_ns.unwrap_or(SLICE_NS),
-    );
-    let period_p99 = (p99_period > quota)
-        .then(|| p99_longer_period(&arrived, quota, period, top.cpus))
+        cpus: top.cpus,
+        slice: demand.slice_ns.unwrap_or(SLICE_NS),
+    };
+    let target_period = replay.quota(|stopped, periods| target.met(stopped, periods, REPLAY_ROOM));
+    let no_stop_period = replay.quota(|stopped, _| stopped == 0);
+    // Up or down: a quota far above the demand is entitlement nobody uses.
+    let setting = |n: u64| Setting::new(margin(n).min(all_cpus).max(MIN_NS), period, top.cpus);
+    let recommended = setting(target_period);
+    let period_target = (target_period > quota)
+        .then(|| target_longer_period(&arrived, quota, period, top.cpus, target))
         .flatten();
     Some(Advice {
         covered_ns: demand.covered_ns,
@@ -180,16 +326,21 @@ pub fn advise(demand: &DemandSummary, current: Bandwidth, kernel: Kernel) -> Opt
         largest_run_ns: top.demand_ns,
         largest_run_cpus: top.cpus,
         p99_run_ns: p99,
-        p99_period_ns: p99_period,
+        target,
+        target_period_ns: target_period,
+        no_stop_period_ns: no_stop_period,
         slice_ns: demand.slice_ns,
         current,
         fits,
+        recommended: Some(recommended),
+        no_stop: Some(setting(no_stop_period)),
+        stopped_now: replay.share(quota),
+        stopped_after: replay.share(recommended.quota_ns),
         quota: quota_for(need),
-        quota_p99: quota_for(p99_period),
         burst,
         period: period_advice,
         period_why_not,
-        period_p99,
+        period_target,
         unfinished_larger,
     })
 }
@@ -344,36 +495,20 @@ fn longer_period(
 /// use, and its first period the whole run; random arrivals get their excess over the usual
 /// rate. The periods between runs (idle, or of a run left out) have none.
 fn arrived(runs: &[Run], periods: u64, quota: u64, period: u64) -> Vec<u64> {
-    let in_long_runs: u64 = runs
-        .iter()
-        .filter(|r| r.periods > 1)
-        .map(|r| u64::from(r.periods))
-        .sum();
-    let calm_usage: u64 = runs
-        .iter()
-        .filter(|r| r.periods == 1)
-        .map(|r| r.demand_ns)
-        .sum();
-    let calm = calm_usage
-        .checked_div(periods.saturating_sub(in_long_runs))
-        .unwrap_or(0);
+    let mut calm = Calm::default();
+    runs.iter().for_each(|r| calm.add(r));
+    let calm = calm.mean(periods);
     let mut out = Vec::new();
     let mut next_ns = runs.first().map_or(0, |r| r.start_ns);
     for run in runs {
         let idle = run.start_ns.saturating_sub(next_ns) / period.max(1);
         out.extend(std::iter::repeat_n(0, usize::try_from(idle).unwrap_or(0)));
-        let rest = u64::from(run.periods.saturating_sub(1));
-        let first = run
-            .demand_ns
-            .saturating_sub(rest.saturating_mul(calm))
-            .max(run.demand_ns.min(quota));
+        let (first, rest) = arrived_in(run, calm, quota);
         out.push(first);
-        if let Some(share) = (run.demand_ns - first).checked_div(rest) {
-            out.extend(std::iter::repeat_n(
-                share,
-                usize::try_from(rest).unwrap_or(0),
-            ));
-        }
+        out.extend(std::iter::repeat_n(
+            rest,
+            run.periods.saturating_sub(1) as usize,
+        ));
         next_ns = run.end_ns;
     }
     let short = usize::try_from(periods)
@@ -381,6 +516,54 @@ fn arrived(runs: &[Run], periods: u64, quota: u64, period: u64) -> Vec<u64> {
         .saturating_sub(out.len());
     out.extend(std::iter::repeat_n(0, short));
     out
+}
+
+/// The calm periods of a set of runs, for their mean usage: the runs of one period's usage, and
+/// the periods the longer runs span (docs/definitions.md, "calm period").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Calm {
+    usage_ns: u64,
+    in_long_runs: u64,
+}
+
+impl Calm {
+    pub fn add(&mut self, run: &Run) {
+        if run.periods > 1 {
+            self.in_long_runs += u64::from(run.periods);
+        } else {
+            self.usage_ns = self.usage_ns.saturating_add(run.demand_ns);
+        }
+    }
+
+    pub fn remove(&mut self, run: &Run) {
+        if run.periods > 1 {
+            self.in_long_runs = self.in_long_runs.saturating_sub(u64::from(run.periods));
+        } else {
+            self.usage_ns = self.usage_ns.saturating_sub(run.demand_ns);
+        }
+    }
+
+    /// The mean usage of a calm period among `periods` measured (idle ones included).
+    pub fn mean(&self, periods: u64) -> u64 {
+        self.usage_ns
+            .checked_div(periods.saturating_sub(self.in_long_runs))
+            .unwrap_or(0)
+    }
+}
+
+/// What arrived in `run`'s first period and in each later one, with calm periods of `calm` ns:
+/// the later ones receive the calm mean, the first the rest, at least the quota it spent and at
+/// most the whole run.
+pub fn arrived_in(run: &Run, calm: u64, quota: u64) -> (u64, u64) {
+    let rest = u64::from(run.periods.saturating_sub(1));
+    let first = run
+        .demand_ns
+        .saturating_sub(rest.saturating_mul(calm))
+        .max(run.demand_ns.min(quota));
+    (
+        first,
+        (run.demand_ns - first).checked_div(rest).unwrap_or(0),
+    )
 }
 
 /// Phases of the period boundaries a replay is run at, evenly spaced over one period: where
@@ -427,49 +610,80 @@ fn replay_stops(arrived: &[u64], period: u64, cpus: u32, quota: u64) -> (u64, u6
 /// group's pool at a time; the advice assumes it where the trace did not read the machine's.
 const SLICE_NS: u64 = 5 * MS;
 
-/// Periods replayed per period a p99 replay may stop: 150, not 100. The trace's per-period
-/// usage cannot show a cluster of work its own boundaries split in two, and no phase of the
-/// replay joins the halves again, so a replay to 1 % comes out low on a trace that happened to
-/// split the clusters: on four 15 s traces of reference 003's random arrivals (2 CPUs) it gave
-/// 78–85 ms where reruns need about 86 ms to stop 1 % of their periods (the advice from a fifth
-/// trace, 81 ms, stopped 1.8 %); to one in 150 it gives 82–88 ms, and the advice with its
-/// margin 87–93 ms.
-const REPLAYED_PER_STOP: u64 = 150;
+/// How much fewer stops a target's replay allows than the target: 1.5 (to 1 %, one period in
+/// 150). The trace's per-period usage cannot show a cluster of work its own boundaries split
+/// in two, and no phase of the replay joins the halves again, so a replay to exactly the
+/// target comes out low on a trace that happened to split the clusters (docs/definitions.md,
+/// "target period").
+const REPLAY_ROOM: u64 = 150;
 
-/// The p99 period's demand: the smallest quota (1 ms steps) with which a replay of `arrived`
-/// at today's period stops at most one period in [`REPLAYED_PER_STOP`], plus one `slice` (the
-/// machine's `sched_cfs_bandwidth_slice_us`) for each CPU but one. A bisection: more quota
-/// never stops more, and `cpus` CPUs cannot use more than `cpus` × period, which stops nothing.
-///
-/// The replay shares one pool between the CPUs; the kernel's CPUs draw from it a slice at a
-/// time, so when one runs dry each other may still hold up to a slice its queue does not need
-/// yet, and the group stops that much before the pool's total is spent (reruns of reference
-/// 003's random arrivals on 2 CPUs: a replay's 80 ms stopped 1.25 % of the periods, 86 ms
-/// 0.89 %).
-fn p99_demand(arrived: &[u64], period: u64, cpus: u32, slice: u64) -> u64 {
-    let works = |quota_ms: u64| {
-        let (stopped, periods) = replay_stops(arrived, period, cpus, quota_ms * MS);
-        stopped.saturating_mul(REPLAYED_PER_STOP) <= periods
-    };
-    let (mut stops, mut works_ms) = (0, (u64::from(cpus.max(1)) * period).div_ceil(MS) + 1);
-    if works(0) {
-        return 0;
-    }
-    while works_ms > stops + 1 {
-        let mid = stops + (works_ms - stops) / 2;
-        if works(mid) {
-            works_ms = mid;
-        } else {
-            stops = mid;
-        }
-    }
-    works_ms * MS + u64::from(cpus.max(1) - 1) * slice
+/// The periods' arrived demand replayed at today's period (docs/definitions.md, "target
+/// period"): the quotas it advises, and the share of periods a quota stops in it.
+struct Replay<'a> {
+    arrived: &'a [u64],
+    period: u64,
+    cpus: u32,
+    /// The machine's `sched_cfs_bandwidth_slice_us`, in ns.
+    slice: u64,
 }
 
-/// The shortest period up to 1 s at today's ratio in which at most 1 % of the windows of its
-/// length, one at every period boundary of `arrived` (a partly covered period counting its
-/// covered share), hold more than its quota less the margin.
-fn p99_longer_period(arrived: &[u64], quota: u64, period: u64, cpus: u32) -> Option<Setting> {
+impl Replay<'_> {
+    /// The runtime the kernel's CPUs may hold back from the shared pool: a slice for each but
+    /// one. The replay shares one pool, the kernel's CPUs draw from it a slice at a time, so
+    /// the group stops that much before the pool's total is spent.
+    fn slices(&self) -> u64 {
+        u64::from(self.cpus.max(1) - 1) * self.slice
+    }
+
+    /// The smallest quota (1 ms steps) whose replay `meets(stopped, periods)`, plus
+    /// [`Replay::slices`]. A bisection: more quota never stops more, and the CPUs cannot use
+    /// more than their time, which stops nothing.
+    fn quota(&self, meets: impl Fn(u64, u64) -> bool) -> u64 {
+        let works = |quota_ms: u64| {
+            let (stopped, periods) =
+                replay_stops(self.arrived, self.period, self.cpus, quota_ms * MS);
+            meets(stopped, periods)
+        };
+        let (mut stops, mut works_ms) = (
+            0,
+            (u64::from(self.cpus.max(1)) * self.period).div_ceil(MS) + 1,
+        );
+        if works(0) {
+            return 0;
+        }
+        while works_ms > stops + 1 {
+            let mid = stops + (works_ms - stops) / 2;
+            if works(mid) {
+                works_ms = mid;
+            } else {
+                stops = mid;
+            }
+        }
+        works_ms * MS + self.slices()
+    }
+
+    /// The share of the replayed periods a kernel quota of `quota` stops (0 when none replay).
+    fn share(&self, quota: u64) -> Share {
+        let (stopped, periods) = replay_stops(
+            self.arrived,
+            self.period,
+            self.cpus,
+            quota.saturating_sub(self.slices()),
+        );
+        Share::of(stopped, periods)
+    }
+}
+
+/// The shortest period up to 1 s at today's ratio in which at most the target's share of the
+/// windows of its length, one at every period boundary of `arrived` (a partly covered period
+/// counting its covered share), hold more than its quota less the margin.
+fn target_longer_period(
+    arrived: &[u64],
+    quota: u64,
+    period: u64,
+    cpus: u32,
+    target: Target,
+) -> Option<Setting> {
     let mut sums = Vec::with_capacity(arrived.len() + 1);
     sums.push(0u128);
     for &u in arrived {
@@ -493,7 +707,7 @@ fn p99_longer_period(arrived: &[u64], quota: u64, period: u64, cpus: u32) -> Opt
         let over = (0..windows)
             .filter(|&i| window(i, whole, part) > allowed)
             .count();
-        if over <= windows / 100 {
+        if target.met(over as u64, windows as u64, 100) {
             return Some(Setting::new(q, candidate, cpus));
         }
         candidate += MS;
@@ -591,11 +805,20 @@ mod tests {
 
     const BURST: Kernel = Kernel { burst: true };
 
+    fn replay(arrived: &[u64], cpus: u32, slice: u64) -> Replay<'_> {
+        Replay {
+            arrived,
+            period: 100 * MS,
+            cpus,
+            slice,
+        }
+    }
+
     #[test]
     fn a_spiky_load_gets_a_quota_a_burst_and_a_period_that_each_fit_its_run() {
         // 60 ms of CPU every 500 ms on one CPU, quota 40 ms / 100 ms.
         let s = summary(runs(&[60; 10], 500, 2, 1));
-        let a = advise(&s, bandwidth(40, 100, 0), BURST).unwrap();
+        let a = advise(&s, bandwidth(40, 100, 0), BURST, Target::DEFAULT).unwrap();
         assert!(!a.fits);
         // 60 ms + 3 ms margin.
         let q = a.quota.unwrap();
@@ -610,8 +833,13 @@ mod tests {
         assert!(!a.burst.configured_useless);
         // Calm periods use nothing: the whole round arrived at once, and stopping 1 % of the
         // periods needs what the largest run does.
-        assert_eq!(a.p99_period_ns, 60 * MS);
-        assert_eq!(a.quota_p99, a.quota);
+        assert_eq!(a.target_period_ns, 60 * MS);
+        assert_eq!(a.recommended, a.quota);
+        // Every round stops today (quota 40 ms), and the replay of the rounds through the
+        // no-stop quota stops none of the 50 periods at any of ten phases.
+        assert_eq!(a.no_stop, a.quota);
+        assert_eq!(a.stopped_after, Share::default());
+        assert!(a.stopped_now > Share::default());
         // Period: 40 % of p' ≥ 63 ms → 158 ms (quota 63.2 ms).
         let p = a.period.unwrap();
         assert_eq!(p.period_ns, 158 * MS);
@@ -625,7 +853,7 @@ mod tests {
         // alone, but the next run arrives after one refill of 40 ms: the pool is never back to
         // 72 ms. Even a 40 ms burst (the ceiling) stops them.
         let s = summary(runs(&[70; 10], 100, 1, 1));
-        let a = advise(&s, bandwidth(40, 100, 0), BURST).unwrap();
+        let a = advise(&s, bandwidth(40, 100, 0), BURST, Target::DEFAULT).unwrap();
         assert_eq!(a.burst.for_largest_ns, Some(32 * MS));
         assert_eq!(a.burst.burst_ns, None);
         assert!(a.burst.stopped_with_ceiling > 0);
@@ -639,7 +867,7 @@ mod tests {
     fn the_ceiling_rule_and_a_useless_burst() {
         // 120 ms runs at quota 50 ms: burst 74 ms > quota, refused by the kernel.
         let s = summary(runs(&[120; 4], 1000, 3, 2));
-        let a = advise(&s, bandwidth(50, 100, 25), BURST).unwrap();
+        let a = advise(&s, bandwidth(50, 100, 25), BURST, Target::DEFAULT).unwrap();
         assert_eq!(a.burst.burst_ns, None);
         assert!(
             a.burst
@@ -653,17 +881,23 @@ mod tests {
         assert_eq!(a.quota.unwrap().quota_ns, 126 * MS);
         assert_eq!(a.quota.unwrap().longest_stop_ns, 100 * MS - 63 * MS);
         // A burst that would let them through is not useless.
-        let a = advise(&s, bandwidth(100, 100, 25), BURST).unwrap();
+        let a = advise(&s, bandwidth(100, 100, 25), BURST, Target::DEFAULT).unwrap();
         assert!(!a.burst.configured_useless);
     }
 
     #[test]
     fn what_the_kernel_lacks_is_not_advised_and_a_fit_needs_nothing() {
         let s = summary(runs(&[60; 3], 500, 2, 1));
-        let a = advise(&s, bandwidth(40, 100, 0), Kernel { burst: false }).unwrap();
+        let a = advise(
+            &s,
+            bandwidth(40, 100, 0),
+            Kernel { burst: false },
+            Target::DEFAULT,
+        )
+        .unwrap();
         assert_eq!(a.burst.burst_ns, None);
         assert!(a.burst.why_not.unwrap().contains("5.14"));
-        let a = advise(&s, bandwidth(80, 100, 0), BURST).unwrap();
+        let a = advise(&s, bandwidth(80, 100, 0), BURST, Target::DEFAULT).unwrap();
         assert!(a.fits);
         assert_eq!((a.quota, a.period, a.burst.burst_ns), (None, None, None));
         // No quota, no advice.
@@ -671,7 +905,7 @@ mod tests {
             quota_ns: None,
             ..bandwidth(0, 100, 0)
         };
-        assert_eq!(advise(&s, none, BURST), None);
+        assert_eq!(advise(&s, none, BURST, Target::DEFAULT), None);
     }
 
     #[test]
@@ -679,7 +913,7 @@ mod tests {
         // 250 ms of CPU on one thread: at 100 ms periods it needs all of each period (one
         // CPU), not 250 ms of quota.
         let s = summary(runs(&[250; 2], 2000, 3, 1));
-        let a = advise(&s, bandwidth(50, 100, 0), BURST).unwrap();
+        let a = advise(&s, bandwidth(50, 100, 0), BURST, Target::DEFAULT).unwrap();
         let q = a.quota.unwrap();
         assert_eq!(
             (q.quota_ns, q.millicpus, q.longest_stop_ns),
@@ -715,21 +949,73 @@ mod tests {
         }
         let mut s = summary(all);
         s.periods = 197;
-        let a = advise(&s, bandwidth(50, 100, 0), BURST).unwrap();
+        let a = advise(&s, bandwidth(50, 100, 0), BURST, Target::DEFAULT).unwrap();
         // The arrived demand of the runs' first periods (130, 110 and 100 ms) is above the
         // quota traced at some phases of the boundaries (`the_p99_quota_is_the_one_…` has the
         // arithmetic), far below the largest run's need.
-        let p99 = a.quota_p99.unwrap().quota_ns;
+        let p99 = a.recommended.unwrap().quota_ns;
         assert!(p99 > 50 * MS && p99 < 130 * MS, "{p99}");
-        // The largest run still gets a quota for its whole demand in one period.
+        assert!(a.stopped_after.fraction() <= 0.01 && a.stopped_now > a.stopped_after);
+        // The largest run would need its whole demand in one period; the replay of what
+        // arrived stops nothing once the largest first period (130 ms) fits with a slice for
+        // the second CPU: 135 ms, 142 ms with the margin.
         assert_eq!(a.quota.unwrap().quota_ns, 158 * MS);
+        assert_eq!(a.no_stop_period_ns, 135 * MS);
+        assert_eq!(a.no_stop.unwrap().quota_ns, 142 * MS);
         // Windows over the arrived demand (… 20 20 130 20 20 …): at 400 ms (quota 200 ms, 190
         // with the margin) none holds more than 130 + 3 × 20 = 190 ms; at 399 ms three windows
         // hold 130 + 20 + 20 + 0.99 × 20 = 189.8 ms > 199.5 − 9.975, and 1 % of 194 windows is
         // one. The period fitting every run whole at its start is longer.
-        let p = a.period_p99.unwrap();
+        let p = a.period_target.unwrap();
         assert_eq!((p.period_ns, p.quota_ns), (400 * MS, 200 * MS));
         assert_eq!(a.period.unwrap().period_ns, 485 * MS);
+    }
+
+    #[test]
+    fn a_quota_far_above_the_demand_is_advised_down_and_the_target_moves_the_headline() {
+        // 100 periods of 10 ms on one CPU, and three of 45 ms: at 200 ms nothing stops.
+        let mut demand = vec![10; 100];
+        for i in [10, 40, 70] {
+            demand[i] = 45;
+        }
+        let s = summary(runs(&demand, 100, 1, 1));
+        let a = advise(&s, bandwidth(200, 100, 0), BURST, Target::DEFAULT).unwrap();
+        // Three of 100 periods above 10 ms is more than 1 %, but at all but one phase of ten
+        // the boundaries split a 45 ms period: 45 × 0.9 + 10 × 0.1 = 41.5 ms at most. At 42
+        // ms the replay stops 3 of 999 periods, at most 6 (one in 150): the headline is 42 ms
+        // and its margin, about a fifth of today's entitlement. Stopping none takes 45 ms.
+        let r = a.recommended.unwrap();
+        assert_eq!((r.quota_ns, r.millicpus), (45 * MS, 450));
+        assert_eq!(a.target_period_ns, 42 * MS);
+        assert_eq!(a.no_stop.unwrap().quota_ns, 48 * MS);
+        assert_eq!(
+            (a.stopped_now, a.stopped_after),
+            (Share::default(), Share::default())
+        );
+        // A target of 5 % lets the three periods stop (at 30 ms each stops at nine phases of
+        // ten, 27 of 999 replayed periods, below 5 % ÷ 1.5), for less quota; the model says
+        // what that costs in stopped periods.
+        let five: Target = "5%".parse().unwrap();
+        let a = advise(&s, bandwidth(200, 100, 0), BURST, five).unwrap();
+        let r = a.recommended.unwrap();
+        assert!(r.quota_ns < 33 * MS, "{}", r.quota_ns);
+        assert!(a.stopped_after > Share::default() && a.stopped_after.fraction() <= 0.05 / 1.5);
+        assert_eq!(a.no_stop.unwrap().quota_ns, 48 * MS);
+    }
+
+    #[test]
+    fn targets_parse_as_percent_or_share_and_bad_ones_say_why() {
+        assert_eq!("1%".parse::<Target>(), Ok(Target::DEFAULT));
+        assert_eq!("0.01".parse::<Target>(), Ok(Target::DEFAULT));
+        assert_eq!("0.5%".parse::<Target>().unwrap().share(), 0.005);
+        for bad in ["0", "60%", "-1%", "x"] {
+            assert!(bad.parse::<Target>().is_err(), "{bad}");
+        }
+        assert_eq!(
+            serde_json::to_string(&Target::DEFAULT).unwrap(),
+            "0.01",
+            "a share in the JSON"
+        );
     }
 
     #[test]
@@ -745,17 +1031,18 @@ mod tests {
         arrived[60] = 80 * MS;
         assert_eq!(replay_stops(&arrived, 100 * MS, 1, 64 * MS), (6, 999));
         assert_eq!(replay_stops(&arrived, 100 * MS, 1, 63 * MS), (10, 999));
-        assert_eq!(p99_demand(&arrived, 100 * MS, 1, SLICE_NS), 64 * MS);
+        let one_in_150 = |s, p| Target::DEFAULT.met(s, p, REPLAY_ROOM);
+        assert_eq!(replay(&arrived, 1, SLICE_NS).quota(one_in_150), 64 * MS);
         // Its 4 ms a step never needs a second CPU, so on three the replay's quota is the
         // same; each CPU but one may hold a slice when the pool runs dry: 64 + 2 × 5 ms, or
         // on a machine whose slice is 1 ms, 64 + 2 × 1 ms.
-        assert_eq!(p99_demand(&arrived, 100 * MS, 3, SLICE_NS), 74 * MS);
-        assert_eq!(p99_demand(&arrived, 100 * MS, 3, MS), 66 * MS);
+        assert_eq!(replay(&arrived, 3, SLICE_NS).quota(one_in_150), 74 * MS);
+        assert_eq!(replay(&arrived, 3, MS).quota(one_in_150), 66 * MS);
         // What a stopped period cannot run waits for the next: at 30 ms a cluster stops two
         // periods at every phase (phase 0: 80 ms, then 50 deferred; phase 5: 40, then 40 + 10)
         // but phase 7 (24 | 56: 26 ms deferred, which the third period runs): 2 × 19.
         assert_eq!(replay_stops(&arrived, 100 * MS, 2, 30 * MS), (38, 999));
         // Nothing arrived: nothing stops, whatever the quota.
-        assert_eq!(p99_demand(&[0; 50], 100 * MS, 4, SLICE_NS), 0);
+        assert_eq!(replay(&[0; 50], 4, SLICE_NS).quota(one_in_150), 0);
     }
 }

@@ -21,6 +21,7 @@ use tokio::{
 };
 
 use crate::{
+    advice,
     aggregate::Aggregate,
     btf,
     cgroups::Hierarchy,
@@ -181,6 +182,8 @@ pub struct Request<'a> {
     pub pids: Vec<u32>,
     /// Where the report goes; each gets the `start` line as soon as the probes are attached.
     pub sinks: Vec<Box<dyn Sink>>,
+    /// The throttling target the advice is for.
+    pub target: advice::Target,
 }
 
 /// Why [`Session::trace_until`] returned.
@@ -411,6 +414,7 @@ impl Session {
                 clock.in_use().unix_ns(started_ns),
             )),
             bandwidth_slice_ns: bandwidth_slice_ns(),
+            advice_target: request.target,
             ..Start::default()
         };
         let slice_ns = start.bandwidth_slice_ns;
@@ -458,6 +462,7 @@ impl Session {
             cgroups: selection.exact_paths().unwrap_or_default(),
             pids: tracing.pids.clone(),
             sinks,
+            target: tracing.target,
         })?;
         let selected = session.select(selection);
         Ok((session, selected))

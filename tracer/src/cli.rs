@@ -4,6 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
 
+use crate::advice::Target;
 use crate::probes::BackendChoice;
 
 /// Traces every CFS bandwidth (CPU quota) stop on this machine, per CPU and per cgroup, until
@@ -75,6 +76,11 @@ pub struct TracingArgs {
     /// Trace only the cgroup (in the cpu hierarchy) that process PID is in now. Repeatable.
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
+
+    /// The throttling target the advice is for: the share of periods its recommended quota
+    /// may stop (e.g. 1%, 0.1%, or 0.01).
+    #[arg(long, value_name = "SHARE", default_value = "1%")]
+    pub target: Target,
 
     #[command(flatten)]
     pub probes: ProbeArgs,

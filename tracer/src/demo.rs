@@ -26,6 +26,7 @@ use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::advice::Target;
 use crate::agent::{Ended, Interrupts, Request, Session};
 use crate::cgroups::{Hierarchy, Version};
 use crate::cli::{DemoArgs, DemoWorkloadArgs};
@@ -102,6 +103,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
         cgroups: vec![demo.path.clone()],
         pids: Vec::new(),
         sinks: vec![Box::new(Text::stdout())],
+        target: Target::DEFAULT,
     })?;
     print!("{}", intro(&shape, &demo, hierarchy.version()));
     demo.workload = Some(spawn_workload(&demo, args.duration)?);
@@ -465,7 +467,7 @@ fn explain(c: &Context<'_>) -> String {
 /// block, above, is the same), in the demo's words; no second calculation.
 fn what_to_set(out: &mut String, r: &CgroupReport, version: Version, quota_cpus: f64) {
     let (quota_file, burst_file) = files(version);
-    let Some(a) = r.advice() else {
+    let Some(a) = r.advice(Target::DEFAULT) else {
         out.push_str(
             "  what to set    the advice comes from the CPU demand of each period, which this \
              kernel did not let\n                 the tracer measure (the warning at the start \

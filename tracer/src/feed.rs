@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use tracer_common::{END_REFILL, EVENT_END, EVENT_START, StopEvent};
 
+use crate::advice::Target;
 use crate::agent::{Request, Session};
 use crate::cli::BenchFeedArgs;
 use crate::error::Failure;
@@ -34,6 +35,7 @@ pub fn run(args: &BenchFeedArgs) -> Result<(), Failure> {
         cgroups: Vec::new(),
         pids: Vec::new(),
         sinks,
+        target: Target::DEFAULT,
     })?;
     let scraper = args.exporter.then(|| {
         let exporter = Exporter::new(Config {

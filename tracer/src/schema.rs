@@ -26,7 +26,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::advice::Advice;
+use crate::advice::{Advice, Target};
 use crate::aggregate::{Attributed, Run};
 use crate::cgroups::Version;
 use crate::cpustat::CpuStat;
@@ -236,6 +236,10 @@ pub struct Start {
     /// kernel's default, 5 ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_slice_ns: Option<u64>,
+    /// The throttling target the advice is for (`--target`): the share of periods its
+    /// recommended quota may stop. Recordings made before it get the default, 1 %.
+    #[serde(default)]
+    pub advice_target: Target,
 }
 
 impl Start {

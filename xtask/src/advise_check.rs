@@ -416,10 +416,10 @@ impl Runner<'_> {
         // are the ones that stop at most that; every other workload must not be stopped at all.
         let (quota_setting, quota_key, period_setting, period_key) = match workload {
             Workload::Arrivals => (
-                "quota (p99 period)",
-                "quota_p99",
-                "period (p99)",
-                "period_p99",
+                "quota (target)",
+                "recommended",
+                "period (target)",
+                "period_target",
             ),
             Workload::Spiky { .. } => ("quota", "quota", "period", "period"),
         };

@@ -122,12 +122,9 @@ pub(super) struct Demand {
     runs: Durations,
     largest: Vec<Run>,
     in_order: Vec<Run>,
-    broken_runs: u64,
-    open: Option<Run>,
+    making: RunMaker,
     max_cpus: u32,
     bandwidth: Bandwidth,
-    /// A run with a period of unknown usage is still open: its periods are no run's.
-    broken: bool,
     burst_spent_ns: Option<u64>,
     /// The end of the last period taken, ns.
     last_end_ns: u64,
@@ -137,6 +134,56 @@ pub(super) struct Demand {
     chains: FastMap<u32, Vec<(u64, u64)>>,
     waiting: Durations,
     holds_unplaced: u64,
+}
+
+/// Makes busy runs of a cgroup's periods in order: the one definition the whole trace's demand
+/// and the exporter's rolling window share.
+#[derive(Debug, Default)]
+pub(super) struct RunMaker {
+    open: Option<Run>,
+    /// A run with a period of unknown usage is still open: its periods are no run's.
+    broken: bool,
+    /// Runs that had a period of unknown usage, dropped.
+    pub(super) broken_runs: u64,
+}
+
+impl RunMaker {
+    /// Takes one period; returns the run it ended, if any, with usage or not.
+    pub(super) fn period(&mut self, p: &Period) -> Option<Run> {
+        let throttled = p.throttled_cpus > 0;
+        let Some(start_ns) = p.start_ns else {
+            let open = self.open.take().is_some();
+            if (open || throttled) && !self.broken {
+                self.broken_runs += 1;
+            }
+            // Ended throttled, the run goes on past the hole.
+            self.broken = throttled;
+            return None;
+        };
+        if self.broken {
+            // The tail of a broken run: as a run of its own it would be reported short.
+            self.broken = throttled;
+            return None;
+        }
+        let run = self.open.get_or_insert(Run {
+            start_ns,
+            ..Run::default()
+        });
+        run.end_ns = p.end_ns;
+        run.periods += 1;
+        run.throttled_periods += u32::from(throttled);
+        run.demand_ns = run.demand_ns.saturating_add(p.usage_ns);
+        run.cpus = run.cpus.max(p.cpus_used);
+        if throttled {
+            return None;
+        }
+        self.open.take()
+    }
+
+    /// The run still throttled, if it has usage: a lower bound of its demand.
+    pub(super) fn unfinished(&self) -> Option<Run> {
+        self.open.filter(|r| r.demand_ns > 0)
+    }
 }
 
 impl Demand {
@@ -150,13 +197,7 @@ impl Demand {
         let throttled = p.throttled_cpus > 0;
         let Some(start_ns) = p.start_ns else {
             self.unknown_periods += 1;
-            let open = self.open.take().is_some();
-            if (open || throttled) && !self.broken {
-                self.broken_runs += 1;
-            }
-            // Ended throttled, the run goes on past the hole.
-            self.broken = throttled;
-            return None;
+            return self.making.period(p);
         };
         self.periods += 1;
         self.usage_ns = self.usage_ns.saturating_add(p.usage_ns);
@@ -176,24 +217,7 @@ impl Demand {
                 unknown: false,
             });
         }
-        if self.broken {
-            // The tail of a broken run: as a run of its own it would be reported short.
-            self.broken = throttled;
-            return None;
-        }
-        let run = self.open.get_or_insert(Run {
-            start_ns,
-            ..Run::default()
-        });
-        run.end_ns = p.end_ns;
-        run.periods += 1;
-        run.throttled_periods += u32::from(throttled);
-        run.demand_ns = run.demand_ns.saturating_add(p.usage_ns);
-        run.cpus = run.cpus.max(p.cpus_used);
-        if throttled {
-            return None;
-        }
-        let run = self.open.take()?;
+        let run = self.making.period(p)?;
         self.close(run)
     }
 
@@ -303,8 +327,8 @@ impl Demand {
             runs: self.runs.summary(),
             largest: self.largest,
             runs_in_order: self.in_order,
-            broken_runs: self.broken_runs,
-            unfinished: self.open.filter(|r| r.demand_ns > 0),
+            broken_runs: self.making.broken_runs,
+            unfinished: self.making.unfinished(),
             max_cpus: self.max_cpus,
             bandwidth: self.bandwidth,
             burst_spent_ns: self.burst_spent_ns,

@@ -39,6 +39,7 @@ mod demand;
 mod durations;
 mod episodes;
 mod holders;
+mod rolling;
 mod window;
 
 use std::collections::HashMap;
@@ -50,6 +51,7 @@ pub use durations::{DurationSummary, Percentiles};
 pub use episodes::{Attributed, CgroupSummary, OpenStop};
 use episodes::{CgroupState, sort_attributed};
 pub use holders::{HeldSummary, ProcessHeld};
+pub use rolling::{Arrived, Rolling};
 pub use window::IntervalSummary;
 use window::Window;
 

@@ -41,19 +41,19 @@ pub(super) fn standalone(start: &Start, reports: &[CgroupReport], totals: &End) 
                 .as_deref()
                 .unwrap_or("(a cgroup removed while tracing)")
         );
-        render(&mut out, r, start.cgroup_version);
+        render(&mut out, r, start);
     }
     out
 }
 
 /// The block, or nothing when no period of the cgroup was measured.
-pub(super) fn render(out: &mut String, r: &CgroupReport, version: Option<Version>) {
+pub(super) fn render(out: &mut String, r: &CgroupReport, start: &Start) {
     let Some(d) = &r.summary.demand else {
         return;
     };
     demand(out, d);
-    match r.advice() {
-        Some(a) => advice(out, &a, version),
+    match r.advice(start.advice_target) {
+        Some(a) => advice(out, &a, start.cgroup_version),
         None if d.runs.count == 0 => {
             out.push_str("  advice            none: no busy run was measured\n");
         }
@@ -152,40 +152,62 @@ fn advice(out: &mut String, a: &Advice, version: Option<Version>) {
             ""
         }
     );
-    if a.fits {
+    let now_millicpus = Setting::millicpus_of(quota, period);
+    if let Some(q) = a.recommended {
         let _ = writeln!(
             out,
-            "    the largest run ({}) fits the quota ({}) in one period: nothing to change",
-            ms(a.largest_run_ns),
-            ms(quota)
-        );
-    }
-    if let Some(q) = a.quota {
-        let _ = writeln!(
-            out,
-            "    quota           {} fits the largest run ({} on {} CPU(s)) in one period: {}; \
-             costs an average entitlement of {} CPU (now {now_cpus:.2}), longest stop {}",
+            "    recommended     quota {} stops at most {} of the periods: {}; entitlement {} CPU \
+             ({} against now), longest stop {}. Periods stopped, by the replay of what arrived: \
+             {} now, {} with it",
             ms(q.quota_ns),
-            ms(a.largest_run_ns),
-            a.largest_run_cpus,
+            share(a.target.share()),
             quota_files(&q, version),
             cpus(q.millicpus),
-            ms(q.longest_stop_ns)
+            change(q.millicpus, now_millicpus),
+            ms(q.longest_stop_ns),
+            share(a.stopped_now.fraction()),
+            share(a.stopped_after.fraction())
         );
-    }
-    if let Some(q) = a.quota_p99 {
         let _ = writeln!(
             out,
-            "                    {} stops at most 1 % of the periods (the p99 period's demand is \
-             {}, with {} for each CPU but one: {}): {}",
-            ms(q.quota_ns),
-            ms(a.p99_period_ns),
+            "                    (the target period's demand is {}, with {} for each CPU but one: {})",
+            ms(a.target_period_ns),
             a.slice_ns.map_or_else(|| "5.0 ms".to_owned(), ms),
             a.slice_ns.map_or(
                 "the kernel's default runtime slice, the machine's was not read",
                 |_| "the machine's runtime slice"
             ),
-            quota_files(&q, version)
+        );
+    }
+    if let Some(q) = a.no_stop {
+        let _ = writeln!(
+            out,
+            "    no stop         quota {} stops no period of what arrived: {}; entitlement {} CPU \
+             ({} against now), longest stop {}",
+            ms(q.quota_ns),
+            quota_files(&q, version),
+            cpus(q.millicpus),
+            change(q.millicpus, now_millicpus),
+            ms(q.longest_stop_ns)
+        );
+    }
+    if a.fits {
+        let _ = writeln!(
+            out,
+            "    largest run     {} fits the quota ({}) in one period",
+            ms(a.largest_run_ns),
+            ms(quota)
+        );
+    } else if let Some(q) = a.quota {
+        let _ = writeln!(
+            out,
+            "    largest run     {} on {} CPU(s) would need {} in one period ({} CPU); a run \
+             stretched over periods by the quota itself holds its backlog too, so the no-stop \
+             quota above is what arrived",
+            ms(a.largest_run_ns),
+            a.largest_run_cpus,
+            ms(q.quota_ns),
+            cpus(q.millicpus),
         );
     }
     let b = &a.burst;
@@ -242,13 +264,14 @@ fn advice(out: &mut String, a: &Advice, version: Option<Version>) {
     } else if let Some(why) = &a.period_why_not {
         let _ = writeln!(out, "    period          none: {why}");
     }
-    if let Some(p) = a.period_p99 {
+    if let Some(p) = a.period_target {
         let _ = writeln!(
             out,
-            "                    {} (quota {}) stops at most 1 % of the periods: {}; the longest \
+            "                    {} (quota {}) stops at most {} of the periods: {}; the longest \
              stop becomes {}",
             ms(p.period_ns),
             ms(p.quota_ns),
+            share(a.target.share()),
             period_files(&p, version),
             ms(p.longest_stop_ns)
         );
@@ -293,6 +316,18 @@ fn secs(ns: u64) -> String {
 
 fn us(ns: u64) -> u64 {
     ns.div_ceil(1_000)
+}
+
+/// A share of periods as a percentage.
+fn share(s: f64) -> String {
+    format!("{:.2} %", s * 100.0)
+}
+
+/// The change in entitlement from `now` to `to` millicpus, signed: a cut frees CPU.
+fn change(to: u64, now: u64) -> String {
+    let delta = to as i128 - now as i128;
+    let sign = if delta < 0 { "-" } else { "+" };
+    format!("{sign}{}", cpus(delta.unsigned_abs() as u64))
 }
 
 fn cpus(millicpus: u64) -> String {

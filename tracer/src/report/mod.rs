@@ -36,7 +36,7 @@ use crossterm::event::Event as Key;
 
 pub use sink::{AdviceOnly, Entry, Ndjson, Sink, Text, Tick};
 
-use crate::advice::{self, Advice};
+use crate::advice::{self, Advice, Target};
 use crate::aggregate::{CgroupSummary, DurationSummary};
 use crate::cgroups::Hierarchy;
 use crate::cpustat::CpuStat;
@@ -120,7 +120,7 @@ impl CgroupReport {
     /// What to set, from the demand the trace measured (`advice::advise`); `None` without a
     /// measured run or a quota. The settings are the control files' at the end, else the
     /// kernel's in the last period.
-    pub fn advice(&self) -> Option<Advice> {
+    pub fn advice(&self, target: Target) -> Option<Advice> {
         let demand = self.summary.demand.as_ref()?;
         let current = self
             .settings
@@ -129,12 +129,12 @@ impl CgroupReport {
         let kernel = advice::Kernel {
             burst: current.burst_ns.is_some() || demand.bandwidth.burst_ns.is_some(),
         };
-        advice::advise(demand, current, kernel)
+        advice::advise(demand, current, kernel, target)
     }
 
     /// Its `advice` line, if it has advice.
-    pub fn advice_line(&self) -> Option<schema::AdviceLine> {
-        let advice = self.advice()?;
+    pub fn advice_line(&self, target: Target) -> Option<schema::AdviceLine> {
+        let advice = self.advice(target)?;
         let d = self.summary.demand.as_ref()?;
         Some(schema::AdviceLine {
             cgroup: CgroupRef::new(self.summary.cgroup_id, self.path.as_deref()),
@@ -405,7 +405,8 @@ impl<'a> Report<'a> {
         for r in reports {
             self.emit(|| Line::Summary(Box::new(r.summary_line())), None, &[]);
         }
-        for line in reports.iter().filter_map(CgroupReport::advice_line) {
+        let target = self.start.advice_target;
+        for line in reports.iter().filter_map(|r| r.advice_line(target)) {
             self.emit(|| Line::Advice(Box::new(line)), None, &[]);
         }
         self.emit(|| Line::End(*totals), None, &[]);

@@ -27,7 +27,7 @@ pub(super) fn render(info: &Start, reports: &[CgroupReport], totals: &End) -> St
         overview(&mut out, reports);
         for r in reports {
             detail(&mut out, r);
-            super::advice_text::render(&mut out, r, info.cgroup_version);
+            super::advice_text::render(&mut out, r, info);
         }
     }
     footer(&mut out, reports, totals);

@@ -1,0 +1,258 @@
+//! A cgroup's demand over a rolling window (`serve --advice-window`): the busy runs and period
+//! counts of the last window, made by the whole trace's own [`RunMaker`], summed up into a
+//! [`DemandSummary`] for `advice::advise` whenever asked, and bounded in memory whatever the
+//! window: at most `max_runs` runs are kept, the oldest leaving first (`dropped_runs`), and
+//! the summary says how much time its periods cover.
+//!
+//! The period counts are kept per slice of the window (a sixtieth of it): the window holds
+//! between 59 and 60 slices, and a run belongs to it while its end is inside.
+
+use std::collections::VecDeque;
+
+use super::demand::{DemandSummary, Run, RunMaker};
+use super::durations::Durations;
+use crate::advice::{Calm, arrived_in};
+use crate::records::{Bandwidth, Period};
+
+/// Slices of the window its period counts are kept in.
+const SLICES: u64 = 60;
+/// Largest runs kept with their times, as the whole trace's summary does.
+const LARGEST: usize = 5;
+
+/// The period counts of one slice of the window.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slice {
+    /// Its index: CLOCK_MONOTONIC ns ÷ the slice's length.
+    index: u64,
+    periods: u64,
+    unknown_periods: u64,
+    throttled_periods: u64,
+    usage_ns: u64,
+    covered_ns: u64,
+    max_cpus: u32,
+    burst_spent_ns: Option<u64>,
+}
+
+/// What one period added to the window: its arrived demand per period, once the run it belongs
+/// to has ended (the exporter's demand histogram takes these).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Arrived {
+    /// `(ns, periods)`: `periods` periods of `ns` arrived demand each.
+    pub periods: Vec<(u64, u32)>,
+}
+
+/// One cgroup's demand over the window.
+#[derive(Debug)]
+pub struct Rolling {
+    slice_ns: u64,
+    max_runs: usize,
+    making: RunMaker,
+    runs: VecDeque<Run>,
+    slices: VecDeque<Slice>,
+    calm: Calm,
+    bandwidth: Bandwidth,
+    /// Runs that left before their end left the window, for the bound.
+    pub dropped_runs: u64,
+}
+
+impl Rolling {
+    /// A window of `window_ns` (at least a second) keeping at most `max_runs` runs.
+    pub fn new(window_ns: u64, max_runs: usize) -> Self {
+        Self {
+            slice_ns: (window_ns / SLICES).max(1_000_000_000 / SLICES),
+            max_runs: max_runs.max(1),
+            making: RunMaker::default(),
+            runs: VecDeque::new(),
+            slices: VecDeque::new(),
+            calm: Calm::default(),
+            bandwidth: Bandwidth::default(),
+            dropped_runs: 0,
+        }
+    }
+
+    /// The most runs it keeps from now on; the oldest beyond it leave at once.
+    pub fn bound(&mut self, max_runs: usize) {
+        self.max_runs = max_runs.max(1);
+        self.trim();
+    }
+
+    /// Takes one period (they come in order); returns what arrived in the periods of a run it
+    /// ended, or in it if it is idle.
+    pub fn period(&mut self, p: &Period) -> Arrived {
+        self.bandwidth = p.bandwidth;
+        let index = p.end_ns / self.slice_ns;
+        if self.slices.back().is_none_or(|s| s.index < index) {
+            self.slices.push_back(Slice {
+                index,
+                ..Slice::default()
+            });
+        }
+        let oldest = index.saturating_sub(SLICES - 1);
+        while self.slices.front().is_some_and(|s| s.index < oldest) {
+            self.slices.pop_front();
+        }
+        let start = oldest * self.slice_ns;
+        while self.runs.front().is_some_and(|r| r.end_ns < start) {
+            self.pop();
+        }
+        let slice = self.slices.back_mut().expect("pushed above");
+        let Some(start_ns) = p.start_ns else {
+            slice.unknown_periods += 1;
+            self.making.period(p);
+            return Arrived::default();
+        };
+        slice.periods += 1;
+        slice.throttled_periods += u64::from(p.throttled_cpus > 0);
+        slice.usage_ns = slice.usage_ns.saturating_add(p.usage_ns);
+        slice.covered_ns = slice.covered_ns.saturating_add(p.end_ns - start_ns);
+        slice.max_cpus = slice.max_cpus.max(p.cpus_used);
+        if let Some(spent) = p.burst_spent_ns {
+            slice.burst_spent_ns = Some(slice.burst_spent_ns.unwrap_or(0).saturating_add(spent));
+        }
+        match self.making.period(p) {
+            Some(run) if run.demand_ns > 0 => {
+                self.calm.add(&run);
+                self.runs.push_back(run);
+                self.trim();
+                let quota = p.bandwidth.quota_ns.unwrap_or(u64::MAX);
+                let (first, rest) = arrived_in(&run, self.calm.mean(self.periods()), quota);
+                let mut periods = vec![(first, 1)];
+                if run.periods > 1 {
+                    periods.push((rest, run.periods - 1));
+                }
+                Arrived { periods }
+            }
+            // An idle period (or a run of no usage): nothing arrived.
+            Some(run) => Arrived {
+                periods: vec![(0, run.periods)],
+            },
+            // A period of a run still going, or the tail of a run broken by an unknown one.
+            None => Arrived::default(),
+        }
+    }
+
+    fn pop(&mut self) {
+        if let Some(run) = self.runs.pop_front() {
+            self.calm.remove(&run);
+        }
+    }
+
+    fn trim(&mut self) {
+        while self.runs.len() > self.max_runs {
+            self.pop();
+            self.dropped_runs += 1;
+        }
+    }
+
+    fn periods(&self) -> u64 {
+        self.slices.iter().map(|s| s.periods).sum()
+    }
+
+    /// The window's demand, as the whole trace's summary has it (no deferred work: the advice
+    /// does not use it).
+    pub fn summary(&self, slice_ns: Option<u64>) -> DemandSummary {
+        let mut runs = Durations::default();
+        self.runs.iter().for_each(|r| runs.record(r.demand_ns));
+        let mut largest: Vec<Run> = self.runs.iter().copied().collect();
+        largest.sort_by_key(|r| std::cmp::Reverse(r.demand_ns));
+        largest.truncate(LARGEST);
+        let sum = |f: fn(&Slice) -> u64| self.slices.iter().map(f).sum::<u64>();
+        DemandSummary {
+            periods: sum(|s| s.periods),
+            unknown_periods: sum(|s| s.unknown_periods),
+            throttled_periods: sum(|s| s.throttled_periods),
+            usage_ns: sum(|s| s.usage_ns),
+            covered_ns: sum(|s| s.covered_ns),
+            runs: runs.summary(),
+            largest,
+            runs_in_order: self.runs.iter().copied().collect(),
+            broken_runs: self.making.broken_runs,
+            unfinished: self.making.unfinished(),
+            max_cpus: self.slices.iter().map(|s| s.max_cpus).max().unwrap_or(0),
+            bandwidth: self.bandwidth,
+            burst_spent_ns: self
+                .slices
+                .iter()
+                .filter_map(|s| s.burst_spent_ns)
+                .reduce(u64::saturating_add),
+            waiting: Durations::default().summary(),
+            holds_unplaced: 0,
+            slice_ns,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Aggregate;
+    use crate::aggregate::demand::tests::period;
+    use crate::aggregate::tests::MS;
+
+    /// Calm periods of 20 ms, a run of three (50 + 50 + 30 ms) every tenth.
+    fn periods(n: u64) -> Vec<Period> {
+        (1..=n)
+            .flat_map(|i| {
+                let end = i * 1000;
+                if i % 10 == 0 {
+                    vec![
+                        period(end - 200, 50, 2, true),
+                        period(end - 100, 50, 2, true),
+                        period(end, 30, 2, false),
+                    ]
+                } else {
+                    (0..10)
+                        .map(|k| period(end - 900 + k * 100, 20, 1, false))
+                        .collect()
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_window_holding_every_period_sums_up_as_the_whole_trace() {
+        let all = periods(40);
+        let mut rolling = Rolling::new(3_600_000 * MS, 100_000);
+        let mut agg = Aggregate::watching(&[1]);
+        for p in &all {
+            rolling.period(p);
+            agg.ingest_period(p);
+        }
+        let whole = agg.finish(all.last().unwrap().end_ns).remove(0);
+        assert_eq!(rolling.summary(None), whole.demand.unwrap());
+    }
+
+    #[test]
+    fn old_runs_and_periods_leave_the_window_and_the_bound_holds() {
+        // A 60 s window: after 200 s only the last 59-60 s of periods are in it, 93 in each
+        // 10 s (9 s of calm periods, then a run of three).
+        let all = periods(200);
+        let mut rolling = Rolling::new(60_000 * MS, 100_000);
+        for p in &all {
+            rolling.period(p);
+        }
+        let s = rolling.summary(None);
+        assert!((548..=558).contains(&s.periods), "{}", s.periods);
+        assert!(s.covered_ns <= 60_000 * MS);
+        assert!(s.runs_in_order.first().unwrap().end_ns >= (200_000 - 60_000) * MS);
+        rolling.bound(50);
+        let s = rolling.summary(None);
+        assert_eq!(s.runs_in_order.len(), 50);
+        assert!(rolling.dropped_runs > 0);
+    }
+
+    #[test]
+    fn each_period_arrives_once_as_its_run_ends() {
+        let mut rolling = Rolling::new(3_600_000 * MS, 100_000);
+        let mut arrived = Vec::new();
+        for p in periods(10) {
+            arrived.extend(rolling.period(&p).periods);
+        }
+        let count: u32 = arrived.iter().map(|&(_, n)| n).sum();
+        assert_eq!(count, 93, "9 × 10 calm periods and the run's three");
+        // The run's 130 ms: its later periods receive the calm mean, 20 ms each, the first
+        // the rest (90 ms).
+        assert_eq!(arrived.last(), Some(&(20 * MS, 2)));
+        assert_eq!(arrived[arrived.len() - 2], (90 * MS, 1));
+    }
+}
