@@ -100,6 +100,11 @@ impl Target {
     /// At most 1 % of the periods stopped.
     pub const DEFAULT: Self = Self { ppm: 10_000 };
 
+    /// The share of periods in parts per million.
+    pub fn ppm(self) -> u32 {
+        self.ppm
+    }
+
     /// The share of periods, 0 < share ≤ 0.5.
     pub fn share(self) -> f64 {
         f64::from(self.ppm) / 1e6
@@ -575,32 +580,68 @@ const STEPS: u64 = 20;
 
 /// Periods stopped and periods replayed when `arrived` (one value per traced period of
 /// `period` ns) is replayed at `quota` per period, summed over [`PHASES`] phases of the
-/// boundaries: each period's arrived demand comes in evenly over it and runs on at most `cpus`
-/// CPUs while the period has quota left; what it cannot run waits (the kernel's deferral),
-/// and a period whose quota ran out with work waiting is stopped.
+/// boundaries: each period's arrived demand comes in evenly over it, in [`STEPS`] steps (the
+/// division's remainder with the last), and runs on at most `cpus` CPUs while the period has
+/// quota left; what it cannot run waits (the kernel's deferral), and a period whose quota ran
+/// out with work waiting is stopped. The last period of each phase, which the trace's end cuts,
+/// is not replayed.
+///
+/// A replayed period that starts with nothing waiting, receives no more than the quota and no
+/// step more than the CPUs can run cannot stop and leaves nothing waiting: it is counted
+/// without stepping through it, which makes the replay of a load far below its quota cheap.
 fn replay_stops(arrived: &[u64], period: u64, cpus: u32, quota: u64) -> (u64, u64) {
     let step = (period / STEPS).max(1);
     let rate = u64::from(cpus.max(1)).saturating_mul(step);
+    let steps = arrived.len() as u64 * STEPS;
+    let demand = |g: u64| arrived[usize::try_from(g / STEPS).unwrap_or(usize::MAX)];
+    let arrival = |g: u64| {
+        demand(g) / STEPS
+            + if g % STEPS == STEPS - 1 {
+                demand(g) % STEPS
+            } else {
+                0
+            }
+    };
+    // Σ arrivals over the steps [from, to), and the most one of them receives.
+    let received = |from: u64, to: u64| {
+        let (mut sum, mut most, mut g) = (0u64, 0, from);
+        while g < to {
+            let d = demand(g);
+            let chunk_end = to.min((g / STEPS + 1) * STEPS);
+            sum = sum.saturating_add((chunk_end - g) * (d / STEPS));
+            most = most.max(d / STEPS);
+            if chunk_end.is_multiple_of(STEPS) {
+                sum = sum.saturating_add(d % STEPS);
+                most = most.max(d / STEPS + d % STEPS);
+            }
+            g = chunk_end;
+        }
+        (sum, most)
+    };
     let (mut stopped, mut periods) = (0, 0);
     for phase in 0..PHASES {
-        let mut boundary = period - period * phase / PHASES;
-        let (mut now, mut waiting, mut used, mut stops) = (0, 0u64, 0, false);
-        for &demand in arrived {
-            for s in 0..STEPS {
-                if now >= boundary {
-                    periods += 1;
-                    stopped += u64::from(stops);
-                    (used, stops) = (0, false);
-                    boundary += period;
-                }
-                // The remainder of the division arrives with the last step.
-                waiting += demand / STEPS + if s + 1 == STEPS { demand % STEPS } else { 0 };
+        let (mut waiting, mut start) = (0u64, 0);
+        for j in 0.. {
+            let end = (period - period * phase / PHASES + j * period).div_ceil(step);
+            if end >= steps {
+                break;
+            }
+            periods += 1;
+            let (sum, most) = received(start, end);
+            if waiting == 0 && sum <= quota && most <= rate {
+                start = end;
+                continue;
+            }
+            let (mut used, mut stops) = (0, false);
+            for g in start..end {
+                waiting += arrival(g);
                 let ran = waiting.min(rate).min(quota.saturating_sub(used));
                 used += ran;
                 waiting -= ran;
                 stops |= waiting > 0 && used >= quota;
-                now += step;
             }
+            stopped += u64::from(stops);
+            start = end;
         }
     }
     (stopped, periods)
@@ -1044,5 +1085,48 @@ mod tests {
         assert_eq!(replay_stops(&arrived, 100 * MS, 2, 30 * MS), (38, 999));
         // Nothing arrived: nothing stops, whatever the quota.
         assert_eq!(replay(&[0; 50], 4, SLICE_NS).quota(one_in_150), 0);
+    }
+
+    /// The replay stepped through every period: what [`replay_stops`] must count.
+    fn replay_stepped(arrived: &[u64], period: u64, cpus: u32, quota: u64) -> (u64, u64) {
+        let step = (period / STEPS).max(1);
+        let rate = u64::from(cpus.max(1)).saturating_mul(step);
+        let (mut stopped, mut periods) = (0, 0);
+        for phase in 0..PHASES {
+            let mut boundary = period - period * phase / PHASES;
+            let (mut now, mut waiting, mut used, mut stops) = (0, 0u64, 0, false);
+            for &demand in arrived {
+                for s in 0..STEPS {
+                    if now >= boundary {
+                        periods += 1;
+                        stopped += u64::from(stops);
+                        (used, stops) = (0, false);
+                        boundary += period;
+                    }
+                    waiting += demand / STEPS + if s + 1 == STEPS { demand % STEPS } else { 0 };
+                    let ran = waiting.min(rate).min(quota.saturating_sub(used));
+                    used += ran;
+                    waiting -= ran;
+                    stops |= waiting > 0 && used >= quota;
+                    now += step;
+                }
+            }
+        }
+        (stopped, periods)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_replay_counts_as_stepping_through_every_period(
+            arrived in proptest::collection::vec(0u64..300_000_000, 0..60),
+            period in 1_000_000u64..1_000_000_000,
+            cpus in 1u32..4,
+            quota in 0u64..400_000_000,
+        ) {
+            proptest::prop_assert_eq!(
+                replay_stops(&arrived, period, cpus, quota),
+                replay_stepped(&arrived, period, cpus, quota)
+            );
+        }
     }
 }

@@ -414,7 +414,7 @@ impl Session {
                 clock.in_use().unix_ns(started_ns),
             )),
             bandwidth_slice_ns: bandwidth_slice_ns(),
-            advice_target: request.target,
+            advice_target: Some(request.target),
             ..Start::default()
         };
         let slice_ns = start.bandwidth_slice_ns;

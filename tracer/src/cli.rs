@@ -210,6 +210,20 @@ pub struct ServeArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
     pub gone_after: Duration,
 
+    /// The rolling window each cgroup's advice covers (its periods' demand of the last
+    /// DURATION, bounded in memory: docs/prometheus.md).
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "1h")]
+    pub advice_window: Duration,
+
+    /// How often each cgroup's advice is made again from its window.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "1m")]
+    pub advice_every: Duration,
+
+    /// Also write every record as NDJSON to FILE as it happens, so that `throttle-tracer report
+    /// FILE` (or the file's `advice` lines, written at the end) can be read later.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+
     #[command(flatten)]
     pub tracing: TracingArgs,
 }

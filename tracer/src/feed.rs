@@ -16,7 +16,7 @@ use crate::agent::{Request, Session};
 use crate::cli::BenchFeedArgs;
 use crate::error::Failure;
 use crate::records;
-use crate::report::prometheus::{Config, Exporter, Scraper};
+use crate::report::prometheus::{AdviceConfig, Config, Exporter, Scraper};
 use crate::report::{Ndjson, Sink};
 
 /// Generated cgroup ids start here, far above any inode number of a real cgroup.
@@ -42,6 +42,7 @@ pub fn run(args: &BenchFeedArgs) -> Result<(), Failure> {
             max_cgroups: usize::try_from(args.cgroups).unwrap_or(usize::MAX).max(1),
             gone_after: Duration::from_secs(300),
             named: Vec::new(),
+            advice: AdviceConfig::default(),
         });
         let scraper = exporter.scraper();
         session.add_sink(Box::new(exporter));

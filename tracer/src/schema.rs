@@ -237,9 +237,9 @@ pub struct Start {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth_slice_ns: Option<u64>,
     /// The throttling target the advice is for (`--target`): the share of periods its
-    /// recommended quota may stop. Recordings made before it get the default, 1 %.
-    #[serde(default)]
-    pub advice_target: Target,
+    /// recommended quota may stop. Absent in recordings made before it: the default, 1 %.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advice_target: Option<Target>,
 }
 
 impl Start {

@@ -32,8 +32,8 @@ use crate::{
     cli::ServeArgs,
     error::Failure,
     report::{
-        Text,
-        prometheus::{Config, Exporter, PROTOBUF_CONTENT_TYPE, Scraper},
+        Ndjson, Sink, Text,
+        prometheus::{AdviceConfig, Config, Exporter, PROTOBUF_CONTENT_TYPE, Scraper},
     },
     sampler::Sampler,
 };
@@ -58,16 +58,27 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let attached = Attached::default();
     tokio::spawn(accept(listener, attached.clone()));
     eprintln!("throttle-tracer: serving metrics on http://{address}/metrics");
+    let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(Text::stdout())];
+    if let Some(path) = &args.record {
+        sinks.push(Box::new(Ndjson::recording(path)?));
+    }
+    let advice = AdviceConfig {
+        window: args.advice_window,
+        every: args.advice_every,
+        target: args.tracing.target,
+    };
     let tracing = args.tracing;
-    let (mut session, selected) = tokio::task::spawn_blocking(move || {
-        Session::start_selected(&tracing, vec![Box::new(Text::stdout())])
-    })
-    .await
-    .map_err(|e| Failure::environment_without_hint(format!("attaching the probes: {e}")))??;
+    let (mut session, selected) =
+        tokio::task::spawn_blocking(move || Session::start_selected(&tracing, sinks))
+            .await
+            .map_err(|e| {
+                Failure::environment_without_hint(format!("attaching the probes: {e}"))
+            })??;
     let exporter = Exporter::new(Config {
         max_cgroups: args.max_cgroups,
         gone_after: args.gone_after,
         named: selected.into_iter().map(|id| session.cgroup(id)).collect(),
+        advice,
     });
     let scraper = exporter.scraper();
     session.add_sink(Box::new(exporter));
@@ -387,6 +398,7 @@ mod tests {
             max_cgroups: 10,
             gone_after: Duration::from_secs(300),
             named: Vec::new(),
+            advice: AdviceConfig::default(),
         });
         let request = Request::get("/metrics")
             .header(header::ACCEPT, accept)
@@ -418,6 +430,7 @@ mod tests {
             max_cgroups: 10,
             gone_after: Duration::from_secs(300),
             named: Vec::new(),
+            advice: AdviceConfig::default(),
         });
         let ready = respond(&get("/healthz"), Some(&exporter.scraper()));
         assert_eq!(ready.status(), StatusCode::OK);

@@ -4,7 +4,7 @@
 //! ([`not_applicable`]), which never fails. Both say so on stderr. Also the record the unit
 //! tests of every layer build on ([`ended`]).
 
-use crate::records::{Bandwidth, EndReason, EndedStop, HeldThread, Stop, Task};
+use crate::records::{Bandwidth, EndReason, EndedStop, HeldThread, Period, Stop, Task};
 
 /// This machine lacks what the test needs: a failure under `CI=true`, else a visible skip.
 pub fn missing(reason: &str) {
@@ -58,5 +58,26 @@ pub fn ended(cpu: u32, start_ms: u64, end_ms: u64) -> EndedStop {
         end_ns: end_ms * MS,
         kernel_ns: Some((end_ms - start_ms) * MS + 1_000),
         reason: EndReason::Refill,
+    }
+}
+
+/// A known period of cgroup 1 ending at `end_ms` (100 ms long) with `usage_ms` used on
+/// `cpus` CPUs, ending throttled or not.
+pub fn period(end_ms: u64, usage_ms: u64, cpus: u32, throttled: bool) -> Period {
+    Period {
+        cgroup_id: 1,
+        end_ns: end_ms * MS,
+        start_ns: Some((end_ms - 100) * MS),
+        usage_ns: usage_ms * MS,
+        max_cpu_ns: usage_ms * MS / u64::from(cpus.max(1)),
+        cpus_used: cpus,
+        throttled_cpus: u32::from(throttled) * cpus,
+        bandwidth: Bandwidth {
+            quota_ns: Some(50 * MS),
+            period_ns: Some(100 * MS),
+            burst_ns: Some(0),
+        },
+        runtime_ns: None,
+        burst_spent_ns: None,
     }
 }

@@ -341,27 +341,7 @@ impl Demand {
 pub(crate) mod tests {
     use super::*;
     use crate::aggregate::tests::MS;
-
-    /// A known period of cgroup 1 ending at `end_ms` (100 ms long) with `usage_ms` used on
-    /// `cpus` CPUs, ending throttled or not.
-    pub(crate) fn period(end_ms: u64, usage_ms: u64, cpus: u32, throttled: bool) -> Period {
-        Period {
-            cgroup_id: 1,
-            end_ns: end_ms * MS,
-            start_ns: Some((end_ms - 100) * MS),
-            usage_ns: usage_ms * MS,
-            max_cpu_ns: usage_ms * MS / u64::from(cpus.max(1)),
-            cpus_used: cpus,
-            throttled_cpus: u32::from(throttled) * cpus,
-            bandwidth: Bandwidth {
-                quota_ns: Some(50 * MS),
-                period_ns: Some(100 * MS),
-                burst_ns: Some(0),
-            },
-            runtime_ns: None,
-            burst_spent_ns: None,
-        }
-    }
+    use crate::testing::period;
 
     fn demand(periods: &[Period]) -> DemandSummary {
         let mut d = Demand::default();

@@ -51,7 +51,7 @@ pub use durations::{DurationSummary, Percentiles};
 pub use episodes::{Attributed, CgroupSummary, OpenStop};
 use episodes::{CgroupState, sort_attributed};
 pub use holders::{HeldSummary, ProcessHeld};
-pub use rolling::{Arrived, Rolling};
+pub use rolling::Rolling;
 pub use window::IntervalSummary;
 use window::Window;
 
@@ -482,10 +482,10 @@ pub(crate) mod tests {
         // Cgroup 1 stops; 10,000 churned cgroups only send a period each, in turn.
         agg.ingest(&end(1, 0, 0, 10 * MS));
         for id in 2..10_002u64 {
-            let mut p = demand::tests::period(200 + id, 10, 1, false);
+            let mut p = crate::testing::period(200 + id, 10, 1, false);
             p.cgroup_id = id;
             agg.ingest_period(&p);
-            let mut q = demand::tests::period(300 + id, 10, 1, false);
+            let mut q = crate::testing::period(300 + id, 10, 1, false);
             q.cgroup_id = 1;
             agg.ingest_period(&q);
         }
@@ -507,9 +507,9 @@ pub(crate) mod tests {
             };
             stop.stop.threads_unlisted = unlisted;
             // The period's record comes at the timer's expiry, the stop's end after the refill.
-            agg.ingest_period(&demand::tests::period(200, 50, 1, true));
+            agg.ingest_period(&crate::testing::period(200, 50, 1, true));
             agg.ingest(&Event::End(stop));
-            agg.ingest_period(&demand::tests::period(300, 20, 1, false));
+            agg.ingest_period(&crate::testing::period(300, 20, 1, false));
             agg.ingest_deferred(&Deferred {
                 cgroup_id: 1,
                 tid: 7,

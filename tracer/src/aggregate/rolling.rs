@@ -186,8 +186,8 @@ impl Rolling {
 mod tests {
     use super::*;
     use crate::aggregate::Aggregate;
-    use crate::aggregate::demand::tests::period;
     use crate::aggregate::tests::MS;
+    use crate::testing::period;
 
     /// Calm periods of 20 ms, a run of three (50 + 50 + 30 ms) every tenth.
     fn periods(n: u64) -> Vec<Period> {

@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn intervals_hold_the_largest_run_that_ended_in_them_on_the_stopped_cgroups_rows() {
-        use crate::aggregate::demand::tests::period;
+        use crate::testing::period;
         let mut agg = Aggregate::watching(&[]).with_intervals(0);
         // Cgroup 1: a run of 80 ms (throttled, then 30 ms) and a run of one of 20 ms; cgroup 2
         // runs without a stop.

@@ -52,7 +52,7 @@ pub(super) fn render(out: &mut String, r: &CgroupReport, start: &Start) {
         return;
     };
     demand(out, d);
-    match r.advice(start.advice_target) {
+    match r.advice(start.advice_target.unwrap_or_default()) {
         Some(a) => advice(out, &a, start.cgroup_version),
         None if d.runs.count == 0 => {
             out.push_str("  advice            none: no busy run was measured\n");

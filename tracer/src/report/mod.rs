@@ -405,7 +405,7 @@ impl<'a> Report<'a> {
         for r in reports {
             self.emit(|| Line::Summary(Box::new(r.summary_line())), None, &[]);
         }
-        let target = self.start.advice_target;
+        let target = self.start.advice_target.unwrap_or_default();
         for line in reports.iter().filter_map(|r| r.advice_line(target)) {
             self.emit(|| Line::Advice(Box::new(line)), None, &[]);
         }

@@ -25,6 +25,9 @@
 //!   seconds_total` (Σ group stops: wall-clock time with at least one CPU stopped). Separate
 //!   families, so that `sum()` over `cgroup` means something for each.
 //! - `throttle_tracer_cpustat_{nr_periods,nr_throttled,throttled_seconds}_total`: cpu.stat.
+//! - what to set ([`demand`]): `throttle_tracer_period_demand_seconds` (histogram: each measured
+//!   period's arrived demand), the periods measured and throttled, the settings now and the
+//!   advice over the rolling window, as gauges read at scrape time.
 //! - `throttle_tracer_lost_records_total`, `throttle_tracer_cgroups_tracked`,
 //!   `throttle_tracer_cgroups_dropped_total{reason="limit"|"gone"}`.
 //!
@@ -41,6 +44,7 @@
 //! with `--enable-feature=native-histograms`.
 
 mod collector;
+mod demand;
 mod families;
 mod labels;
 mod scraper;
@@ -53,6 +57,8 @@ use std::time::{Duration, Instant};
 use prometheus_client::registry::Registry;
 
 use self::collector::CpuStatCollector;
+pub use self::demand::AdviceConfig;
+use self::demand::{DemandCollector, Measured, WINDOW_RUNS};
 use self::families::Families;
 use self::labels::CgroupLabels;
 pub use self::scraper::Scraper;
@@ -81,6 +87,8 @@ pub struct Config {
     pub gone_after: Duration,
     /// Cgroups to track from the start, stops or not (those the selection names).
     pub named: Vec<CgroupRef>,
+    /// How the advice over the rolling window is made.
+    pub advice: AdviceConfig,
 }
 
 /// A cgroup with series.
@@ -94,6 +102,8 @@ struct Tracked {
     stat: Option<CpuStat>,
     /// When the sampler first found it missing.
     gone_since: Option<Instant>,
+    /// Its demand and advice, once a period of its quota was measured.
+    measured: Option<Measured>,
 }
 
 /// The tracked cgroups, shared with the scrape-time cpu.stat collector.
@@ -123,6 +133,8 @@ pub struct Exporter {
     refused: HashSet<u64>,
     /// The lost-record count at the last refresh.
     lost_seen: u64,
+    /// The machine's runtime slice, from the `start` line, for the advice.
+    slice_ns: Option<u64>,
 }
 
 impl Exporter {
@@ -137,6 +149,9 @@ impl Exporter {
         registry.register_collector(Box::new(CpuStatCollector {
             shared: shared.clone(),
         }));
+        registry.register_collector(Box::new(DemandCollector {
+            shared: shared.clone(),
+        }));
         let named = config.named.clone();
         let mut exporter = Self {
             config,
@@ -145,6 +160,7 @@ impl Exporter {
             registry: Arc::new(registry),
             refused: HashSet::new(),
             lost_seen: 0,
+            slice_ns: None,
         };
         for cgroup in &named {
             exporter.track(cgroup);
@@ -209,10 +225,56 @@ impl Exporter {
                 path,
                 stat: None,
                 gone_since: None,
+                measured: None,
             },
         );
         self.families.tracked.set(shared.cgroups.len() as i64);
         Some(labels)
+    }
+
+    /// Takes a period of `cgroup`'s quota into its window, and its arrived demand once known
+    /// into the histogram. A cgroup without a quota starts no window.
+    fn period(&mut self, cgroup: &CgroupRef, period: &crate::records::Period) {
+        let measured = lock(&self.shared)
+            .cgroups
+            .get(&cgroup.id)
+            .is_some_and(|t| t.measured.is_some());
+        if !measured && period.bandwidth.quota_ns.is_none() {
+            return;
+        }
+        let Some(labels) = self.track(cgroup) else {
+            return;
+        };
+        let mut shared = lock(&self.shared);
+        let windows = shared
+            .cgroups
+            .values()
+            .filter(|t| t.measured.is_some())
+            .count();
+        let Some(t) = shared.cgroups.get_mut(&cgroup.id) else {
+            return;
+        };
+        let new = t.measured.is_none();
+        let arrived = t
+            .measured
+            .get_or_insert_with(|| Measured::new(&self.config.advice, WINDOW_RUNS / (windows + 1)))
+            .period(period);
+        if new {
+            // One more window: each keeps an equal part of the runs.
+            let share = WINDOW_RUNS / (windows + 1);
+            shared
+                .cgroups
+                .values_mut()
+                .filter_map(|t| t.measured.as_mut())
+                .for_each(|m| m.bound(share));
+        }
+        drop(shared);
+        let histogram = self.families.period_demand.get_or_create(&labels);
+        for (ns, n) in arrived {
+            for _ in 0..n {
+                histogram.observe(ns as f64 / NS_PER_S);
+            }
+        }
     }
 
     /// Takes the sampler's reading of the tracked cgroups, which scrapes then serve, and drops
@@ -225,6 +287,10 @@ impl Exporter {
                 Some(sample) => {
                     t.stat.clone_from(&sample.stat);
                     t.gone_since = None;
+                    if let Some(m) = &mut t.measured {
+                        m.read(t.stat.as_ref(), now, &self.config.advice);
+                        m.refresh(now, self.slice_ns, &self.config.advice);
+                    }
                 }
                 None => {
                     t.stat = None;
@@ -253,6 +319,14 @@ impl Sink for Exporter {
 
     fn line(&mut self, entry: &Entry) {
         let (cgroup, stop_ns) = match entry.line {
+            Line::Start(s) => {
+                self.slice_ns = s.bandwidth_slice_ns;
+                return;
+            }
+            Line::Period(p) => {
+                self.period(&p.cgroup, &p.period);
+                return;
+            }
             Line::StopBegin(s) => (&s.cgroup, None),
             Line::Stop(s) => (&s.started.cgroup, Some(s.duration_ns)),
             Line::UnseenStartStop(u) => (&u.cgroup, None),
@@ -260,9 +334,7 @@ impl Sink for Exporter {
                 self.credit(entry.credited, a.stop.duration_ns as f64 / NS_PER_S);
                 return;
             }
-            Line::Start(_)
-            | Line::Period(_)
-            | Line::Deferred(_)
+            Line::Deferred(_)
             | Line::Advice(_)
             | Line::ClockStep(_)
             | Line::Summary(_)
@@ -367,6 +439,7 @@ pub(crate) mod tests {
             max_cgroups,
             gone_after: Duration::from_secs(300),
             named: Vec::new(),
+            advice: AdviceConfig::default(),
         }
     }
 
@@ -603,17 +676,35 @@ pub(crate) mod tests {
             ("wall_stopped_seconds_total", "counter"),
             ("ancestor_stops_total", "counter"),
             ("ancestor_cpu_stopped_seconds_total", "counter"),
+            ("period_demand_seconds", "histogram"),
             ("lost_records_total", "counter"),
             ("cgroups_tracked", "gauge"),
             ("cgroups_dropped_total", "counter"),
             ("cpustat_nr_periods_total", "counter"),
             ("cpustat_nr_throttled_total", "counter"),
             ("cpustat_throttled_seconds_total", "counter"),
+            ("periods_total", "counter"),
+            ("throttled_periods_total", "counter"),
+            ("quota_seconds", "gauge"),
+            ("period_seconds", "gauge"),
+            ("burst_seconds", "gauge"),
+            ("advised_quota_seconds", "gauge"),
+            ("advised_burst_seconds", "gauge"),
+            ("advised_period_seconds", "gauge"),
+            ("advice_target_ratio", "gauge"),
+            ("advice_window_seconds", "gauge"),
+            ("advice_missing", "gauge"),
+            ("advice_stopped_ratio", "gauge"),
+            ("cpustat_throttled_ratio", "gauge"),
         ]
         .map(|(name, ty)| (format!("throttle_tracer_{name}"), ty.to_owned()));
         let (_dir, mut h, id) = tree();
         let (mut report, scraper) = reporting(Exporter::new(config(10)));
         feed(&mut report, &mut h, id);
+        // A measured period: the demand histogram has a series.
+        let mut p = crate::testing::period(100, 20, 1, false);
+        p.cgroup_id = id;
+        report.period(&p, Some("/demo"));
         ticked(&mut report, &scraper, &h, 0, Instant::now());
         let protobuf: Vec<(String, String)> = families(&scraper.protobuf().unwrap())
             .iter()
