@@ -66,13 +66,18 @@ fn deploy(file: &str) -> std::path::PathBuf {
         .join(file)
 }
 
-/// rules.yaml with its 5- and 10-minute windows and its `for` durations shortened to seconds,
-/// so that the alerts fire within a test: each must be there to shorten.
+/// rules.yaml with its windows (5 and 10 minutes, the hour, the day, the week), its hourly
+/// group's interval and its `for` durations shortened to seconds, so that the alerts fire and
+/// the "what to set" records fill within a test: each must be there to shorten.
 fn rules_in_seconds() -> String {
     let mut rules = fs::read_to_string(deploy("prometheus/rules.yaml")).expect("rules.yaml");
     for (long, short) in [
         ("[5m]", "[5s]"),
         ("[10m]", "[10s]"),
+        ("[1h]", "[5s]"),
+        ("[1d]", "[10s]"),
+        ("[7d]", "[15s]"),
+        ("interval: 1h", "interval: 1s"),
         ("for: 15m", "for: 2s"),
         ("for: 10m", "for: 2s"),
     ] {
