@@ -319,5 +319,8 @@ fn grafana_dashboard_what_to_set_row_queries_recorded_series() {
     }
     named.sort();
     named.dedup();
-    println!("the dashboard queries {} recorded series: {named:?}", named.len());
+    println!(
+        "the dashboard queries {} recorded series: {named:?}",
+        named.len()
+    );
 }

@@ -225,7 +225,10 @@ impl Dashboard {
             if p.kind == "row" {
                 assert_eq!(p.collapsed, Some(false), "{what}: a row must be open");
                 assert!(p.panels.is_empty(), "{what}: an open row holds no panels");
-                assert!(p.targets.is_empty() && p.datasource.is_none(), "{what}: a row has no queries");
+                assert!(
+                    p.targets.is_empty() && p.datasource.is_none(),
+                    "{what}: a row has no queries"
+                );
                 assert_eq!((g.x, g.w, g.h), (0, 24, 1), "{what}: a row spans the grid");
                 continue;
             }
