@@ -11,7 +11,7 @@
 //! from the `_bucket` p99, on the native one from the native p99) and stay inactive for a
 //! second, unthrottled cgroup whose series the rules evaluate too (its own cpu.stat shows no
 //! throttled period); Debian's Alertmanager delivers the notification to a webhook receiver on
-//! loopback. Every query of deploy/grafana/throttle-tracer.json, run against the server that
+//! loopback, with the group's limit in its `advice` annotation. Every query of deploy/grafana/throttle-tracer.json, run against the server that
 //! holds its form of the histogram at a moment the workload was throttled, returns series of the
 //! throttled cgroup (or of the node, for the per-node lost records), and the dashboard's
 //! variables list it. `promtool test rules` runs rules.yaml's unit tests.
@@ -450,9 +450,16 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
             assert_ne!(labels["cgroup"].as_str(), Some(calm.as_str()), "{body}");
             if labels["cgroup"].as_str() == Some(cgroup.as_str()) && a["status"] == "firing" {
                 let name = labels["alertname"].as_str().unwrap_or_default();
+                let advice = a["annotations"]["advice"].as_str().unwrap_or_default();
                 println!(
-                    "webhook: {name} firing for {cgroup}: {}",
+                    "webhook: {name} firing for {cgroup}: {}; advice: {advice}",
                     a["annotations"]["summary"]
+                );
+                // The group's own 20 ms / 100 ms, read back through the records by the
+                // annotation's template.
+                assert!(
+                    advice.starts_with("Limit today: 200m."),
+                    "{name}'s advice annotation: {advice:?}"
                 );
                 notified.push(name.to_owned());
             }
