@@ -4,8 +4,9 @@
 //! mounts read-only), and the Dockerfile is the static binary and /etc/passwd `FROM scratch`,
 //! exposing that port (tracer/tests/image.rs runs it). The Grafana dashboard is valid by
 //! Grafana's own schema for 10.1 and 11.6, has the shape Grafana 10+ draws (common/dashboard.rs
-//! says what is checked) and the panels the README promises; tracer/tests/prometheus.rs runs
-//! its queries.
+//! says what is checked) and the panels the README promises, its row "What to set" among them,
+//! and every recorded series it queries is one deploy/prometheus/rules.yaml records;
+//! tracer/tests/prometheus.rs runs its queries.
 mod common;
 
 use std::{fs, path::Path};
@@ -254,5 +255,72 @@ fn grafana_dashboard_has_the_shape_grafana_imports_and_every_promised_panel() {
         d.panels.len(),
         exprs.len(),
         d.schema_version
+    );
+}
+
+/// The `record` names of deploy/prometheus/rules.yaml.
+fn recorded() -> Vec<String> {
+    let docs = YamlLoader::load_from_str(&deploy("prometheus/rules.yaml")).expect("valid YAML");
+    let groups = docs[0]["groups"].as_vec().expect("groups");
+    groups
+        .iter()
+        .flat_map(|g| g["rules"].as_vec().expect("rules"))
+        .filter_map(|r| r["record"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The row "What to set" draws today's limit against the p99 period demand and the advice, and
+/// lists the containers to change; each `cgroup:…` series a query names is recorded by
+/// rules.yaml (a misspelt one would draw nothing, without an error).
+#[test]
+fn grafana_dashboard_what_to_set_row_queries_recorded_series() {
+    let d = common::dashboard::load();
+    let row = d.row("What to set");
+    let exprs = |kind: &str| -> Vec<String> {
+        row.iter()
+            .filter(|p| p.kind == kind)
+            .flat_map(|p| p.targets.iter().map(|t| t.expr.clone()))
+            .collect()
+    };
+    let over_time = exprs("timeseries");
+    for needle in [
+        "cgroup:throttle_tracer_limit_millicores:current{",
+        "cgroup:throttle_tracer_period_demand_millicores:p99_rate5m{",
+        "cgroup:throttle_tracer_period_demand_millicores:p99_native_rate5m{",
+        "cgroup:throttle_tracer_advised_limit_millicores:current{",
+    ] {
+        assert!(
+            over_time.iter().any(|e| e.contains(needle)),
+            "no time series panel of the row queries {needle}"
+        );
+    }
+    let table = exprs("table");
+    assert!(
+        table
+            .iter()
+            .any(|e| e.contains("cgroup:throttle_tracer_limit_change_millicores:advised7d")),
+        "no table of the row lists the containers to change: {table:?}"
+    );
+    let records = recorded();
+    let prefix = "cgroup:throttle_tracer_";
+    let mut named = Vec::new();
+    for (panel, ref_id, expr) in d.queries("n", "/c") {
+        for (at, _) in expr.match_indices(prefix) {
+            let name: String = expr[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            assert!(
+                records.contains(&name),
+                "{panel} {ref_id}: {name} is not recorded by rules.yaml ({records:?})"
+            );
+            named.push(name);
+        }
+    }
+    named.sort();
+    named.dedup();
+    println!(
+        "the dashboard queries {} recorded series: {named:?}",
+        named.len()
     );
 }

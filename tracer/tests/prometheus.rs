@@ -11,7 +11,7 @@
 //! from the `_bucket` p99, on the native one from the native p99) and stay inactive for a
 //! second, unthrottled cgroup whose series the rules evaluate too (its own cpu.stat shows no
 //! throttled period); Debian's Alertmanager delivers the notification to a webhook receiver on
-//! loopback. Every query of deploy/grafana/throttle-tracer.json, run against the server that
+//! loopback, with the group's limit in its `advice` annotation. Every query of deploy/grafana/throttle-tracer.json, run against the server that
 //! holds its form of the histogram at a moment the workload was throttled, returns series of the
 //! throttled cgroup (or of the node, for the per-node lost records), and the dashboard's
 //! variables list it. `promtool test rules` runs rules.yaml's unit tests.
@@ -66,13 +66,18 @@ fn deploy(file: &str) -> std::path::PathBuf {
         .join(file)
 }
 
-/// rules.yaml with its 5- and 10-minute windows and its `for` durations shortened to seconds,
-/// so that the alerts fire within a test: each must be there to shorten.
+/// rules.yaml with its windows (5 and 10 minutes, the hour, the day, the week), its hourly
+/// group's interval and its `for` durations shortened to seconds, so that the alerts fire and
+/// the "what to set" records fill within a test: each must be there to shorten.
 fn rules_in_seconds() -> String {
     let mut rules = fs::read_to_string(deploy("prometheus/rules.yaml")).expect("rules.yaml");
     for (long, short) in [
         ("[5m]", "[5s]"),
         ("[10m]", "[10s]"),
+        ("[1h]", "[5s]"),
+        ("[1d]", "[10s]"),
+        ("[7d]", "[15s]"),
+        ("interval: 1h", "interval: 1s"),
         ("for: 15m", "for: 2s"),
         ("for: 10m", "for: 2s"),
     ] {
@@ -445,9 +450,16 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
             assert_ne!(labels["cgroup"].as_str(), Some(calm.as_str()), "{body}");
             if labels["cgroup"].as_str() == Some(cgroup.as_str()) && a["status"] == "firing" {
                 let name = labels["alertname"].as_str().unwrap_or_default();
+                let advice = a["annotations"]["advice"].as_str().unwrap_or_default();
                 println!(
-                    "webhook: {name} firing for {cgroup}: {}",
+                    "webhook: {name} firing for {cgroup}: {}; advice: {advice}",
                     a["annotations"]["summary"]
+                );
+                // The group's own 20 ms / 100 ms, read back through the records by the
+                // annotation's template.
+                assert!(
+                    advice.starts_with("Limit today: 200m."),
+                    "{name}'s advice annotation: {advice:?}"
                 );
                 notified.push(name.to_owned());
             }

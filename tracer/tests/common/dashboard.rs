@@ -5,11 +5,13 @@
 //!
 //! The hand check covers: `schemaVersion` ≥ 36 (Grafana 9.0+; 10.x writes 37–39), a `uid` and a
 //! title; the templating list (a `datasource` variable of type prometheus, every query
-//! variable on it); every panel with a unique id, a known panel type, a title, a Prometheus
-//! datasource (the variable), a `gridPos` inside the 24-column grid that overlaps no other
-//! panel, and at least one target with a unique `refId`, a non-empty `expr` on the same
-//! datasource, and no variable other than the dashboard's own and Grafana's built-ins.
-//! It does not cover field configs or options beyond their being objects.
+//! variable on it); every panel with a unique id, a known panel type, a title, a `gridPos`
+//! inside the 24-column grid that overlaps no other panel; a row open (its panels follow it in
+//! the list, not inside it), the grid's width and one unit high, with no queries; every other
+//! panel on a Prometheus datasource (the variable), with at least one target with a unique
+//! `refId`, a non-empty `expr` on the same datasource, and no variable other than the
+//! dashboard's own and Grafana's built-ins. It does not cover field configs or options beyond
+//! their being objects.
 use std::{
     collections::HashSet,
     fs,
@@ -20,8 +22,9 @@ use std::{
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The panel types the dashboard may use, all built into Grafana 10.
-const PANEL_TYPES: &[&str] = &["timeseries", "heatmap", "table", "bargauge", "stat"];
+/// The panel types the dashboard may use, all built into Grafana 10; a `row` titles the panels
+/// below it, down to the next row.
+const PANEL_TYPES: &[&str] = &["timeseries", "heatmap", "table", "bargauge", "stat", "row"];
 /// Grafana's own variables that the expressions may use, and what the tests put for them: a
 /// step that covers several 1 s scrapes and a range that covers the whole test.
 const BUILT_INS: &[(&str, &str)] = &[("$__rate_interval", "5s"), ("$__range", "5m")];
@@ -65,11 +68,20 @@ pub struct Panel {
     #[serde(rename = "type")]
     pub kind: String,
     pub title: String,
-    pub datasource: Datasource,
+    /// None on a row only.
+    pub datasource: Option<Datasource>,
     pub grid_pos: GridPos,
+    #[serde(default)]
     pub targets: Vec<Target>,
+    #[serde(default)]
     pub field_config: serde_json::Map<String, Value>,
+    #[serde(default)]
     pub options: serde_json::Map<String, Value>,
+    /// A row's: false, as Grafana keeps an open row's panels after it in the list.
+    pub collapsed: Option<bool>,
+    /// A collapsed row's panels; an open row has none.
+    #[serde(default)]
+    pub panels: Vec<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -197,7 +209,6 @@ impl Dashboard {
                 p.kind
             );
             assert!(!p.title.is_empty(), "{what}: no title");
-            assert_eq!(p.datasource, source, "{what}");
             let g = &p.grid_pos;
             assert!(
                 g.w > 0 && g.h > 0 && g.x + g.w <= 24,
@@ -211,6 +222,17 @@ impl Dashboard {
                     );
                 }
             }
+            if p.kind == "row" {
+                assert_eq!(p.collapsed, Some(false), "{what}: a row must be open");
+                assert!(p.panels.is_empty(), "{what}: an open row holds no panels");
+                assert!(
+                    p.targets.is_empty() && p.datasource.is_none(),
+                    "{what}: a row has no queries"
+                );
+                assert_eq!((g.x, g.w, g.h), (0, 24, 1), "{what}: a row spans the grid");
+                continue;
+            }
+            assert_eq!(p.datasource.as_ref(), Some(&source), "{what}");
             assert!(!p.targets.is_empty(), "{what}: no targets");
             let mut refs = HashSet::new();
             for t in &p.targets {
@@ -230,6 +252,30 @@ impl Dashboard {
                 }
             }
         }
+    }
+
+    /// The panels of the open row titled `title`: those after it in the list down to the next
+    /// row, each placed below it.
+    pub fn row(&self, title: &str) -> Vec<&Panel> {
+        let at = self
+            .panels
+            .iter()
+            .position(|p| p.kind == "row" && p.title == title)
+            .unwrap_or_else(|| panic!("no row \"{title}\""));
+        let top = self.panels[at].grid_pos.y;
+        let inside: Vec<&Panel> = self.panels[at + 1..]
+            .iter()
+            .take_while(|p| p.kind != "row")
+            .collect();
+        for p in &inside {
+            assert!(
+                p.grid_pos.y > top,
+                "panel {} ({}) is above its row \"{title}\"",
+                p.id,
+                p.title
+            );
+        }
+        inside
     }
 
     /// Every panel's targets: (panel title, refId, PromQL with `$instance` and `$cgroup` set to
