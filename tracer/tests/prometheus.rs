@@ -366,6 +366,8 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
             .args(["serve", "--backend", "tracepoint", "--listen"])
             .arg(format!("127.0.0.1:{exporter_port}"))
             .args(["--cgroup", &cgroup, "--cgroup", &calm])
+            // The advice made again every second: the workload lasts seconds, not hours.
+            .args(["--advice-every", "1s"])
             .stdout(Stdio::null()),
     );
     wait_ready(exporter_port, "/healthz", "throttle-tracer serve");
