@@ -19,6 +19,7 @@ mod kernels;
 mod paths;
 mod process;
 mod qemu;
+mod results;
 mod scenarios;
 mod setup;
 mod soak;
