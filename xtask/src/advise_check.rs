@@ -325,6 +325,18 @@ fn table<'a>(rows: impl IntoIterator<Item = &'a Row>) -> String {
 /// One section of docs/results/advise-check.md per workload checked, so that a run of one
 /// (`--workload arrivals`) keeps the others' last figures.
 fn write_results(rows: &[Row]) -> Result<()> {
+    let file = results::update(
+        "advise-check.md",
+        RESULTS_INTRO,
+        &results::Provenance::here(),
+        &sections(rows),
+    )?;
+    eprintln!("advise-check: written to {}", file.display());
+    Ok(())
+}
+
+/// One (workload, table of its rows) per workload, in the order they were checked.
+fn sections(rows: &[Row]) -> Vec<(String, String)> {
     let mut sections: Vec<(String, String)> = Vec::new();
     for r in rows {
         if !sections.iter().any(|(w, _)| *w == r.workload) {
@@ -332,14 +344,7 @@ fn write_results(rows: &[Row]) -> Result<()> {
             sections.push((r.workload.clone(), table(workload_rows)));
         }
     }
-    let file = results::update(
-        "advise-check.md",
-        RESULTS_INTRO,
-        &results::Provenance::here(),
-        &sections,
-    )?;
-    eprintln!("advise-check: written to {}", file.display());
-    Ok(())
+    sections
 }
 
 /// The top of docs/results/advise-check.md.
@@ -843,5 +848,40 @@ mod tests {
         ];
         assert_eq!(decided_between(&tried, 100), (250, Some(364)));
         assert_eq!(decided_between(&tried[1..2], 100), (100, None));
+    }
+
+    #[test]
+    fn the_results_have_a_section_per_workload_with_its_rows() {
+        let row = |workload: &str, setting, result| Row {
+            workload: workload.into(),
+            setting,
+            result,
+        };
+        let bisected = |advised_ms, smallest_ms| Bisected {
+            advised_ms,
+            smallest_ms,
+            advised_failed: false,
+            decided: None,
+        };
+        let rows = [
+            row("spiky", "quota", Ok(bisected(85, 80))),
+            row("arrivals", "burst", Err("no burst".into())),
+            row("spiky", "period", Ok(bisected(170, 161))),
+        ];
+        let sections = sections(&rows);
+        let headings: Vec<&str> = sections.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(headings, ["spiky", "arrivals"]);
+        assert_eq!(
+            sections[0].1,
+            "| workload | setting | advised | smallest that works | advised ÷ smallest |\n\
+             |---|---|---|---|---|\n\
+             | spiky | quota | 85 ms | 80 ms | 1.06 |\n\
+             | spiky | period | 170 ms | 161 ms | 1.06 |\n"
+        );
+        assert!(
+            sections[1]
+                .1
+                .ends_with("| arrivals | burst | none: no burst | — | — |\n")
+        );
     }
 }
