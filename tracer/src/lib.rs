@@ -24,6 +24,8 @@ mod names;
 mod opening;
 mod privileges;
 mod probes;
+#[cfg(test)]
+mod readme;
 mod records;
 mod replay;
 mod report;

@@ -16,7 +16,7 @@
 //! this takes minutes: too slow for `cargo xtask test`. Needs root (BPF, cgroups).
 use crate::cgroup::Cgroup;
 use crate::process::{die_with_parent, signal, wait_timeout};
-use crate::{binaries, setup};
+use crate::{binaries, results, setup};
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 use std::ffi::CString;
@@ -44,7 +44,7 @@ const WASTE_LIMIT: f64 = 1.10;
 /// periods (four reruns at 100 ms). The reruns are the traced requests (the same seed) met at
 /// as many phases of the period boundaries, spread evenly over one period (see `arrivals`).
 /// Even 560 leave a share near 1 % uncertain by about half itself ([`Outcome::interval`]):
-/// deciding one 0.2 points from 1 % takes about 9,500 (docs/testing.md).
+/// deciding one 0.2 points from 1 % takes about 9,500 (docs/advice.md).
 const ARRIVAL_PERIODS: u64 = 560;
 /// Random arrivals may be stopped in one period of this many (`Workload::allowed`).
 const ALLOWED_ONE_IN: u64 = 100;
@@ -240,7 +240,8 @@ pub fn run(args: &Args) -> Result<()> {
         );
         rows.extend(runner.check(workload, &advice)?);
     }
-    print_table(&rows);
+    print!("{}", table(&rows));
+    write_results(&rows)?;
     let bad: Vec<&Row> = rows.iter().filter(|r| !r.ok()).collect();
     if !bad.is_empty() {
         bail!(
@@ -290,20 +291,21 @@ impl Row {
     }
 }
 
-fn print_table(rows: &[Row]) {
-    println!(
-        "| workload | setting | advised | smallest that works | advised ÷ smallest |\n|---|---|---|---|---|"
+/// The rows as a markdown table.
+fn table<'a>(rows: impl IntoIterator<Item = &'a Row>) -> String {
+    let mut s = String::from(
+        "| workload | setting | advised | smallest that works | advised ÷ smallest |\n|---|---|---|---|---|\n",
     );
     for r in rows {
-        match &r.result {
-            Ok(b) if b.advised_failed => println!(
+        let line = match &r.result {
+            Ok(b) if b.advised_failed => format!(
                 "| {} | {} | {} ms | (the advised value was stopped){} | — |",
                 r.workload,
                 r.setting,
                 b.advised_ms,
                 b.decided_note()
             ),
-            Ok(b) => println!(
+            Ok(b) => format!(
                 "| {} | {} | {} ms | {} ms{} | {:.2} |",
                 r.workload,
                 r.setting,
@@ -312,10 +314,45 @@ fn print_table(rows: &[Row]) {
                 b.decided_note(),
                 b.advised_ms as f64 / b.smallest_ms.max(1) as f64
             ),
-            Err(why) => println!("| {} | {} | none: {why} | — | — |", r.workload, r.setting),
+            Err(why) => format!("| {} | {} | none: {why} | — | — |", r.workload, r.setting),
+        };
+        s.push_str(&line);
+        s.push('\n');
+    }
+    s
+}
+
+/// One section of docs/results/advise-check.md per workload checked, so that a run of one
+/// (`--workload arrivals`) keeps the others' last figures.
+fn write_results(rows: &[Row]) -> Result<()> {
+    let file = results::update(
+        "advise-check.md",
+        RESULTS_INTRO,
+        &results::Provenance::here(),
+        &sections(rows),
+    )?;
+    eprintln!("advise-check: written to {}", file.display());
+    Ok(())
+}
+
+/// One (workload, table of its rows) per workload, in the order they were checked.
+fn sections(rows: &[Row]) -> Vec<(String, String)> {
+    let mut sections: Vec<(String, String)> = Vec::new();
+    for r in rows {
+        if !sections.iter().any(|(w, _)| *w == r.workload) {
+            let workload_rows = rows.iter().filter(|o| o.workload == r.workload);
+            sections.push((r.workload.clone(), table(workload_rows)));
         }
     }
+    sections
 }
+
+/// The top of docs/results/advise-check.md.
+const RESULTS_INTRO: &str = "# advise-check results\n\n\
+Written by `sudo cargo xtask advise-check` (not by hand): per workload, the advised quota, \
+burst and period against the smallest that works, found by bisection, from the last run that \
+checked it. How the check judges: [testing.md](../testing.md#is-the-advice-wasteful-cargo-xtask-advise-check); \
+what the advice is: [advice.md](../advice.md).";
 
 struct Runner<'a> {
     workload_bin: &'a Path,
@@ -811,5 +848,40 @@ mod tests {
         ];
         assert_eq!(decided_between(&tried, 100), (250, Some(364)));
         assert_eq!(decided_between(&tried[1..2], 100), (100, None));
+    }
+
+    #[test]
+    fn the_results_have_a_section_per_workload_with_its_rows() {
+        let row = |workload: &str, setting, result| Row {
+            workload: workload.into(),
+            setting,
+            result,
+        };
+        let bisected = |advised_ms, smallest_ms| Bisected {
+            advised_ms,
+            smallest_ms,
+            advised_failed: false,
+            decided: None,
+        };
+        let rows = [
+            row("spiky", "quota", Ok(bisected(85, 80))),
+            row("arrivals", "burst", Err("no burst".into())),
+            row("spiky", "period", Ok(bisected(170, 161))),
+        ];
+        let sections = sections(&rows);
+        let headings: Vec<&str> = sections.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(headings, ["spiky", "arrivals"]);
+        assert_eq!(
+            sections[0].1,
+            "| workload | setting | advised | smallest that works | advised ÷ smallest |\n\
+             |---|---|---|---|---|\n\
+             | spiky | quota | 85 ms | 80 ms | 1.06 |\n\
+             | spiky | period | 170 ms | 161 ms | 1.06 |\n"
+        );
+        assert!(
+            sections[1]
+                .1
+                .ends_with("| arrivals | burst | none: no burst | — | — |\n")
+        );
     }
 }

@@ -19,6 +19,9 @@ mod kernels;
 mod paths;
 mod process;
 mod qemu;
+#[cfg(test)]
+mod readme;
+mod results;
 mod scenarios;
 mod setup;
 mod soak;

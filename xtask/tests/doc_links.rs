@@ -1,6 +1,6 @@
-//! Every link in README.md and docs/*.md names a file of this repository that exists (and, with
-//! a `#fragment`, a heading of that file): nothing points outside the repository, so the docs
-//! cannot send a reader to a file that only one machine has.
+//! Every link in README.md, docs/*.md and docs/results/*.md names a file of this repository that
+//! exists (and, with a `#fragment`, a heading of that file): nothing points outside the
+//! repository, so the docs cannot send a reader to a file that only one machine has.
 use pulldown_cmark::{Event, Parser, Tag, TagEnd};
 use std::path::{Path, PathBuf};
 
@@ -12,11 +12,12 @@ fn repo() -> PathBuf {
         .expect("the repository root exists")
 }
 
-/// README.md and every docs/*.md.
+/// README.md, every docs/*.md and the results files the tasks write (docs/results/*.md).
 fn documents(repo: &Path) -> Vec<PathBuf> {
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo.join("docs"))
-        .expect("docs/ exists")
-        .map(|e| e.expect("docs/ entry").path())
+    let mut docs: Vec<PathBuf> = ["docs", "docs/results"]
+        .into_iter()
+        .flat_map(|dir| std::fs::read_dir(repo.join(dir)).expect("the docs directory exists"))
+        .map(|e| e.expect("a docs entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "md"))
         .collect();
     docs.sort();

@@ -31,7 +31,7 @@ pub mod vm_cost;
 pub mod vm_startup;
 
 use crate::binaries::{self, Binaries};
-use crate::{cmd, paths, setup};
+use crate::{cmd, paths, results, setup};
 use anyhow::{Context as _, Result, bail};
 use aya_obj::generated::bpf_prog_type;
 use std::io::Read as _;
@@ -262,14 +262,32 @@ fn measure(args: &Args, bench: &Bench) -> Result<()> {
     let dir = paths::target().join("bench");
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("bench.json");
-    std::fs::write(&file, serde_json::to_string_pretty(&table.json())? + "\n")
+    let json = table.json();
+    std::fs::write(&file, serde_json::to_string_pretty(&json)? + "\n")
         .with_context(|| format!("writing {}", file.display()))?;
     eprintln!("bench: written to {}", file.display());
     if failed {
-        bail!("some sections failed (see their rows)");
+        bail!("some sections failed (see their rows); docs/results/bench.md is left as it was");
+    }
+    // A smoke run's figures are one brief sample each: they show that the bench works, not
+    // what the tracer costs.
+    if !args.smoke {
+        let docs = results::update(
+            "bench.md",
+            RESULTS_INTRO,
+            &results::Provenance::here(),
+            &table::sections(&json),
+        )?;
+        eprintln!("bench: its sections written to {}", docs.display());
     }
     Ok(())
 }
+
+/// The top of docs/results/bench.md.
+const RESULTS_INTRO: &str = "# Bench results\n\n\
+Written by `cargo xtask bench` (not by hand): each section is the one its last run measured, \
+headed with when, at which commit, on which machine and by which command. What each figure \
+measures and how to read it: [performance.md](../performance.md).";
 
 /// The host tests' lock, held while measuring; waits for it.
 fn host_lock() -> Result<std::fs::File> {

@@ -131,44 +131,9 @@ pub struct Table {
 }
 
 impl Table {
-    /// Markdown, so that the README can hold one run's output as it is.
+    /// Markdown: the run's header lines, then every row.
     pub fn render(&self) -> String {
-        let mut s = String::new();
-        for line in &self.header {
-            let _ = writeln!(s, "{line}  ");
-        }
-        let _ = writeln!(
-            s,
-            "\n| figure | unit | runs | min | median | max | reference (same run) | ratio | note |\n\
-             |---|---|---:|---:|---:|---:|---|---:|---|"
-        );
-        let mut section = "";
-        for row in &self.rows {
-            if row.section != section {
-                section = row.section;
-                let _ = writeln!(s, "| **{section}** | | | | | | | | |");
-            }
-            let v = &row.value;
-            let (reference, ratio) = match (&row.reference, row.ratio()) {
-                (Some((name, median)), Some(r)) => {
-                    (format!("{name}: {}", num(*median)), format!("{r:.2}×"))
-                }
-                (Some((name, median)), None) => (format!("{name}: {}", num(*median)), "-".into()),
-                _ => ("-".into(), "-".into()),
-            };
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} | {reference} | {ratio} | {} |",
-                row.name,
-                row.unit,
-                v.n,
-                num(v.min),
-                num(v.median),
-                num(v.max),
-                row.note
-            );
-        }
-        s
+        markdown(&self.json())
     }
 
     pub fn json(&self) -> Value {
@@ -197,6 +162,79 @@ impl Table {
 
 fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
+}
+
+/// A table's JSON (what [`Table::json`] wrote, or target/bench/bench.json) as markdown: its
+/// header lines, then every row.
+pub fn markdown(table: &Value) -> String {
+    let rows: Vec<&Value> = table["rows"].as_array().into_iter().flatten().collect();
+    header(table) + "\n" + &rows_markdown(&rows)
+}
+
+/// The run's header lines (its command, machine and load), each ending in a markdown break.
+fn header(table: &Value) -> String {
+    let mut s = String::new();
+    for line in table["header"].as_array().into_iter().flatten() {
+        let _ = writeln!(s, "{}  ", line.as_str().unwrap_or_default());
+    }
+    s
+}
+
+/// A table's JSON as one (heading, markdown) per section, in the order the rows come, each
+/// with the run's header lines, and without the rows of a section that failed: what
+/// docs/results/bench.md holds.
+pub fn sections(table: &Value) -> Vec<(String, String)> {
+    let mut sections: Vec<(String, Vec<&Value>)> = Vec::new();
+    for row in table["rows"].as_array().into_iter().flatten() {
+        let section = row["section"].as_str().unwrap_or_default();
+        if section == "failed" {
+            continue;
+        }
+        match sections.iter_mut().find(|(s, _)| s == section) {
+            Some((_, rows)) => rows.push(row),
+            None => sections.push((section.to_owned(), vec![row])),
+        }
+    }
+    sections
+        .into_iter()
+        .map(|(section, rows)| (section, header(table) + "\n" + &rows_markdown(&rows)))
+        .collect()
+}
+
+/// The rows as a markdown table, a bold line at the start of each section.
+fn rows_markdown(rows: &[&Value]) -> String {
+    let mut s = String::from(
+        "| figure | unit | runs | min | median | max | reference (same run) | ratio | note |\n\
+         |---|---|---:|---:|---:|---:|---|---:|---|\n",
+    );
+    let mut section = "";
+    for row in rows {
+        let text = |key: &str| row[key].as_str().unwrap_or_default();
+        let number = |key: &str| row[key].as_f64().map_or_else(|| "-".into(), num);
+        if text("section") != section {
+            section = text("section");
+            let _ = writeln!(s, "| **{section}** | | | | | | | | |");
+        }
+        let reference = match row["reference"].as_str() {
+            Some(name) => format!("{name}: {}", number("reference_median")),
+            None => "-".into(),
+        };
+        let ratio = row["ratio"]
+            .as_f64()
+            .map_or_else(|| "-".into(), |r| format!("{r:.2}×"));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {reference} | {ratio} | {} |",
+            text("figure"),
+            text("unit"),
+            row["runs"],
+            number("min"),
+            number("median"),
+            number("max"),
+            text("note"),
+        );
+    }
+    s
 }
 
 /// Three significant digits, without exponents.
@@ -258,5 +296,43 @@ mod tests {
                 .contains("| x | ns | 3 | 2.00 | 4.00 | 6.00 | floor: 2.00 | 2.00× |")
         );
         assert_eq!(t.json()["rows"][0]["ratio"], 2.0);
+    }
+
+    /// A bench.json as `cargo xtask bench` writes it: two sections and a failed one.
+    const SAMPLE: &str = r#"{
+      "header": ["`cargo xtask bench`: kernel 6.18.44, 2 CPUs", "measured in 110 s"],
+      "rows": [
+        {"section": "kernel cost, ns per invocation", "figure": "tp_sched_switch on sched_switch",
+         "unit": "ns", "runs": 3, "min": 69.7, "median": 71.1, "max": 72.8,
+         "reference": "empty program on sched_switch", "reference_median": 51.7,
+         "ratio": 1.3752, "note": "1123949 invocations"},
+        {"section": "startup", "figure": "exec → start line, --backend auto", "unit": "ms",
+         "runs": 3, "min": 130.0, "median": 137.0, "max": 142.0, "reference": null,
+         "reference_median": null, "ratio": null, "note": ""},
+        {"section": "failed", "figure": "vm-startup", "unit": "-", "runs": 0, "min": null,
+         "median": null, "max": null, "reference": null, "reference_median": null,
+         "ratio": null, "note": "no kernel"}
+      ]
+    }"#;
+
+    #[test]
+    fn the_results_sections_come_from_the_runs_json() {
+        let json: Value = serde_json::from_str(SAMPLE).unwrap();
+        let sections = sections(&json);
+        let headings: Vec<&str> = sections.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(headings, ["kernel cost, ns per invocation", "startup"]);
+        assert!(sections[0].1.contains(
+            "| tp_sched_switch on sched_switch | ns | 3 | 69.7 | 71.1 | 72.8 | \
+             empty program on sched_switch: 51.7 | 1.38× | 1123949 invocations |"
+        ));
+        assert!(sections[1].1.contains(
+            "| exec → start line, --backend auto | ms | 3 | 130 | 137 | 142 | - | - |  |"
+        ));
+        // The printed table has the header lines and the failed row too.
+        let all = markdown(&json);
+        assert!(
+            all.starts_with("`cargo xtask bench`: kernel 6.18.44, 2 CPUs  \nmeasured in 110 s  \n")
+        );
+        assert!(all.contains("| vm-startup | - | 0 | - | - | - | - | - | no kernel |"));
     }
 }
