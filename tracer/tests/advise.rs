@@ -947,7 +947,7 @@ fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_pe
         "advice: quota {}, burst {} ({}), period {} ({})",
         a["quota"], a["burst"]["burst_ns"], a["burst"]["why_not"], a["period"], a["period_why_not"]
     );
-    // The p99 quota allows for the machine's runtime slice, which the start line records.
+    // The target quota allows for the machine's runtime slice, which the start line records.
     let slice_us: u64 = std::fs::read_to_string("/proc/sys/kernel/sched_cfs_bandwidth_slice_us")
         .expect("sched_cfs_bandwidth_slice_us")
         .trim()
@@ -963,13 +963,23 @@ fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_pe
     }
     drop(cgroup);
 
-    let quota_us = ns(&a["quota"]["quota_ns"]) / 1000;
+    // The no-stop quota replays what arrived: less than fitting the largest run, which the
+    // quota traced stretched over periods with the backlog of the requests it deferred.
+    assert!(
+        ns(&a["no_stop"]["quota_ns"]) < ns(&a["quota"]["quota_ns"]),
+        "no-stop {} against the largest run's {}",
+        a["no_stop"],
+        a["quota"]
+    );
+    let quota_us = ns(&a["recommended"]["quota_ns"]) / 1000;
     let quota = Cgroup::throttled(&host.cpu, "advise-aquota", quota_us, PERIOD_US).with_cpuacct();
     let Arrivals {
         periods, throttled, ..
     } = run_arrivals(&quota);
     eprintln!(
-        "advised quota {quota_us} µs / {PERIOD_US} µs: nr_throttled {throttled} of {periods} periods"
+        "recommended quota {quota_us} µs / {PERIOD_US} µs: nr_throttled {throttled} of {periods} \
+         periods (predicted {})",
+        a["stopped_after"]
     );
     assert!(periods > 0, "cpu.stat counted no period");
     assert!(

@@ -1,6 +1,6 @@
 //! `throttle-tracer serve` scraped by a real Prometheus server (Debian's `prometheus`, which
-//! `cargo xtask setup` installs), while one pinned busy thread runs under a 20 ms / 100 ms quota
-//! in a real cgroup (v1 or v2): what Prometheus stored is what the exporter served, the mirrored
+//! `cargo xtask setup` installs), while rounds of 40 ms of CPU every 500 ms on one pinned thread
+//! run under a 20 ms / 100 ms quota in a real cgroup (v1 or v2): what Prometheus stored is what the exporter served, the mirrored
 //! cpu.stat counter is the kernel's, and the exporter's stop count is the kernel's count of
 //! throttled periods. A second Prometheus, with native histograms enabled, scrapes the protobuf
 //! encoding: the count and sum of the native histograms it stored are the exporter's stop
@@ -118,8 +118,8 @@ impl Scene {
         self.children.push(Running::spawn(cmd));
     }
 
-    /// One busy thread pinned to the last CPU (as `taskset -c <last>`), inside the cgroup from
-    /// before its exec, for `WORKLOAD_SECONDS`.
+    /// Rounds of one thread pinned to the last CPU (as `taskset -c <last>`), inside the cgroup
+    /// from before its exec, for `WORKLOAD_SECONDS`.
     /// With it, 5 ms of CPU every 100 ms in the calm group, on the same CPU.
     fn start_workload(&mut self) {
         let calm = common::spawn_in(
@@ -127,8 +127,10 @@ impl Scene {
             &self.calm,
             Some(common::last_cpu()),
         );
+        // Rounds of 40 ms every 500 ms: each stopped once for about 80 ms (16 % of the wall
+        // clock), and each a busy run that ends, so that its demand is measured as it goes.
         let workload = common::spawn_in(
-            &mut common::busy(1, WORKLOAD_SECONDS),
+            common::spiky(500, 40, WORKLOAD_SECONDS * 2, 1).stdout(Stdio::null()),
             &self.cgroup,
             Some(common::last_cpu()),
         );
@@ -366,8 +368,9 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
             .args(["serve", "--backend", "tracepoint", "--listen"])
             .arg(format!("127.0.0.1:{exporter_port}"))
             .args(["--cgroup", &cgroup, "--cgroup", &calm])
-            // The advice made again every second: the workload lasts seconds, not hours.
-            .args(["--advice-every", "1s"])
+            // The advice made again every second, and for a target that a few seconds of
+            // rounds can be judged on (5 %: 30 periods): the workload lasts seconds, not hours.
+            .args(["--advice-every", "1s", "--target", "5%"])
             .stdout(Stdio::null()),
     );
     wait_ready(exporter_port, "/healthz", "throttle-tracer serve");
