@@ -219,6 +219,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "1m")]
     pub advice_every: Duration,
 
+    /// Export no demand and advice series (and keep no window): the stop series only.
+    #[arg(long, conflicts_with_all = ["advice_window", "advice_every"])]
+    pub no_advice: bool,
+
     /// Also write every record as NDJSON to FILE as it happens, so that `throttle-tracer report
     /// FILE` (or the file's `advice` lines, written at the end) can be read later.
     #[arg(long, value_name = "FILE")]

@@ -42,7 +42,7 @@ pub fn run(args: &BenchFeedArgs) -> Result<(), Failure> {
             max_cgroups: usize::try_from(args.cgroups).unwrap_or(usize::MAX).max(1),
             gone_after: Duration::from_secs(300),
             named: Vec::new(),
-            advice: AdviceConfig::default(),
+            advice: Some(AdviceConfig::default()),
         });
         let scraper = exporter.scraper();
         session.add_sink(Box::new(exporter));

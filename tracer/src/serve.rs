@@ -62,11 +62,11 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     if let Some(path) = &args.record {
         sinks.push(Box::new(Ndjson::recording(path)?));
     }
-    let advice = AdviceConfig {
+    let advice = (!args.no_advice).then_some(AdviceConfig {
         window: args.advice_window,
         every: args.advice_every,
         target: args.tracing.target,
-    };
+    });
     let tracing = args.tracing;
     let (mut session, selected) =
         tokio::task::spawn_blocking(move || Session::start_selected(&tracing, sinks))
@@ -398,7 +398,7 @@ mod tests {
             max_cgroups: 10,
             gone_after: Duration::from_secs(300),
             named: Vec::new(),
-            advice: AdviceConfig::default(),
+            advice: Some(AdviceConfig::default()),
         });
         let request = Request::get("/metrics")
             .header(header::ACCEPT, accept)
@@ -430,7 +430,7 @@ mod tests {
             max_cgroups: 10,
             gone_after: Duration::from_secs(300),
             named: Vec::new(),
-            advice: AdviceConfig::default(),
+            advice: Some(AdviceConfig::default()),
         });
         let ready = respond(&get("/healthz"), Some(&exporter.scraper()));
         assert_eq!(ready.status(), StatusCode::OK);

@@ -234,11 +234,10 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
         .iter()
         .map(|pod| {
             let parent = format!("/kubepods/burstable/pod{}", pod.uid);
-            let c = engine.idle_container(
-                &host.cpu,
-                &["--cpus", pod.cpus, "--cgroup-parent", &parent],
-            );
-            host.cpu.favour(&host.cpu.root.join(parent.trim_start_matches('/')));
+            let c =
+                engine.idle_container(&host.cpu, &["--cpus", pod.cpus, "--cgroup-parent", &parent]);
+            host.cpu
+                .favour(&host.cpu.root.join(parent.trim_start_matches('/')));
             (pod, c)
         })
         .collect();
@@ -334,12 +333,19 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
         .output()
         .expect("recommend");
     println!("{}", String::from_utf8_lossy(&table.stdout));
-    assert!(out.status.success(), "recommend: {}", common::containers::text(&out));
+    assert!(
+        out.status.success(),
+        "recommend: {}",
+        common::containers::text(&out)
+    );
     let rows: BTreeMap<String, Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
-            let name = v["kubernetes"]["name"].as_str().unwrap_or_default().to_owned();
+            let name = v["kubernetes"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             (name, v)
         })
         .collect();
@@ -351,8 +357,10 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
     let period_s = PERIOD_US as f64 / 1e6;
     for workload in ["web", "api", "batch"] {
         let row = &rows[workload];
-        let members: Vec<&(&Pod, Container)> =
-            pods.iter().filter(|(p, _)| p.workload == workload).collect();
+        let members: Vec<&(&Pod, Container)> = pods
+            .iter()
+            .filter(|(p, _)| p.workload == workload)
+            .collect();
         let largest = members
             .iter()
             .map(|(p, c)| exported(p, c, "target"))
@@ -427,7 +435,11 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
             share * 100.0,
             predicted * 100.0
         );
-        assert!(share <= 0.01, "{}: {share} of the periods stopped", pod.workload);
+        assert!(
+            share <= 0.01,
+            "{}: {share} of the periods stopped",
+            pod.workload
+        );
         assert!(
             (share - predicted).abs() <= 0.01,
             "{}: predicted {predicted}, cpu.stat {share}",

@@ -87,8 +87,8 @@ pub struct Config {
     pub gone_after: Duration,
     /// Cgroups to track from the start, stops or not (those the selection names).
     pub named: Vec<CgroupRef>,
-    /// How the advice over the rolling window is made.
-    pub advice: AdviceConfig,
+    /// How the advice over the rolling window is made; `None`: no demand or advice series.
+    pub advice: Option<AdviceConfig>,
 }
 
 /// A cgroup with series.
@@ -149,9 +149,11 @@ impl Exporter {
         registry.register_collector(Box::new(CpuStatCollector {
             shared: shared.clone(),
         }));
-        registry.register_collector(Box::new(DemandCollector {
-            shared: shared.clone(),
-        }));
+        if config.advice.is_some() {
+            registry.register_collector(Box::new(DemandCollector {
+                shared: shared.clone(),
+            }));
+        }
         let named = config.named.clone();
         let mut exporter = Self {
             config,
@@ -235,6 +237,9 @@ impl Exporter {
     /// Takes a period of `cgroup`'s quota into its window, and its arrived demand once known
     /// into the histogram. A cgroup without a quota starts no window.
     fn period(&mut self, cgroup: &CgroupRef, period: &crate::records::Period) {
+        let Some(advice) = self.config.advice else {
+            return;
+        };
         let measured = lock(&self.shared)
             .cgroups
             .get(&cgroup.id)
@@ -257,7 +262,7 @@ impl Exporter {
         let new = t.measured.is_none();
         let arrived = t
             .measured
-            .get_or_insert_with(|| Measured::new(&self.config.advice, WINDOW_RUNS / (windows + 1)))
+            .get_or_insert_with(|| Measured::new(&advice, WINDOW_RUNS / (windows + 1)))
             .period(period);
         if new {
             // One more window: each keeps an equal part of the runs.
@@ -287,9 +292,9 @@ impl Exporter {
                 Some(sample) => {
                     t.stat.clone_from(&sample.stat);
                     t.gone_since = None;
-                    if let Some(m) = &mut t.measured {
-                        m.read(t.stat.as_ref(), now, &self.config.advice);
-                        m.refresh(now, self.slice_ns, &self.config.advice);
+                    if let (Some(m), Some(advice)) = (&mut t.measured, &self.config.advice) {
+                        m.read(t.stat.as_ref(), now, advice);
+                        m.refresh(now, self.slice_ns, advice);
                     }
                 }
                 None => {
@@ -439,7 +444,7 @@ pub(crate) mod tests {
             max_cgroups,
             gone_after: Duration::from_secs(300),
             named: Vec::new(),
-            advice: AdviceConfig::default(),
+            advice: Some(AdviceConfig::default()),
         }
     }
 
