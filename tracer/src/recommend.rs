@@ -27,7 +27,8 @@ pub async fn run(args: RecommendArgs) -> Result<(), Failure> {
     })?;
     let window = range(args.window);
     let failure = |e: ApiError| unanswered(&client, e);
-    let reading = read(&client, &window).await.map_err(failure)?;
+    let now = client.now().await.map_err(failure)?;
+    let reading = read(&client, &window, now).await.map_err(failure)?;
     if reading.period.is_empty() {
         return Err(Failure::environment(
             format!(
@@ -44,7 +45,7 @@ pub async fn run(args: RecommendArgs) -> Result<(), Failure> {
     let mut rows = Vec::new();
     for (identity, members) in fleet::workloads(fleet::members(&reading), &kube) {
         let cgroups: Vec<&str> = members.iter().map(|m| m.cgroup.as_str()).collect();
-        let p99 = p99_demand(&client, &cgroups, &window)
+        let p99 = p99_demand(&client, &cgroups, &window, now)
             .await
             .map_err(failure)?;
         rows.push(Recommendation::of(
@@ -86,10 +87,10 @@ fn range(window: Duration) -> String {
     format!("{}ms", window.as_millis())
 }
 
-/// Every series `recommend` needs, each an instant query over `window`: the settings' last
-/// values, the counters' increase, the advice's largest value (what the busiest stretch
-/// needed), and kube-state-metrics' pods and containers as they last were.
-async fn read(client: &Client, window: &str) -> Result<Reading, ApiError> {
+/// Every series `recommend` needs, each an instant query over `window` up to `now`: the
+/// settings' last values, the counters' increase, the advice's largest value (what the busiest
+/// stretch needed), and kube-state-metrics' pods and containers as they last were.
+async fn read(client: &Client, window: &str, now: f64) -> Result<Reading, ApiError> {
     let mut r = Reading::default();
     let over = |function: &str, series: &str| format!("{function}({series}[{window}])");
     let queries: [(&mut Vec<Sample>, String); 12] = [
@@ -143,21 +144,22 @@ async fn read(client: &Client, window: &str) -> Result<Reading, ApiError> {
         ),
     ];
     for (into, query) in queries {
-        *into = client.query(&query).await?;
+        *into = client.query(&query, now).await?;
     }
     Ok(r)
 }
 
-/// The 99th percentile of one period's demand (seconds) over the window, pooled over the
-/// workload's `cgroups` on every node: from the classic buckets, or from the native histogram
-/// where Prometheus stores only that; `None` without observations.
+/// The 99th percentile of one period's demand (seconds) over the window up to `now`, pooled
+/// over the workload's `cgroups` on every node: from the classic buckets, or from the native
+/// histogram where Prometheus stores only that; `None` without observations.
 async fn p99_demand(
     client: &Client,
     cgroups: &[&str],
     window: &str,
+    now: f64,
 ) -> Result<Option<f64>, ApiError> {
     let query = p99_query(cgroups, window);
-    Ok(client.query(&query).await?.first().map(|s| s.value))
+    Ok(client.query(&query, now).await?.first().map(|s| s.value))
 }
 
 fn p99_query(cgroups: &[&str], window: &str) -> String {

@@ -114,11 +114,58 @@ impl Client {
         &self.url
     }
 
-    /// The instant vector `promql` evaluates to now. A non-finite value (a quantile of no
-    /// observations, a ratio of none) is left out.
-    pub async fn query(&self, promql: &str) -> Result<Vec<Sample>, ApiError> {
+    /// Prometheus' present (Unix seconds, by its own clock): the time every query of one
+    /// reading is evaluated at, so that their windows are the same.
+    pub async fn now(&self) -> Result<f64, ApiError> {
+        let data = self.evaluate("time()", None).await?;
+        let malformed = |reason: String| ApiError::Malformed {
+            url: self.url.clone(),
+            reason,
+        };
+        if data.result_type != "scalar" {
+            return Err(malformed(format!("time() gave a {}", data.result_type)));
+        }
+        let (time, _): (f64, String) =
+            serde_json::from_value(data.result).map_err(|e| malformed(format!("time(): {e}")))?;
+        Ok(time)
+    }
+
+    /// The instant vector `promql` evaluates to at `time` (Unix seconds). A non-finite value
+    /// (a quantile of no observations, a ratio of none) is left out.
+    pub async fn query(&self, promql: &str, time: f64) -> Result<Vec<Sample>, ApiError> {
+        let data = self.evaluate(promql, Some(time)).await?;
+        if data.result_type != "vector" {
+            return Err(ApiError::Malformed {
+                url: self.url.clone(),
+                reason: format!(
+                    "a {} where an instant vector was asked for",
+                    data.result_type
+                ),
+            });
+        }
+        let samples: Vec<VectorSample> =
+            serde_json::from_value(data.result).map_err(|e| ApiError::Malformed {
+                url: self.url.clone(),
+                reason: format!("the vector's samples: {e}"),
+            })?;
+        Ok(samples
+            .into_iter()
+            .filter_map(|s| {
+                let value: f64 = s.value.1.parse().ok()?;
+                let mut labels = s.metric;
+                labels.remove("__name__");
+                value.is_finite().then_some(Sample { labels, value })
+            })
+            .collect())
+    }
+
+    /// The `data` of an instant query of `promql`, at `time` or Prometheus' present.
+    async fn evaluate(&self, promql: &str, time: Option<f64>) -> Result<Data, ApiError> {
         let path = format!("{}/api/v1/query", self.prefix);
-        let body = format!("query={}", form_encode(promql));
+        let mut body = format!("query={}", form_encode(promql));
+        if let Some(time) = time {
+            body += &format!("&time={time:.3}");
+        }
         let (status, answer) = tokio::time::timeout(QUERY_TIMEOUT, self.post(&path, body))
             .await
             .map_err(|_| ApiError::Timeout {
@@ -151,26 +198,9 @@ impl Client {
                 message: answer.error.unwrap_or_default(),
             });
         }
-        let data = answer
+        answer
             .data
-            .ok_or_else(|| malformed("a success without data".into()))?;
-        if data.result_type != "vector" {
-            return Err(malformed(format!(
-                "a {} where an instant vector was asked for",
-                data.result_type
-            )));
-        }
-        let samples: Vec<VectorSample> = serde_json::from_value(data.result)
-            .map_err(|e| malformed(format!("the vector's samples: {e}")))?;
-        Ok(samples
-            .into_iter()
-            .filter_map(|s| {
-                let value: f64 = s.value.1.parse().ok()?;
-                let mut labels = s.metric;
-                labels.remove("__name__");
-                value.is_finite().then_some(Sample { labels, value })
-            })
-            .collect())
+            .ok_or_else(|| malformed("a success without data".into()))
     }
 
     /// POSTs the form `body` to `path`: the status and the whole answer.

@@ -115,13 +115,13 @@ pub fn table(rows: &[Recommendation], source: &Source) -> String {
         asked - freed
     );
     out.push_str(
-        "DATA measured periods × period, over the pods; LIMIT today's quota / period (the \
-         largest of the pods); P99 DEMAND the 99th percentile of one period's demand, as CPUs of \
-         the period;\nADVISED the limits.cpu that stops at most the target share (the largest \
-         advice of any pod in the window); BURST the advised burst (n/a: Kubernetes cannot set \
-         one; elsewhere\ncpu.max.burst or cpu.cfs_burst_us); STOPPED the share of periods stopped \
-         in the window, AFTER the share the advice's model predicts with it; CHANGE ADVISED - \
-         LIMIT (negative: freed).\n",
+        "DATA: measured periods × period, over the pods. LIMIT: today's quota / period (the \
+         largest of\nthe pods). P99 DEMAND: the 99th percentile of one period's demand, as CPUs \
+         of the period.\nADVISED: the limits.cpu that stops at most the target share, the \
+         largest advice any pod had in\nthe window. BURST: the advised burst (n/a: Kubernetes \
+         cannot set one; elsewhere cpu.max.burst\nor cpu.cfs_burst_us). STOPPED: the share of \
+         periods stopped in the window; AFTER: the share the\nadvice's model predicts with it. \
+         CHANGE: ADVISED - LIMIT per pod (negative: freed).\n",
     );
     out
 }
