@@ -179,6 +179,13 @@ const PLANS: &[(&str, Plan)] = &[
              only, and a run of it under TCG with the kprobe backend is still to be made",
         )]),
     ),
+    (
+        "recommend",
+        Plan::HostOnly(
+            "reads a Prometheus server, which the initramfs does not hold; no cgroup, the same \
+             userspace on every kernel",
+        ),
+    ),
     ("recording", Plan::HostOnly(USERSPACE)),
     ("removed", Plan::Run(&[])),
     ("scan", Plan::Run(&[])),
