@@ -74,12 +74,7 @@ pub async fn run(args: RecommendArgs) -> Result<(), Failure> {
     let mut out = io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
-        .map_err(|e| {
-            Failure::environment(
-                format!("cannot write the recommendation: {e}"),
-                "check that standard output can be written",
-            )
-        })
+        .map_err(|e| Failure::stdout("the recommendation", &e))
 }
 
 /// The window as a PromQL range: milliseconds, which every Prometheus 2 reads.

@@ -299,6 +299,19 @@ fn group(labels: String, quota: f64, throttled: u64, demand_le: f64) -> Group {
     }
 }
 
+/// The systemd unit on either node: 0.3 s a period, demand in (0.2 s, 0.25 s].
+fn batch(advised: fn(u64) -> Option<f64>) -> Group {
+    Group {
+        advised,
+        ..group(
+            labels("/system.slice/batch.service", None, None),
+            0.3,
+            0,
+            0.25,
+        )
+    }
+}
+
 /// Node a: web's first replica (advice 0.15 s of 0.2 s), its pod's own cgroup (which must be
 /// no row), db (0.4 s for a demand ≤ 0.1 s, advice 0.1 s), the unit (advice 0.2 s) and the
 /// tiny deployment (one 10 ms period a scrape).
@@ -327,15 +340,7 @@ fn node_a() -> Vec<Group> {
             after: 0.005,
             ..group(k8s(DB, &id('d')), 0.4, 0, 0.1)
         },
-        Group {
-            advised: |_| Some(0.2),
-            ..group(
-                labels("/system.slice/batch.service", None, None),
-                0.3,
-                0,
-                0.25,
-            )
-        },
+        batch(|_| Some(0.2)),
         Group {
             period: 0.01,
             periods: 1,
@@ -355,15 +360,7 @@ fn node_b() -> Vec<Group> {
             after: 0.009,
             ..group(k8s(WEB_B, &id('b')), 0.2, 1, 0.25)
         },
-        Group {
-            advised: |_| Some(0.25),
-            ..group(
-                labels("/system.slice/batch.service", None, None),
-                0.3,
-                0,
-                0.25,
-            )
-        },
+        batch(|_| Some(0.25)),
         Group {
             advised: |_| Some(0.08),
             burst: Some(0.02),
