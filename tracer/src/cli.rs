@@ -297,8 +297,9 @@ Workloads: Kubernetes namespace/kind/name:container through kube-state-metrics' 
 kube_pod_owner and kube_pod_container_info, joined by pod uid and container id (a ReplicaSet's
 pods are its Deployment's); elsewhere one row per cgroup path, its copies on every node together.
 The advised limit is the largest throttle_tracer_advised_quota_seconds{fit=\"target\"} / period
-any of its pods had in the window; DATA is the measured time behind it. docs/prometheus.md,
-section \"Fleet-wide advice: recommend\", lists the queries and every column.";
+any of its pods had in the window; DATA is the measured time behind it. BURST is n/a in
+Kubernetes, which cannot set a CPU burst (elsewhere: cpu.max.burst, cpu.cfs_burst_us).
+docs/prometheus.md, section \"Fleet-wide advice: recommend\", lists the queries and every column.";
 
 #[cfg(test)]
 mod tests {

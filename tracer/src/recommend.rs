@@ -77,9 +77,9 @@ pub async fn run(args: RecommendArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::stdout("the recommendation", &e))
 }
 
-/// The window as a PromQL range: milliseconds, which every Prometheus 2 reads.
+/// The window as a PromQL range: milliseconds (at least one), which every Prometheus 2 reads.
 fn range(window: Duration) -> String {
-    format!("{}ms", window.as_millis())
+    format!("{}ms", window.as_millis().max(1))
 }
 
 /// Every series `recommend` needs, each an instant query over `window` up to `now`: the
@@ -197,9 +197,10 @@ fn unanswered(client: &Client, e: ApiError) -> Failure {
             client.url()
         ),
         ApiError::Status { .. } | ApiError::Malformed { .. } => base.to_owned(),
-        ApiError::Query { .. } => "recommend's queries need Prometheus 2.26 or later \
-                                   (last_over_time); a query that timed out may fit a shorter \
-                                   --window"
+        ApiError::Query { .. } => "Prometheus' own words say what it refused: a --window \
+                                   longer than it reads (duration out of range), a query that \
+                                   timed out or loaded too many samples (a shorter --window), \
+                                   or a version before 2.26 (no last_over_time)"
             .to_owned(),
     };
     Failure::environment(e.to_string(), hint)

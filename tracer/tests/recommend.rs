@@ -6,8 +6,8 @@
 //! little data. The truth is the quota arithmetic of the values the test serves: the advised
 //! limit is the largest `advised_quota_seconds{fit="target"}` / period any replica served at
 //! any scrape, the entitlement freed is (quota - advised) / period. Prometheus that cannot be
-//! reached, answers an error page, or holds no `serve` series: one `error:` line, one `hint:`
-//! line, exit 1.
+//! reached, answers an error page or an API error, or holds no `serve` series: one `error:`
+//! line, one `hint:` line, exit 1.
 //!
 //! Needs /usr/bin/prometheus, and root to run `recommend` as nobody without any capability
 //! (what it needs: none); otherwise it says why it cannot run (a failure under `CI=true`).
@@ -682,6 +682,17 @@ fn recommend_says_in_one_line_why_it_cannot_read_prometheus() {
         )
     );
     assert!(hint.contains("scrapes serve"), "{hint}");
+
+    // The API's own error: a range longer than Prometheus reads (its durations end at 292
+    // years).
+    let (error, hint) = failure(&recommend(&["--prometheus", &url, "--window", "300y"]), 1);
+    assert!(
+        error.starts_with(&format!("error: Prometheus at {url} refused the query `"))
+            && error.contains(": bad_data: ")
+            && error.contains("duration out of range"),
+        "{error}"
+    );
+    assert!(hint.contains("--window"), "{hint}");
 
     // The same Prometheus under a path it does not serve: its 404 page.
     let wrong = format!("{url}/not-prometheus");
