@@ -38,7 +38,8 @@ pub async fn run(args: RecommendArgs) -> Result<(), Failure> {
             ),
             "recommend reads the demand and advice series of `throttle-tracer serve` \
              (docs/prometheus.md): check that this Prometheus scrapes serve (its /targets page), \
-             that serve is a version that exports them, and that --window reaches back to when it did",
+             that serve is a version that exports them, and that --window reaches back to when \
+             it did",
         ));
     }
     let kube = fleet::Kubernetes::of(&reading);
