@@ -40,6 +40,14 @@ impl Failure {
         }
     }
 
+    /// Standard output refused `what` (e.g. "the scan") with `e`.
+    pub fn stdout(what: &str, e: &std::io::Error) -> Self {
+        Self::environment(
+            format!("cannot write {what}: {e}"),
+            "check that standard output can be written",
+        )
+    }
+
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::Usage { .. } => 2,

@@ -26,6 +26,7 @@ mod privileges;
 mod probes;
 #[cfg(test)]
 mod readme;
+mod recommend;
 mod records;
 mod replay;
 mod report;
@@ -72,6 +73,7 @@ pub fn main() {
         Some(cli::Command::Demo(args)) => runtime.block_on(demo::run(args)),
         Some(cli::Command::Serve(args)) => runtime.block_on(serve::run(args)).map(|()| 0),
         Some(cli::Command::Advise(args)) => runtime.block_on(agent::advise(args)).map(|()| 0),
+        Some(cli::Command::Recommend(args)) => runtime.block_on(recommend::run(args)).map(|()| 0),
         Some(cli::Command::BenchFeed(args)) => {
             runtime.block_on(async { feed::run(&args) }).map(|()| 0)
         }

@@ -63,12 +63,9 @@ fn report(file: &Path) -> Result<(), Failure> {
             cut.stops
         );
     }
-    recorded.print(io::stdout()).map_err(|e| {
-        Failure::environment(
-            format!("cannot write the report: {e}"),
-            "check that standard output can be written",
-        )
-    })
+    recorded
+        .print(io::stdout())
+        .map_err(|e| Failure::stdout("the report", &e))
 }
 
 /// Why a recording could not be read.

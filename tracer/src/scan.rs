@@ -67,12 +67,7 @@ fn run(args: &ScanArgs) -> Result<(), Failure> {
     let mut out = io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
-        .map_err(|e| {
-            Failure::environment(
-                format!("cannot write the scan: {e}"),
-                "check that standard output can be written",
-            )
-        })
+        .map_err(|e| Failure::stdout("the scan", &e))
 }
 
 /// Names the first few of `paths`: a tree can hold thousands, the fix is the same for all.
