@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::thread;
 use std::time::Duration;
 
@@ -36,9 +36,6 @@ use common::containers::{Container, Engine, Kind, WORKLOAD_IN_IMAGE};
 use common::http::{self, free_port, get, wait_ready};
 use serde_json::Value;
 
-/// How long each load runs, before and after the advice is applied: 400 periods, so that 1 %
-/// of them is four.
-const SECONDS: u32 = 40;
 const PERIOD_US: u64 = 100_000;
 
 /// One pod of the fleet: its workload's name, its uid, the node (`serve`) tracing it, its
@@ -60,6 +57,8 @@ const SPIKY: &[&str] = &[
     "--rounds",
     "80",
 ];
+/// Each load lasts 40 s, before and after the advice is applied: 400 periods, so that 1 % of
+/// them is four.
 const ARRIVALS: &[&str] = &[
     "arrivals",
     "--rate",
@@ -219,7 +218,6 @@ fn cgroup_label(c: &Container) -> String {
 
 #[test]
 fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds() {
-    let _serial = common::serial();
     let Some(host) = common::require(common::host()) else {
         return;
     };
@@ -304,7 +302,7 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
 
     // The demand histogram's p99 against the rounds' CPU by their own clock: a fifth of the
     // periods held a round (80 ms) and the rest nothing, so the p99 is a round's CPU.
-    let (web, web_c) = &pods[0];
+    let (_, web_c) = &pods[0];
     let mut cpu = rounds_cpu(&outputs[0]);
     cpu.sort_unstable();
     let truth = cpu[cpu.len() * 99 / 100] as f64 / 1e9;
