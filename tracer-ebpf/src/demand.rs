@@ -23,7 +23,7 @@ use tracer_common::{ABSENT, EVENT_PERIOD, Offsets, PeriodEvent};
 
 use crate::{
     CGROUP_FILTER, FILTER_CGROUPS, nr_cpus,
-    stops::{cgroup_id, emit, now, read},
+    toolbox::{cgroup_id, emit, now, read},
 };
 
 /// Most CPUs read per period (`nr_cpus`, a constant to the verifier, is the real count, so
