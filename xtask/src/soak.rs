@@ -8,7 +8,8 @@
 //! of every cgroup, which must trace its two living groups whole (Σ kernel_ns = cpu.stat),
 //! keep its maps bounded with their evictions counted, and its memory flat. `cargo xtask test`
 //! runs it for one minute; needs root.
-use crate::bench::procs::{self, Busy, Memory, Traced};
+use crate::bench::procfs::{self, Memory};
+use crate::bench::procs::{Busy, Traced};
 use crate::binaries::{self, Binaries};
 use crate::cgroup::Cgroup;
 use crate::{paths, setup};
@@ -131,8 +132,8 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
         let sample = Sample {
             at: started.elapsed(),
             rss_kib: Memory::of(pid)?.rss / 1024,
-            cpu_s: procs::cpu_seconds(pid)?,
-            fds: procs::fds(pid)?.len(),
+            cpu_s: procfs::cpu_seconds(pid)?,
+            fds: procfs::fds(pid)?.len(),
         };
         println!(
             "{:>7.0}s {:>10} {:>8.2} {:>4}",

@@ -9,7 +9,7 @@
 //! bpftrace's one-line check on sched_switch (the peer).
 use super::bpf::{self, Floor, Program, Snapshot};
 use super::loads;
-use super::procs::{Busy, Traced};
+use super::procs::{self, Busy, Traced};
 use super::table::Row;
 use super::{BPFTRACE_CHECK, Bench, PerfBench, TRACEPOINT};
 use crate::cgroup::Cgroup;
@@ -25,7 +25,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     // 10-15 ns on the hrtimer and CSD hooks, an empty program first or last): an empty
     // program goes first on every hook, so that the tracer's programs and the floor they are
     // compared with, attached after them, both run after another.
-    let mut hooks = bpf::tracer_hooks(&bench.tracer)?;
+    let mut hooks = procs::tracer_hooks(&bench.tracer)?;
     hooks.dedup();
     let leading = hooks
         .iter()

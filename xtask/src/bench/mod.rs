@@ -22,6 +22,7 @@ mod bpf;
 mod ingest;
 mod kernel;
 mod loads;
+pub(crate) mod procfs;
 pub(crate) mod procs;
 mod slowdown;
 pub mod startup;

@@ -12,7 +12,8 @@
 //! nr_throttled (6.18 host, one thread at 1 ms / 5 ms: 182 stops, median 12.2 ms, in 502
 //! throttled periods, Σ kernel_ns = throttled_time to the ns).
 use super::Bench;
-use super::procs::{self, Busy, Traced};
+use super::procfs;
+use super::procs::{Busy, Traced};
 use super::table::Row;
 use crate::cgroup::Cgroup;
 use anyhow::{Context as _, Result};
@@ -50,12 +51,12 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         let (t0, stops0, cpu0, k0) = (
             Instant::now(),
             tracer.stops.load(Ordering::Relaxed),
-            procs::cpu_seconds(tracer.pid())?,
+            procfs::cpu_seconds(tracer.pid())?,
             throttled(&cgroups)?,
         );
         thread::sleep(window);
         let k1 = throttled(&cgroups)?;
-        let cpu1 = procs::cpu_seconds(tracer.pid())?;
+        let cpu1 = procfs::cpu_seconds(tracer.pid())?;
         let elapsed = t0.elapsed().as_secs_f64();
         drop(busy);
         // The tracer drains its ring on a tick: give the last records a moment.
