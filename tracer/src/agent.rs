@@ -33,6 +33,7 @@ use crate::{
     report::{self, AdviceOnly, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
     sampler::{Baseline, Sampler, Snapshot, Target},
     schema::{CgroupRef, End, PidComm, RefusedBackend, Start},
+    sys::{kernel_release, ms},
     terminal::Keys,
     wallclock::{self, Tracker},
 };
@@ -754,19 +755,8 @@ impl Intake {
     }
 }
 
-/// Milliseconds since `since`, for the `startup:` debug lines `cargo xtask bench` reads.
-pub fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1e3
-}
-
 /// `sched_cfs_bandwidth_slice_us` in ns; `None` when unreadable (no CFS bandwidth control).
 fn bandwidth_slice_ns() -> Option<u64> {
     let us = fs::read_to_string("/proc/sys/kernel/sched_cfs_bandwidth_slice_us").ok()?;
     us.trim().parse::<u64>().ok()?.checked_mul(1000)
-}
-
-pub fn kernel_release() -> String {
-    fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|r| r.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
 }

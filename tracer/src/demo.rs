@@ -18,6 +18,7 @@
 //! 6. The workload is killed and the cgroup removed — also on errors ([`cgroup::DemoCgroup`]'s
 //!    Drop) and on signals (caught from the first moment, so none can end the process early).
 mod cgroup;
+mod workload;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -32,8 +33,8 @@ use crate::cli::{DemoArgs, DemoWorkloadArgs};
 use crate::error::Failure;
 use crate::privileges;
 use crate::report::{CgroupReport, Text};
-use crate::workload::{self, Requests};
 use cgroup::{DemoCgroup, Found, Quota};
+use workload::Requests;
 
 /// Half a CPU, the reference labs' `--cpus 0.5`.
 const QUOTA: Quota = Quota {

@@ -8,12 +8,12 @@ use serde::Serialize;
 use tracer_common::Offsets;
 
 use crate::{
-    agent::kernel_release,
     btf::{self, Feature, ThrottleReturn},
     cgroups::{self, Hierarchy, Version},
     error::Failure,
     privileges::Capabilities,
     probes::{self, Backend},
+    sys::kernel_release,
 };
 
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";

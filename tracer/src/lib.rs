@@ -31,11 +31,11 @@ mod sampler;
 mod scan;
 mod schema;
 mod serve;
+mod sys;
 mod terminal;
 #[cfg(test)]
 mod testing;
 mod wallclock;
-mod workload;
 
 use clap::Parser as _;
 

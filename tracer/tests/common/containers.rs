@@ -20,7 +20,6 @@ use std::{
 
 use super::{CpuHierarchy, Running, wait_until};
 
-const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
 /// Where the workload is in its image.
 pub const WORKLOAD_IN_IMAGE: &str = "/throttle-workload";
 /// The most cpu.shares a v1 cgroup takes (the kernel's MAX_SHARES), as [`CpuHierarchy::favour`].
@@ -401,13 +400,19 @@ pub fn cpu_cgroup_of(pid: u32) -> String {
 /// shared objects it loads, at the paths `ldd` shows, in `dir`.
 pub fn workload_rootfs(dir: &Path) -> PathBuf {
     fs::create_dir_all(dir).unwrap();
+    let workload = super::workload();
     fs::copy(
-        WORKLOAD,
+        &workload,
         dir.join(WORKLOAD_IN_IMAGE.trim_start_matches('/')),
     )
     .unwrap();
-    let out = Command::new("ldd").arg(WORKLOAD).output().expect("ldd");
-    assert!(out.status.success(), "ldd {WORKLOAD}: {}", text(&out));
+    let out = Command::new("ldd").arg(&workload).output().expect("ldd");
+    assert!(
+        out.status.success(),
+        "ldd {}: {}",
+        workload.display(),
+        text(&out)
+    );
     for lib in String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
         .filter(|w| w.starts_with('/'))

@@ -26,7 +26,7 @@ pub use cgroup::Cgroup;
 pub use cpu::{CpuHierarchy, CpuStat, Version};
 pub use process::{
     BPF_PERFMON, BPF_PERFMON_SYS_ADMIN, NOBODY, Running, arrivals, as_nobody, busy, held, last_cpu,
-    least_privileged, ndjson_lines, pair, spawn_in, spiky, with_bpf_perfmon_only,
+    least_privileged, ndjson_lines, pair, spawn_in, spiky, with_bpf_perfmon_only, workload,
 };
 
 /// Whether the kernel throttles tasks at their return to user mode rather than whole runqueues

@@ -5,12 +5,24 @@ use std::{
     fs,
     ops::{Deref, DerefMut},
     os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Output},
 };
 
 use super::Cgroup;
 
-const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
+/// `throttle-workload`, a crate of the workspace of its own so that installing the tracer does
+/// not install it. Cargo builds it beside the tracer's binary when it tests both (`cargo test
+/// -p tracer -p throttle-workload`, as `cargo xtask test` does); the VM guests have it there.
+pub fn workload() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_throttle-tracer")).with_file_name("throttle-workload");
+    assert!(
+        path.exists(),
+        "{} is missing: test with `-p throttle-workload` too, or `cargo build -p throttle-workload`",
+        path.display()
+    );
+    path
+}
 
 /// A child process that is killed and reaped when dropped, also when an assertion failed.
 pub struct Running(Option<Child>);
@@ -87,7 +99,7 @@ impl Drop for Running {
 
 /// `throttle-workload busy`: `threads` spinning threads for `seconds` of wall time.
 pub fn busy(threads: u32, seconds: u32) -> Command {
-    let mut cmd = Command::new(WORKLOAD);
+    let mut cmd = Command::new(workload());
     cmd.args(["busy", "--threads", &threads.to_string()])
         .args(["--seconds", &seconds.to_string()]);
     cmd
@@ -96,7 +108,7 @@ pub fn busy(threads: u32, seconds: u32) -> Command {
 /// `throttle-workload held`: one spinning thread for `seconds` that prints its own
 /// CLOCK_REALTIME around each time it was held, one `held ...` line each.
 pub fn held(seconds: u32) -> Command {
-    let mut cmd = Command::new(WORKLOAD);
+    let mut cmd = Command::new(workload());
     cmd.args(["held", "--seconds", &seconds.to_string()]);
     cmd
 }
@@ -104,7 +116,7 @@ pub fn held(seconds: u32) -> Command {
 /// `throttle-workload pair`: a thread `spinner` spinning and a thread `sleeper` sleeping for
 /// `seconds`; prints `tids spinner T sleeper T'` once both run.
 pub fn pair(seconds: u32) -> Command {
-    let mut cmd = Command::new(WORKLOAD);
+    let mut cmd = Command::new(workload());
     cmd.args(["pair", "--seconds", &seconds.to_string()]);
     cmd
 }
@@ -115,7 +127,7 @@ pub fn pair(seconds: u32) -> Command {
 /// process's clock; with `--usage-file`, also `group_ns G`: by the group's counter, up to just
 /// before the next round). It exits `every_ms` after the last round.
 pub fn spiky(every_ms: u32, burn_ms: u32, rounds: u32, threads: u32) -> Command {
-    let mut cmd = Command::new(WORKLOAD);
+    let mut cmd = Command::new(workload());
     cmd.args(["spiky", "--every-ms", &every_ms.to_string()])
         .args(["--burn-ms", &burn_ms.to_string()])
         .args(["--rounds", &rounds.to_string()])
@@ -127,7 +139,7 @@ pub fn spiky(every_ms: u32, burn_ms: u32, rounds: u32, threads: u32) -> Command 
 /// random (Poisson, `rate` per second; the same seed, the same arrivals) for 4 workers over
 /// `seconds`; one `request I arrival_ns A start_ns S end_ns E cpu_ns C marks T:c,...` line each.
 pub fn arrivals(rate: u32, cost_ms: u32, seconds: u32, seed: u64) -> Command {
-    let mut cmd = Command::new(WORKLOAD);
+    let mut cmd = Command::new(workload());
     cmd.args(["arrivals", "--rate", &rate.to_string()])
         .args(["--cost-ms", &cost_ms.to_string()])
         .args(["--threads", "4", "--seconds", &seconds.to_string()])

@@ -3,7 +3,6 @@
 //! ```text
 //! throttle-workload busy --threads N --seconds S
 //! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K] [--usage-file F]
-//! throttle-workload requests --seconds S
 //! throttle-workload arrivals --rate R --cost-ms D --threads K --seconds S [--seed N] [--delay-us US]
 //! throttle-workload held --seconds S
 //! throttle-workload pair --seconds S
@@ -23,8 +22,7 @@
 //! emulation cost milliseconds) and, with `--usage-file`, by the group's own counter from the
 //! round's start to just before the next (`group_ns`: the threads' exits too), so that stops
 //! and runs can be matched to rounds. It exits a round's spacing after the last round, so that
-//! its exit is no round's CPU. `requests` is the workload of
-//! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
+//! its exit is no round's CPU.
 //! `arrivals` is reference 003's lab: requests of D ms of CPU arriving at random (Poisson, R
 //! per second, the same ones for the same seed) for K workers, the first US µs after it starts;
 //! one line per request at the end (see `arrivals.rs`).
@@ -38,12 +36,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use tracer_common::round::Round;
+use tracer_common::{
+    clock::{burn, clock_ns},
+    round::Round,
+};
 
-#[path = "throttle-workload/arrivals.rs"]
 mod arrivals;
-#[path = "../workload.rs"]
-mod workload;
 
 /// The CPU load the tests put under a quota.
 #[derive(Parser)]
@@ -84,12 +82,6 @@ enum Mode {
         /// `usage_usec`), read around each round.
         #[arg(long, value_name = "FILE")]
         usage_file: Option<std::path::PathBuf>,
-    },
-    /// The demo's requests (4 workers, bursts of 20 ms requests) for S seconds.
-    Requests {
-        /// Wall time to run for.
-        #[arg(long, value_name = "S")]
-        seconds: u32,
     },
     /// Requests of D ms of CPU arriving at random (Poisson, R per second) for K workers, for S
     /// seconds; one line per request.
@@ -155,13 +147,6 @@ fn main() -> ExitCode {
                 usage,
             )
         }
-        Mode::Requests { seconds } => {
-            let shape = workload::Requests::demo(Duration::from_secs(seconds.into()));
-            if let Err(e) = workload::run(&shape, &mut std::io::stdout().lock()) {
-                eprintln!("throttle-workload: cannot write the burst lines: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
         Mode::Arrivals {
             rate,
             cost_ms,
@@ -197,15 +182,15 @@ fn ms_to_ns(ms: u32) -> u64 {
 /// Spins until the group is stopped and returns the CLOCK_MONOTONIC time it ran again (a
 /// refill, a period boundary), or the time it gave up (no quota stopped it).
 fn resume_after_stop() -> u64 {
-    let cpu_start = workload::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-    let mut last = workload::clock_ns(libc::CLOCK_MONOTONIC);
+    let cpu_start = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    let mut last = clock_ns(libc::CLOCK_MONOTONIC);
     loop {
-        let now = workload::clock_ns(libc::CLOCK_MONOTONIC);
+        let now = clock_ns(libc::CLOCK_MONOTONIC);
         if now - last >= STOP_GAP_NS {
             return now;
         }
         last = now;
-        if workload::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - cpu_start >= SYNC_BURN_NS {
+        if clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - cpu_start >= SYNC_BURN_NS {
             return now;
         }
     }
@@ -236,7 +221,7 @@ fn sleep_until_ns(ns: u64) {
 fn busy(threads: usize, length: Duration) {
     // Read before the deadline's clock (Instant is CLOCK_MONOTONIC too): the span printed
     // ends no later than the threads do.
-    let until_ns = workload::clock_ns(libc::CLOCK_MONOTONIC) + length.as_nanos() as u64;
+    let until_ns = clock_ns(libc::CLOCK_MONOTONIC) + length.as_nanos() as u64;
     let deadline = Instant::now() + length;
     let (tx, rx) = std::sync::mpsc::channel();
     let spinners: Vec<_> = (0..threads)
@@ -253,7 +238,7 @@ fn busy(threads: usize, length: Duration) {
         })
         .collect();
     let tids: Vec<String> = rx.iter().take(threads).map(|t| t.to_string()).collect();
-    let from_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
+    let from_ns = clock_ns(libc::CLOCK_MONOTONIC);
     println!("tids {}", tids.join(" "));
     println!("spinning from_ns {from_ns} until_ns {until_ns}");
     for spinner in spinners {
@@ -304,7 +289,7 @@ const SYNC_BURN_NS: u64 = 400_000_000;
 /// hold is found on the one clock it is reported in: with a second clock read in the loop, a
 /// hold between the two reads of one turn would show in one clock's gap and not the other's.
 fn held(length_ns: u64) {
-    let realtime = || workload::clock_ns(libc::CLOCK_REALTIME);
+    let realtime = || clock_ns(libc::CLOCK_REALTIME);
     let deadline = Instant::now() + Duration::from_nanos(length_ns);
     let mut holds = Vec::new();
     let mut last = realtime();
@@ -338,19 +323,19 @@ fn spiky(
     for round in 0..rounds {
         sleep_until_ns(due_ns(round));
         let usage_start = group_usage.as_ref().map(|read| read());
-        let start_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
-        let cpu_start = workload::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
+        let start_ns = clock_ns(libc::CLOCK_MONOTONIC);
+        let cpu_start = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
         if threads <= 1 {
-            workload::burn(burn_ns);
+            burn(burn_ns);
         } else {
             thread::scope(|s| {
                 for _ in 0..threads {
-                    s.spawn(|| workload::burn(burn_ns));
+                    s.spawn(|| burn(burn_ns));
                 }
             });
         }
-        let cpu_ns = workload::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
-        let end_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
+        let cpu_ns = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
+        let end_ns = clock_ns(libc::CLOCK_MONOTONIC);
         // The round's threads finish exiting after the join, and the process's clock no longer
         // counts them then: the group's counter is read again just before the next round.
         sleep_until_ns(due_ns(round + 1).saturating_sub(GROUP_SETTLE_NS));
