@@ -25,7 +25,7 @@ use crate::{
     btf,
     cgroups::Hierarchy,
     cli::{AdviseArgs, ProbeArgs, RunArgs, TracingArgs},
-    error::Failure,
+    error::{Failure, say},
     filter::{Ancestors, Selection, Traced},
     opening, privileges,
     probes::{KernelBtf, Probes},
@@ -355,7 +355,7 @@ impl Session {
         // SAFETY: glibc's malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
         if !probes.refused.is_empty() {
-            eprintln!(
+            say!(
                 "throttle-tracer: using the {} backend; {}",
                 probes.backend.name(),
                 probes

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::agent::{Ended, Interrupts, Request, Session};
 use crate::cgroups::{Hierarchy, Version};
 use crate::cli::{DemoArgs, DemoWorkloadArgs};
-use crate::error::Failure;
+use crate::error::{Exit, Failure, say};
 use crate::privileges;
 use crate::report::{CgroupReport, Text};
 use cgroup::{DemoCgroup, Found, Quota};
@@ -60,8 +60,8 @@ const INTERRUPTED: i32 = 130;
 const NS_PER_MS: f64 = 1e6;
 const NS_PER_US: u64 = 1_000;
 
-/// Runs the demo; `Ok` holds the exit code (0, or 130 when interrupted).
-pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
+/// Runs the demo; exit status 130 when interrupted.
+pub async fn run(args: DemoArgs) -> Result<(), Exit> {
     // First, so that no SIGINT/SIGTERM can end the process before the cgroup is removed.
     let mut interrupts = Interrupts::new()?;
     privileges::check()?;
@@ -74,7 +74,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
     })?;
     for found in cgroup::clean_leftovers(&hierarchy)? {
         match found {
-            Found::Removed { path, pid, removal } => eprintln!(
+            Found::Removed { path, pid, removal } => say!(
                 "throttle-tracer demo: removed {path}, left behind by an earlier demo (pid {pid}) \
                  that did not finish{}",
                 match removal.killed {
@@ -82,7 +82,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
                     n => format!("; killed {n} task(s) still in it"),
                 }
             ),
-            Found::Running { path, pid } => eprintln!(
+            Found::Running { path, pid } => say!(
                 "throttle-tracer demo: another demo is running (pid {pid}, {path}); both will \
                  share the CPUs"
             ),
@@ -92,7 +92,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
     let shape = Requests::demo(args.duration);
     let (mut demo, enabled) = DemoCgroup::create(&hierarchy, QUOTA)?;
     if enabled {
-        eprintln!(
+        say!(
             "throttle-tracer demo: enabled the cpu controller in {}/cgroup.subtree_control (left on)",
             hierarchy.root().display()
         );
@@ -117,7 +117,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
         // Nothing worth reporting: detach, clean up, say why.
         drop(session);
         demo.remove()?;
-        return Err(failure);
+        return Err(failure.into());
     }
     let bursts = match demo.workload.as_mut().and_then(|c| c.stdout.take()) {
         // The workload has exited: this read ends at EOF.
@@ -133,11 +133,11 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
     let dir = demo.dir.clone();
     let removal = demo.remove()?;
     if ended == Ended::Interrupted {
-        eprintln!(
+        say!(
             "throttle-tracer demo: interrupted; stopped the workload and removed {}",
             dir.display()
         );
-        return Ok(INTERRUPTED);
+        return Err(Exit::Status(INTERRUPTED));
     }
     print!(
         "{}",
@@ -160,7 +160,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
             n => format!(" ({n} task(s) had to be killed)"),
         }
     );
-    Ok(0)
+    Ok(())
 }
 
 /// Starts this binary again as the workload, in its own process group, told which cgroup to
@@ -221,28 +221,26 @@ fn workload_status(child: &mut Option<Child>) -> Result<(), Failure> {
 }
 
 /// The hidden `demo-workload` subcommand: joins the cgroup, runs the requests, prints one line
-/// per burst. Exit code 1 on failure, with the reason on stderr.
-pub fn workload_main(args: DemoWorkloadArgs) -> i32 {
+/// per burst. Ends with 1, saying nothing, when the demo that started it is gone.
+pub fn workload_main(args: DemoWorkloadArgs) -> Result<(), Exit> {
     // SAFETY: PR_SET_PDEATHSIG with a valid signal only changes this process's settings.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     // The demo may have died before the setting took effect.
     if std::os::unix::process::parent_id() != args.parent {
-        return 1;
+        return Err(Exit::Status(1));
     }
-    if let Err(e) = std::fs::write(&args.procs, std::process::id().to_string()) {
-        eprintln!(
-            "error: the demo workload cannot join its cgroup ({}): {e}",
+    std::fs::write(&args.procs, std::process::id().to_string()).map_err(|e| {
+        Failure::environment_without_hint(format!(
+            "the demo workload cannot join its cgroup ({}): {e}",
             args.procs.display()
-        );
-        return 1;
-    }
-    match workload::run(&Requests::demo(args.duration), &mut io::stdout().lock()) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("error: the demo workload cannot write its results: {e}");
-            1
-        }
-    }
+        ))
+    })?;
+    workload::run(&Requests::demo(args.duration), &mut io::stdout().lock()).map_err(|e| {
+        Failure::environment_without_hint(format!(
+            "the demo workload cannot write its results: {e}"
+        ))
+    })?;
+    Ok(())
 }
 
 /// One burst line of the workload (`workload::run`'s format).

@@ -24,24 +24,13 @@ use std::io::{self, BufRead, BufReader};
 use std::path::Path;
 
 use crate::aggregate::Aggregate;
-use crate::error::Failure;
+use crate::error::{Failure, say};
 use crate::records::{Event, Lost, RecordError};
 use crate::report::{CgroupReport, Report, Text};
 use crate::schema::{End, Line, Start, Summary};
 
 /// `throttle-tracer report FILE`: prints the text report the recorded run printed at its end.
-/// Returns the exit code.
-pub fn main(file: &Path) -> i32 {
-    match report(file) {
-        Ok(()) => 0,
-        Err(failure) => {
-            eprintln!("{failure}");
-            failure.exit_code()
-        }
-    }
-}
-
-fn report(file: &Path) -> Result<(), Failure> {
+pub fn run(file: &Path) -> Result<(), Failure> {
     let hint = "`throttle-tracer report` reads a file written by `throttle-tracer --record FILE`";
     let input = File::open(file)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display()), hint))?;
@@ -52,7 +41,7 @@ fn report(file: &Path) -> Result<(), Failure> {
             || "no wall-clock time: recorded before the lines had it".to_owned(),
             |ns| crate::wallclock::Utc::of_unix_ns(ns).to_string(),
         );
-        eprintln!(
+        say!(
             "warning: {} was cut short (no `end` line: the tracer was killed or the file cut): \
              it got as far as its last record at monotonic {} ns ({utc}) and holds {} stops; \
              reported below as recorded: cgroups without a `summary` line have no cpu.stat \

@@ -13,23 +13,13 @@ use std::io::{self, Write as _};
 
 use crate::cgroups::{Hierarchy, Version};
 use crate::cli::ScanArgs;
-use crate::error::Failure;
+use crate::error::{Failure, say};
 use crate::sampler::Sampler;
 use row::{Row, Status};
 use rows::Reading;
 
-/// `throttle-tracer scan`; returns the exit code.
-pub fn main(args: &ScanArgs) -> i32 {
-    match run(args) {
-        Ok(()) => 0,
-        Err(failure) => {
-            eprintln!("{failure}");
-            failure.exit_code()
-        }
-    }
-}
-
-fn run(args: &ScanArgs) -> Result<(), Failure> {
+/// `throttle-tracer scan`.
+pub fn run(args: &ScanArgs) -> Result<(), Failure> {
     let hierarchy = Hierarchy::discover().map_err(|e| {
         Failure::environment(
             e.to_string(),
@@ -58,7 +48,7 @@ fn run(args: &ScanArgs) -> Result<(), Failure> {
     let unreadable = last.unreadable();
     let text = if args.json {
         if !unreadable.is_empty() {
-            eprintln!("warning: {}", unreadable_note(&unreadable));
+            say!("warning: {}", unreadable_note(&unreadable));
         }
         rows.iter().map(|r| r.to_json() + "\n").collect()
     } else {

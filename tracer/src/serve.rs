@@ -30,7 +30,7 @@ use tokio::{net::TcpListener, task::AbortHandle};
 use crate::{
     agent::{Ended, Interrupts, Session},
     cli::ServeArgs,
-    error::Failure,
+    error::{Failure, say},
     report::{
         Text,
         prometheus::{Config, Exporter, PROTOBUF_CONTENT_TYPE, Scraper},
@@ -57,7 +57,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let address = listener.local_addr().unwrap_or(args.listen);
     let attached = Attached::default();
     tokio::spawn(accept(listener, attached.clone()));
-    eprintln!("throttle-tracer: serving metrics on http://{address}/metrics");
+    say!("throttle-tracer: serving metrics on http://{address}/metrics");
     let tracing = args.tracing;
     let (mut session, selected) = tokio::task::spawn_blocking(move || {
         Session::start_selected(&tracing, vec![Box::new(Text::stdout())])
