@@ -33,6 +33,7 @@ use crate::cli::{DemoArgs, DemoWorkloadArgs};
 use crate::error::{Exit, Failure, say};
 use crate::privileges;
 use crate::report::{CgroupReport, Text};
+use crate::units::ms;
 use cgroup::{DemoCgroup, Found, Quota};
 use workload::Requests;
 
@@ -57,7 +58,6 @@ const GRACE: Duration = Duration::from_secs(10);
 /// The exit code after Ctrl-C / SIGTERM, as shells report a SIGINT death.
 const INTERRUPTED: i32 = 130;
 
-const NS_PER_MS: f64 = 1e6;
 const NS_PER_US: u64 = 1_000;
 
 /// Runs the demo; exit status 130 when interrupted.
@@ -265,10 +265,6 @@ fn parse_burst(line: &str) -> Option<Burst> {
         cpu_ns: field("cpu_ns")?,
         wall_ns: field("wall_ns")?,
     })
-}
-
-fn ms(ns: u64) -> String {
-    format!("{:.1} ms", ns as f64 / NS_PER_MS)
 }
 
 fn duration_ns(d: Duration) -> u64 {

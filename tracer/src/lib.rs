@@ -33,6 +33,7 @@ mod sys;
 mod terminal;
 #[cfg(test)]
 mod testing;
+mod units;
 mod wallclock;
 
 use clap::Parser as _;

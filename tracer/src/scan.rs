@@ -15,6 +15,7 @@ use crate::cgroups::{Hierarchy, Version};
 use crate::cli::ScanArgs;
 use crate::error::{Failure, say};
 use crate::sampler::Sampler;
+use crate::units::exact_ms;
 use row::{Row, Status};
 use rows::Reading;
 
@@ -199,9 +200,9 @@ fn cells(r: &Row) -> [String; 12] {
             let burst = r.settings.burst_ns.filter(|b| *b > 0);
             format!(
                 "{}/{}{}",
-                ms(q),
-                ms(p),
-                burst.map_or(String::new(), |b| format!("+{}", ms(b)))
+                exact_ms(q),
+                exact_ms(p),
+                burst.map_or(String::new(), |b| format!("+{}", exact_ms(b)))
             )
         }
         _ => "-".into(),
@@ -242,10 +243,6 @@ fn cgroup(r: &Row) -> String {
 }
 
 /// A quota setting in ms, as short as it is exact: `20ms`, `12.5ms`.
-fn ms(ns: u64) -> String {
-    format!("{}ms", ns as f64 / 1e6)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
