@@ -51,7 +51,9 @@ fn run_delay_ns(pid: u32, tid: u32) -> u64 {
 ///   during a CI build: +3.4 % over 40 stops at HZ=250, 2.7 ms a stop).
 fn judge_run_delay(start: &Value, held_ns: u64, stops: u64, grown: u64, edge_ns: u64) {
     let slack = if common::emulated() { 200_000 } else { 20_000 };
-    if start["backend"] == "tracepoint" || !task_based(start["kernel"].as_str().unwrap_or("")) {
+    if start["backend"] == "tracepoint"
+        || !common::kernel::task_based_throttle(start["kernel"].as_str().unwrap_or(""))
+    {
         assert!(
             grown + stops * slack >= held_ns,
             "run_delay grew {grown} ns, less than the {held_ns} ns the stops held it"
@@ -71,15 +73,6 @@ fn judge_run_delay(start: &Value, held_ns: u64, stops: u64, grown: u64, edge_ns:
          {held_ns} ns {stops} stops held it (+ {edge_ns} ns of stops that ended just before \
          the window)"
     );
-}
-
-/// Whether `release` (`uname -r`) is 6.18 or later: the task-based throttle.
-fn task_based(release: &str) -> bool {
-    let mut parts = release
-        .split(['.', '-'])
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (major, minor) >= (6, 18)
 }
 
 /// `throttle-workload pair` running in a cgroup, its spinner pinned to the last CPU; killed

@@ -14,7 +14,7 @@
 //! burst of work over more periods (which lets a smaller quota look sufficient). Each rerun is
 //! a fresh cgroup and a whole workload run, judged by the kernel's cpu.stat, so
 //! this takes minutes: too slow for `cargo xtask test`. Needs root (BPF, cgroups).
-use crate::cgroup::Cgroup;
+use crate::cgroup;
 use crate::process::{die_with_parent, signal, wait_timeout};
 use crate::{binaries, setup};
 use anyhow::{Context as _, Result, bail};
@@ -27,6 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
+use test_support::Cgroup;
 
 const MS: u64 = 1_000_000;
 const QUOTA_US: u64 = 50_000;
@@ -333,8 +334,8 @@ impl Runner<'_> {
             period_us: PERIOD_US,
             burst_us: 0,
         };
-        let cgroup = Cgroup::create(CGROUP_NAME, start.quota_us, start.period_us)?;
-        cgroup.favour()?;
+        let cgroup = cgroup::with_quota(CGROUP_NAME, start.quota_us, start.period_us)?;
+        cgroup.favour();
         // A spiky workload finds a period boundary by burning until stopped, a run that is
         // no round's (more than one quota when it missed a short first stop): the tracer starts
         // after it, and the workload has rounds enough for the tracer's start and
@@ -361,7 +362,7 @@ impl Runner<'_> {
             "tracepoint",
             "--json",
             "--cgroup",
-            cgroup.name(),
+            cgroup.path(),
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
@@ -400,8 +401,8 @@ impl Runner<'_> {
         lines
             .iter()
             .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
-            .find(|v| v["type"] == "advice" && v["cgroup"] == cgroup.name())
-            .with_context(|| format!("no advice line for {}", cgroup.name()))
+            .find(|v| v["type"] == "advice" && v["cgroup"] == cgroup.path())
+            .with_context(|| format!("no advice line for {}", cgroup.path()))
     }
 
     /// The table's rows for `workload`: each setting's advised value against the smallest.
@@ -527,10 +528,10 @@ impl Runner<'_> {
                 // The workload finds the period boundary by a stop of 30 ms or more, which a
                 // quota above 70 % of the period does not make: it syncs at half the period,
                 // and `b`'s quota is written once it has (the period timer keeps its phase).
-                let cgroup = Cgroup::create(CGROUP_NAME, b.period_us / 2, b.period_us)?;
-                cgroup.favour()?;
+                let cgroup = cgroup::with_quota(CGROUP_NAME, b.period_us / 2, b.period_us)?;
+                cgroup.favour();
                 if b.burst_us > 0 {
-                    cgroup.set_burst(b.burst_us)?;
+                    cgroup.set_burst(b.burst_us);
                 }
                 self.spiky(&cgroup, b, burn_ms, threads, self.rounds)?
             }
@@ -542,10 +543,10 @@ impl Runner<'_> {
                 let run_us = u64::from(self.arrivals_seconds) * 1_000_000;
                 let reruns = (self.arrival_periods * b.period_us).div_ceil(run_us.max(1));
                 for k in 0..reruns {
-                    let cgroup = Cgroup::create(CGROUP_NAME, b.quota_us, b.period_us)?;
-                    cgroup.favour()?;
+                    let cgroup = cgroup::with_quota(CGROUP_NAME, b.quota_us, b.period_us)?;
+                    cgroup.favour();
                     if b.burst_us > 0 {
-                        cgroup.set_burst(b.burst_us)?;
+                        cgroup.set_burst(b.burst_us);
                     }
                     let one = self.arrivals(&cgroup, b.period_us * k / reruns)?;
                     all.periods += one.periods;
@@ -586,12 +587,12 @@ impl Runner<'_> {
             let line = line.context("reading the workload's lines")?;
             if let Some(r) = line.strip_prefix("synced refill_ns ") {
                 let refill_ns: u64 = r.trim().parse().context("refill_ns")?;
-                cgroup.set_quota(b.quota_us, b.period_us)?;
+                cgroup.set_quota(Some(b.quota_us), b.period_us);
                 if rounds > 0 {
                     let due = refill_ns + EVERY_MS * MS - 50 * MS;
                     thread::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns())));
                 }
-                from = Some((cgroup.stat("nr_periods")?, cgroup.stat("nr_throttled")?));
+                from = Some((cgroup.stat().nr_periods, cgroup.stat().nr_throttled));
             }
         }
         let status = child.child().wait()?;
@@ -600,8 +601,8 @@ impl Runner<'_> {
         }
         let (periods, throttled) = from.context("the workload printed no synced line")?;
         Ok(Outcome {
-            periods: cgroup.stat("nr_periods")? - periods,
-            throttled: cgroup.stat("nr_throttled")? - throttled,
+            periods: cgroup.stat().nr_periods - periods,
+            throttled: cgroup.stat().nr_throttled - throttled,
         })
     }
 
@@ -641,15 +642,15 @@ impl Runner<'_> {
             "--delay-us",
             &delay_us.to_string(),
         ]);
-        let (periods, throttled) = (cgroup.stat("nr_periods")?, cgroup.stat("nr_throttled")?);
+        let (periods, throttled) = (cgroup.stat().nr_periods, cgroup.stat().nr_throttled);
         let child = spawn_in(&mut cmd, cgroup, None)?;
         let out = child.wait_with_output()?;
         if !out.status.success() {
             bail!("throttle-workload arrivals: {}", out.status);
         }
         Ok(Outcome {
-            periods: cgroup.stat("nr_periods")? - periods,
-            throttled: cgroup.stat("nr_throttled")? - throttled,
+            periods: cgroup.stat().nr_periods - periods,
+            throttled: cgroup.stat().nr_throttled - throttled,
         })
     }
 }
@@ -708,7 +709,7 @@ impl Drop for Reaped {
 fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Result<Reaped> {
     let procs = CString::new(
         cgroup
-            .path()
+            .dir()
             .join("cgroup.procs")
             .into_os_string()
             .into_encoded_bytes(),
