@@ -14,7 +14,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::row::{Limit, Row, Status};
+use super::json::{Limit, Row, Status};
 use crate::cpustat::CpuStat;
 use crate::sampler::{Sample, Snapshot, Target};
 use crate::schema::CgroupRef;

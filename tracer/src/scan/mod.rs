@@ -3,9 +3,9 @@
 //! unprivileged wherever the tree is readable). Every cgroup with a quota of its own or under an
 //! ancestor's gets a row ([`rows`]) with its effective limit and its cpu.stat counters, over
 //! their lifetime or, with `--interval`, as the deltas of a window; the text is a table, `--json`
-//! one [`row::Row`] per line. The sampler makes every read.
+//! one [`json::Row`] per line. The sampler makes every read.
 
-mod row;
+mod json;
 mod rows;
 
 use std::fmt::Write as _;
@@ -16,7 +16,7 @@ use crate::cli::ScanArgs;
 use crate::error::{Failure, say};
 use crate::sampler::Sampler;
 use crate::units::exact_ms;
-use row::{Row, Status};
+use json::{Row, Status};
 use rows::Reading;
 
 /// `throttle-tracer scan`.
