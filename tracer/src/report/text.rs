@@ -7,8 +7,9 @@ use std::fmt::Write;
 
 use super::CgroupReport;
 use super::histogram::log2_rows;
-use crate::aggregate::{Attributed, DurationSummary, HeldSummary, ProcessHeld};
+use crate::aggregate::{Attributed, CgroupSummary, DurationSummary, HeldSummary, ProcessHeld};
 use crate::cgroups::Version;
+use crate::cpustat::CpuStat;
 use crate::names::Name;
 use crate::records::{Bandwidth, Lost};
 use crate::schema::{End, Start};
@@ -191,61 +192,19 @@ fn detail(out: &mut String, r: &CgroupReport) {
         spaced(s.group_stops.sum_ns),
         spaced(s.kernel_stop_ns)
     );
+    cpu_stat(out, r);
+    attributed(out, s);
+    endings(out, s);
+    lost(out, &r.lost);
+    held(out, &s.held);
+    histogram(out, "per-CPU stop lengths", &s.stops);
+    histogram(out, "group stop lengths", &s.group_stops);
+}
+
+/// The cgroup's cpu.stat delta over the trace, and the cross-checks of the trace against it.
+fn cpu_stat(out: &mut String, r: &CgroupReport) {
     match &r.cpu_stat {
-        Some(d) => {
-            let _ = write!(
-                out,
-                "  cpu.stat delta    nr_periods {}   nr_throttled {}   throttled {}",
-                d.nr_periods,
-                d.nr_throttled,
-                spaced(d.throttled_ns)
-            );
-            if let Some(o) = r.overcount() {
-                let _ = write!(out, "   overcount {o:.2}x");
-            }
-            out.push('\n');
-            if let Some(local) = d.local_throttled_ns {
-                let _ = writeln!(
-                    out,
-                    "  cpu.stat.local    throttled {} (own or ancestors' quota)",
-                    spaced(local)
-                );
-                if !s.stopped_by_ancestor.is_empty() {
-                    let ours = r.local_accounted_ns();
-                    let _ = writeln!(
-                        out,
-                        "  cross-check local own kernel time {} + ancestors' {} = {} vs \
-                         cpu.stat.local {} (trace {}{})",
-                        spaced(s.kernel_accounted_ns()),
-                        spaced(ours - s.kernel_accounted_ns()),
-                        spaced(ours),
-                        spaced(local),
-                        if ours >= local { "+" } else { "-" },
-                        spaced(ours.abs_diff(local))
-                    );
-                }
-            }
-            // The trace's own account of the same delta: ended stops plus the stops that began
-            // before tracing. Stops still open are in neither.
-            let ours = s.kernel_accounted_ns();
-            let diff = ours.abs_diff(d.throttled_ns);
-            let _ = write!(
-                out,
-                "  cross-check       traced kernel time {} + {} stop(s) begun before tracing {} \
-                 = {} vs cpu.stat {} (trace {}{})",
-                spaced(s.kernel_stop_ns),
-                s.unseen_start_stops,
-                spaced(s.unseen_start_kernel_ns),
-                spaced(ours),
-                spaced(d.throttled_ns),
-                if ours >= d.throttled_ns { "+" } else { "-" },
-                spaced(diff)
-            );
-            if d.unit.resolution_ns() > 0 {
-                let _ = write!(out, " (cpu.stat in µs: ±1 µs)");
-            }
-            out.push('\n');
-        }
+        Some(d) => delta(out, r, d),
         None if r.gone => out.push_str(
             "  cpu.stat delta    unavailable: the cgroup was removed, its cpu.stat with it\n",
         ),
@@ -259,6 +218,68 @@ fn detail(out: &mut String, r: &CgroupReport) {
              recorded)\n",
         ),
     }
+}
+
+/// The cpu.stat delta `d` of the cgroup's report `r`, and the trace's own account of it.
+fn delta(out: &mut String, r: &CgroupReport, d: &CpuStat) {
+    let s = &r.summary;
+    let _ = write!(
+        out,
+        "  cpu.stat delta    nr_periods {}   nr_throttled {}   throttled {}",
+        d.nr_periods,
+        d.nr_throttled,
+        spaced(d.throttled_ns)
+    );
+    if let Some(o) = r.overcount() {
+        let _ = write!(out, "   overcount {o:.2}x");
+    }
+    out.push('\n');
+    if let Some(local) = d.local_throttled_ns {
+        let _ = writeln!(
+            out,
+            "  cpu.stat.local    throttled {} (own or ancestors' quota)",
+            spaced(local)
+        );
+        if !s.stopped_by_ancestor.is_empty() {
+            let ours = r.local_accounted_ns();
+            let _ = writeln!(
+                out,
+                "  cross-check local own kernel time {} + ancestors' {} = {} vs \
+                 cpu.stat.local {} (trace {}{})",
+                spaced(s.kernel_accounted_ns()),
+                spaced(ours - s.kernel_accounted_ns()),
+                spaced(ours),
+                spaced(local),
+                if ours >= local { "+" } else { "-" },
+                spaced(ours.abs_diff(local))
+            );
+        }
+    }
+    // The trace's own account of the same delta: ended stops plus the stops that began
+    // before tracing. Stops still open are in neither.
+    let ours = s.kernel_accounted_ns();
+    let diff = ours.abs_diff(d.throttled_ns);
+    let _ = write!(
+        out,
+        "  cross-check       traced kernel time {} + {} stop(s) begun before tracing {} \
+         = {} vs cpu.stat {} (trace {}{})",
+        spaced(s.kernel_stop_ns),
+        s.unseen_start_stops,
+        spaced(s.unseen_start_kernel_ns),
+        spaced(ours),
+        spaced(d.throttled_ns),
+        if ours >= d.throttled_ns { "+" } else { "-" },
+        spaced(diff)
+    );
+    if d.unit.resolution_ns() > 0 {
+        let _ = write!(out, " (cpu.stat in µs: ±1 µs)");
+    }
+    out.push('\n');
+}
+
+/// The stops the cgroup owes to an ancestor's quota, and those its own quota made its
+/// descendants'.
+fn attributed(out: &mut String, s: &CgroupSummary) {
     for a in &s.stopped_by_ancestor {
         let _ = writeln!(
             out,
@@ -287,6 +308,10 @@ fn detail(out: &mut String, r: &CgroupReport) {
             s.children_unlisted_stops
         );
     }
+}
+
+/// How its stops ended, those still open, and the records that were incomplete.
+fn endings(out: &mut String, s: &CgroupSummary) {
     if !s.end_reasons.is_empty() {
         let reasons: Vec<String> = s
             .end_reasons
@@ -319,10 +344,6 @@ fn detail(out: &mut String, r: &CgroupReport) {
     if !anomalies.is_empty() {
         let _ = writeln!(out, "  incomplete        {}", anomalies.join(", "));
     }
-    lost(out, &r.lost);
-    held(out, &s.held);
-    histogram(out, "per-CPU stop lengths", &s.stops);
-    histogram(out, "group stop lengths", &s.group_stops);
 }
 
 /// Processes and threads listed per cgroup in the summary; the NDJSON has them all.
