@@ -16,7 +16,7 @@
 //! of the run, whichever is longer: the memory check means something from a run of about
 //! 15 s, such as the soak's minute. Needs root, kernel BTF and a cpu hierarchy, otherwise it
 //! says why it cannot run (a failure under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{
     collections::HashMap,

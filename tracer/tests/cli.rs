@@ -1,6 +1,6 @@
 //! The binary's answers to bad input and to machines that cannot trace: one `error:` line, one
 //! `hint:` line, the documented exit code, no panic. Run on the real host (no kprobes here).
-mod common;
+use test_support as common;
 
 use std::{
     path::Path,

@@ -4,7 +4,7 @@
 //! under `CI=true`).
 //!
 //! The tests share the machine's CPUs, so they run one at a time.
-mod common;
+use test_support as common;
 
 use std::{
     fs,

@@ -9,7 +9,7 @@
 //! and once the flood is over the tracer must trace a new group completely.
 //! Needs root, kernel BTF and a cpu hierarchy, otherwise it says why it cannot run (a failure
 //! under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{thread, time::Duration};
 

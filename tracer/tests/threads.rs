@@ -13,7 +13,7 @@
 //!
 //! `run_delay` is added when the thread next runs, so a stop counts in the window it ended
 //! in. Cost: about 6 s.
-mod common;
+use test_support as common;
 
 use std::{
     io::{BufRead, BufReader},

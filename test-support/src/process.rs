@@ -5,17 +5,31 @@ use std::{
     fs,
     ops::{Deref, DerefMut},
     os::unix::process::CommandExt as _,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, ExitStatus, Output},
 };
 
-use super::Cgroup;
+use crate::Cgroup;
+
+/// The directory of the programs the tests run: cargo builds them where it builds the test
+/// binaries, one level up (`target/<profile>/deps/<test>` beside `target/<profile>/<program>`);
+/// the VM guests keep that layout.
+fn programs_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let deps = exe.parent().expect("the test binary's directory");
+    deps.parent().unwrap_or(deps).to_owned()
+}
+
+/// The tracer's binary, which cargo builds for the tracer's integration tests.
+pub fn tracer_program() -> PathBuf {
+    programs_dir().join("throttle-tracer")
+}
 
 /// `throttle-workload`, a crate of the workspace of its own so that installing the tracer does
 /// not install it. Cargo builds it beside the tracer's binary when it tests both (`cargo test
-/// -p tracer -p throttle-workload`, as `cargo xtask test` does); the VM guests have it there.
+/// -p tracer -p throttle-workload`, as `cargo xtask test` does).
 pub fn workload() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_throttle-tracer")).with_file_name("throttle-workload");
+    let path = programs_dir().join("throttle-workload");
     assert!(
         path.exists(),
         "{} is missing: test with `-p throttle-workload` too, or `cargo build -p throttle-workload`",

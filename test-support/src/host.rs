@@ -1,30 +1,16 @@
-//! What the host tests share: whether this machine can run a test (and what a skip means under
-//! `CI=true`), one test at a time on the machine's CPUs, deadline polls instead of sleeps, the
-//! cpu hierarchy (v1 or v2) and its files, temporary cgroups that clean up after themselves,
-//! and workloads started inside them.
-// Each test binary compiles this module whole and uses a part of it.
-#![allow(dead_code, unused_imports)]
-
-pub mod containers;
-pub mod dashboard;
-pub mod http;
-mod process;
-pub mod tracer;
-
+//! The machine a test runs on: whether it can run the test (and what a skip means under
+//! `CI=true`), one test at a time on its CPUs, the backend and emulation the run asks for, its
+//! clock and tick.
 use std::{
     fmt::Display,
     io::Write as _,
     path::Path,
     sync::{Mutex, MutexGuard},
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-pub use process::{
-    BPF_PERFMON, BPF_PERFMON_SYS_ADMIN, NOBODY, Running, arrivals, as_nobody, busy, held, last_cpu,
-    least_privileged, ndjson_lines, pair, spawn_in, spiky, with_bpf_perfmon_only, workload,
-};
-pub use test_support::{Cgroup, CpuHierarchy, CpuStat, Version, kernel, wait_until};
+use crate::{CpuHierarchy, kernel};
 
 /// Whether the running kernel throttles tasks rather than runqueues ([`kernel`]).
 pub fn task_based_throttle() -> bool {
