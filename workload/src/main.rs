@@ -1,4 +1,6 @@
-//! `throttle-workload`: the CPU load the VM tests put under a quota.
+//! `throttle-workload`: the CPU loads the tracer's tests put under a quota, each printing what it
+//! saw by its own clocks (CLOCK_MONOTONIC like the tracer's records, the CPU-time clocks, and
+//! CLOCK_REALTIME for `held`): a truth the tests hold the tracer to that the tracer does not make.
 //!
 //! ```text
 //! throttle-workload busy --threads N --seconds S
@@ -9,28 +11,7 @@
 //! throttle-workload idle --seconds S
 //! ```
 //!
-//! `busy` spins N threads for S seconds of wall time and prints their thread ids. `spiky`
-//! first finds its group's period boundary (it burns until stopped: it resumes at a refill),
-//! then starts a round every MS
-//! after it (a multiple of the period, so every round starts at the same point of the period,
-//! just after a refill), in which each of K threads burns the given CPU time
-//! (CLOCK_THREAD_CPUTIME_ID, so time spent stopped does not count), and idles for the rest. It
-//! prints `synced refill_ns N` once it found the boundary (the stop that found it is then
-//! over), then one line per round with CLOCK_MONOTONIC timestamps (the clock the tracer's
-//! `start_ns` and `end_ns` use) and the CPU time the round cost by the process's own clock
-//! (CLOCK_PROCESS_CPUTIME_ID: the burns, and starting and joining the threads, which under
-//! emulation cost milliseconds) and, with `--usage-file`, by the group's own counter from the
-//! round's start to just before the next (`group_ns`: the threads' exits too), so that stops
-//! and runs can be matched to rounds. It exits a round's spacing after the last round, so that
-//! its exit is no round's CPU.
-//! `arrivals` is reference 003's lab: requests of D ms of CPU arriving at random (Poisson, R
-//! per second, the same ones for the same seed) for K workers, the first US µs after it starts;
-//! one line per request at the end (see `arrivals.rs`).
-//! `held` spins one thread for S seconds reading CLOCK_REALTIME, and at the end prints one line
-//! per time it was held (two reads 30 ms or more apart): the last read before and the first
-//! after, `held realtime_ns R resumed_realtime_ns R'`: its own wall-clock account of each stop.
-//! `idle` sleeps for S seconds: a container's first process, which keeps the container's cgroup
-//! (and its cpu.stat) alive while the tests `exec` their loads into it and read the counters.
+//! Each mode's doc comment below (and `--help`) says what it runs and prints.
 use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -308,7 +289,10 @@ fn held(length_ns: u64) {
 /// Phase-locked rounds. With a plain sleep between rounds (the reference's lab), a round is
 /// stopped or not depending on where in the period it starts, and wake-up delays move that
 /// point from round to round; starting every round at a fixed distance from a refill makes the
-/// quota's arithmetic the only thing that decides.
+/// quota's arithmetic the only thing that decides. Prints `synced refill_ns N` once it found
+/// the boundary (by burning until stopped), then one line per round
+/// ([`tracer_common::round::Round`]); it exits a round's spacing after the last round, so that
+/// its exit is no round's CPU.
 fn spiky(
     every_ns: u64,
     burn_ns: u64,

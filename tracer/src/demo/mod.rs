@@ -1,22 +1,10 @@
 //! `throttle-tracer demo`: the problem and the tool on the user's own machine, in about 15
-//! seconds, with no set-up.
-//!
-//! 1. Cgroups of earlier demos whose process is gone (killed, crashed) are removed, their tasks
-//!    killed first ([`cgroup::clean_leftovers`]).
-//! 2. A cgroup `/throttle-tracer-demo-<pid>` is made under the hierarchy that holds the cpu
-//!    controller, with a quota of 50 ms per 100 ms period (0.5 CPU) and no burst.
-//! 3. The tracing session of the command line ([`Session`]) is started for that cgroup.
-//! 4. The workload ([`workload::Requests::demo`]: 4 workers, bursts of 20 ms requests, 0.22 CPU on
-//!    average) runs in a child process — this binary re-executed with the hidden `demo-workload`
-//!    subcommand — which moves itself into the cgroup before it starts a thread. It is in its own
-//!    process group (the terminal's Ctrl-C reaches only the demo, which stops it) and dies with the
-//!    demo (`PR_SET_PDEATHSIG`) if the demo is killed.
-//! 5. When the workload is done (or on Ctrl-C / SIGTERM) the usual report is printed, then what it
-//!    shows: average use against the quota, real stop lengths against cpu.stat's figure, request
-//!    latencies by burst size, and what to set: the advice `advice::advise` made from the runs the
-//!    trace measured (the summary's advice block, in the demo's words; no calculation of its own).
-//! 6. The workload is killed and the cgroup removed — also on errors ([`cgroup::DemoCgroup`]'s
-//!    Drop) and on signals (caught from the first moment, so none can end the process early).
+//! seconds, with no set-up. It makes a cgroup with 0.5 CPU of quota (removing earlier demos'
+//! leftovers first), traces it while this binary, re-executed as the hidden `demo-workload` in
+//! its own process group, runs bursts of requests inside ([`workload`]), prints the report and
+//! what it shows in the demo's words (the advice is `advice::advise`'s), and removes the cgroup
+//! and its tasks: on errors too ([`cgroup::DemoCgroup`]'s Drop), and on signals, which it
+//! catches from the first moment so that none ends it before the cleanup.
 mod cgroup;
 mod workload;
 
