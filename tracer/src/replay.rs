@@ -1,22 +1,10 @@
 //! `throttle-tracer report FILE`: the end report of a run recorded with `--record FILE`,
-//! printed again from the file alone.
-//!
-//! The offline report is the live run's own path with the recording as its source: every
-//! `stop_begin`, `stop` and `unseen_start_stop` line is turned back into the [`Event`] the run
-//! loop took, in the order it took them, through the same [`Aggregate`], and the result goes to
-//! the same [`Report`] with the text sink; an `ancestor_stop` line (a stop of an untraced
-//! ancestor) is credited to the traced descendants it names, as the run credited it. What the
-//! live run read from the machine rather than from the kernel's records comes from its other
-//! lines: the run's description (`start`), each cgroup's path, cpu.stat delta and quota
-//! settings at the end (`summary`), the lost and malformed counts and the traced time (`end`).
-//! The moment the trace ended, which open stops are measured to, is any open stop's
-//! `start_ns + elapsed_ns` (it matters for nothing else).
-//!
-//! A recording cut short (the tracer was killed) has no `end` line: the report is still made
-//! from the records, without cpu.stat for the cgroups that have no `summary`, with open stops
-//! measured to the last record, and a warning says how far it got: its last record's time
-//! (CLOCK_MONOTONIC and UTC) and the ended stops it holds. The exit status is still 0: what
-//! the file holds was reported; the warning on standard error is how a script tells.
+//! printed again from the file alone, by the live run's own path: each record line becomes the
+//! [`Event`] the run loop took, in its order, through the same [`Aggregate`] to the same
+//! [`Report`]; what the run read from the machine instead (paths, cpu.stat, settings, counts)
+//! comes from its `start`, `summary` and `end` lines. A recording cut short has no `end` line:
+//! it is reported as far as it got, with a warning on standard error and exit status 0, since
+//! what the file holds was reported.
 
 use std::collections::HashMap;
 use std::fs::File;
