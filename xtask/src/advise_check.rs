@@ -19,7 +19,6 @@ use crate::process::{die_with_parent, signal, wait_timeout};
 use crate::{binaries, setup};
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
-use std::ffi::CString;
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
@@ -27,7 +26,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
-use test_support::Cgroup;
+use test_support::{Cgroup, Running};
 
 const MS: u64 = 1_000_000;
 const QUOTA_US: u64 = 50_000;
@@ -343,8 +342,8 @@ impl Runner<'_> {
         let mut spiky = match workload {
             Workload::Spiky { burn_ms, threads } => {
                 let mut cmd = self.spiky_command(burn_ms, threads, self.rounds + LEAD_ROUNDS);
-                let mut child = spawn_in(&mut cmd, &cgroup, pin(threads))?;
-                let lines = lines_of(child.child())?;
+                let mut child = spawn_in(&mut cmd, &cgroup, pin(threads));
+                let lines = lines_of(&mut child)?;
                 let synced = lines
                     .recv_timeout(Duration::from_secs(30))
                     .context("the workload printed no synced line in 30 s")?;
@@ -368,11 +367,8 @@ impl Runner<'_> {
         .stdout(Stdio::piped());
         // SAFETY: prctl is async-signal-safe.
         unsafe { cmd.pre_exec(|| die_with_parent(libc::SIGINT)) };
-        let mut child = Reaped(Some(
-            cmd.spawn()
-                .with_context(|| format!("cannot run {}", tracer.display()))?,
-        ));
-        let lines = lines_of(child.child())?;
+        let mut child = Running::spawn(&mut cmd);
+        let lines = lines_of(&mut child)?;
         let first = lines
             .recv_timeout(Duration::from_secs(60))
             .context("the tracer printed nothing in 60 s (see its stderr above)")?;
@@ -381,7 +377,7 @@ impl Runner<'_> {
         }
         match &mut spiky {
             Some((workload, _lines)) => {
-                let status = workload.child().wait()?;
+                let status = workload.wait()?;
                 if !status.success() {
                     bail!("throttle-workload spiky: {status}");
                 }
@@ -392,8 +388,8 @@ impl Runner<'_> {
                 }
             }
         }
-        signal(child.child().id(), libc::SIGINT)?;
-        match wait_timeout(child.child(), Duration::from_secs(30))? {
+        signal(child.id(), libc::SIGINT)?;
+        match wait_timeout(&mut child, Duration::from_secs(30))? {
             Some(status) if status.success() => {}
             Some(status) => bail!("the tracer exited with {status}"),
             None => bail!("the tracer did not end within 30 s of SIGINT"),
@@ -580,8 +576,8 @@ impl Runner<'_> {
         rounds: u32,
     ) -> Result<Outcome> {
         let mut cmd = self.spiky_command(burn_ms, threads, rounds);
-        let mut child = spawn_in(&mut cmd, cgroup, pin(threads))?;
-        let stdout = BufReader::new(child.child().stdout.take().context("workload stdout")?);
+        let mut child = spawn_in(&mut cmd, cgroup, pin(threads));
+        let stdout = BufReader::new(child.stdout.take().context("workload stdout")?);
         let mut from = None;
         for line in stdout.lines() {
             let line = line.context("reading the workload's lines")?;
@@ -595,7 +591,7 @@ impl Runner<'_> {
                 from = Some((cgroup.stat().nr_periods, cgroup.stat().nr_throttled));
             }
         }
-        let status = child.child().wait()?;
+        let status = child.wait()?;
         if !status.success() {
             bail!("throttle-workload spiky: {status}");
         }
@@ -643,8 +639,8 @@ impl Runner<'_> {
             &delay_us.to_string(),
         ]);
         let (periods, throttled) = (cgroup.stat().nr_periods, cgroup.stat().nr_throttled);
-        let child = spawn_in(&mut cmd, cgroup, None)?;
-        let out = child.wait_with_output()?;
+        let child = spawn_in(&mut cmd, cgroup, None);
+        let out = child.wait_with_output();
         if !out.status.success() {
             bail!("throttle-workload arrivals: {}", out.status);
         }
@@ -678,72 +674,15 @@ fn decided_between(tried: &[(u64, Outcome)], failing_ms: u64) -> (u64, Option<u6
 /// One thread is pinned to the last CPU, so that one cfs_rq spends the quota; more threads are
 /// not pinned.
 fn pin(threads: u32) -> Option<usize> {
-    (threads == 1).then(|| thread::available_parallelism().map_or(1, |n| n.get()) - 1)
+    (threads == 1).then(test_support::last_cpu)
 }
 
-/// A child killed and reaped on drop (also when a step failed).
-struct Reaped(Option<Child>);
-
-impl Reaped {
-    fn child(&mut self) -> &mut Child {
-        self.0.as_mut().expect("a child until it is waited for")
-    }
-
-    fn wait_with_output(mut self) -> Result<std::process::Output> {
-        let child = self.0.take().expect("a child until it is waited for");
-        Ok(child.wait_with_output()?)
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Starts `cmd` inside `cgroup` (it joins before exec, so that all its CPU is the group's),
-/// pinned to `cpu` if given, its stdout piped, killed with xtask.
-fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Result<Reaped> {
-    let procs = CString::new(
-        cgroup
-            .dir()
-            .join("cgroup.procs")
-            .into_os_string()
-            .into_encoded_bytes(),
-    )?;
+/// Starts `cmd` inside `cgroup` as the host tests do, its stdout piped, killed with xtask.
+fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Running {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped());
-    // SAFETY: between fork and exec only async-signal-safe calls (prctl, open, write, close,
-    // sched_setaffinity), on memory prepared before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            die_with_parent(libc::SIGKILL)?;
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-            let error = std::io::Error::last_os_error();
-            libc::close(fd);
-            if written != 2 {
-                return Err(error);
-            }
-            if let Some(cpu) = cpu {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
-    Ok(Reaped(Some(child)))
+    // SAFETY: prctl is async-signal-safe.
+    unsafe { cmd.pre_exec(|| die_with_parent(libc::SIGKILL)) };
+    test_support::spawn_in(cmd, cgroup, cpu)
 }
 
 /// `child`'s stdout lines, read on a thread of their own.
