@@ -1,19 +1,10 @@
-//! `cargo xtask advise-check`: is the advice not wasteful? For each workload of known demand
-//! (a spiky burn, a burst of requests on as many threads, reference 003's random arrivals) in a
-//! cgroup at 50 ms / 100 ms: trace it with `--backend tracepoint` (the random arrivals over
-//! `--traced-runs` runs of their requests, at as many phases), take its `advice` line, then
-//! find by bisection (1 ms steps) the smallest quota, the smallest burst and the smallest period
-//! at the same ratio with which a rerun of the same workload has nr_throttled 0 (≤ 1 % of its
-//! periods for the random arrivals, over reruns of `ARRIVAL_PERIODS` periods in all), and print
-//! advised vs smallest. Fails when an advised value does not do it, or is more than 10 % above
-//! the smallest. A random-arrival value's stopped share is a sample: each is printed with its
-//! 95 % interval, and the table says where the intervals leave the smallest undecided;
-//! `--at-period` and `--at-quota` measure the share at chosen values instead of the check.
-//!
-//! Every cgroup has the most CPU weight, so that the machine's other load does not spread a
-//! burst of work over more periods (which lets a smaller quota look sufficient). Each rerun is
-//! a fresh cgroup and a whole workload run, judged by the kernel's cpu.stat, so
-//! this takes minutes: too slow for `cargo xtask test`. Needs root (BPF, cgroups).
+//! `cargo xtask advise-check`: is the advice not wasteful? Each workload of known demand (a
+//! spiky burn, a burst of requests, reference 003's random arrivals) is traced in a cgroup at
+//! 50 ms / 100 ms for its `advice` line; then a bisection (1 ms steps) finds the smallest quota,
+//! burst and period with which reruns are not throttled (≤ 1 % of the periods for the random
+//! arrivals, a sample printed with its 95 % interval). Fails when an advised value does not do
+//! it, or is more than 10 % above the smallest. Each rerun is a fresh cgroup at the most CPU
+//! weight, judged by the kernel's cpu.stat: minutes, too slow for `cargo xtask test`. Root.
 use crate::cgroup;
 use crate::process::{die_with_parent, signal, wait_timeout};
 use crate::{binaries, setup};
