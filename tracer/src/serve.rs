@@ -30,7 +30,7 @@ use tokio::{net::TcpListener, task::AbortHandle};
 use crate::{
     agent::{Ended, Interrupts, Session},
     cli::ServeArgs,
-    error::Failure,
+    error::{Failure, say},
     report::{
         Ndjson, Sink, Text,
         prometheus::{AdviceConfig, Config, Exporter, PROTOBUF_CONTENT_TYPE, Scraper},
@@ -57,7 +57,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let address = listener.local_addr().unwrap_or(args.listen);
     let attached = Attached::default();
     tokio::spawn(accept(listener, attached.clone()));
-    eprintln!("throttle-tracer: serving metrics on http://{address}/metrics");
+    say!("throttle-tracer: serving metrics on http://{address}/metrics");
     let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(Text::stdout())];
     if let Some(path) = &args.record {
         sinks.push(Box::new(Ndjson::recording(path)?));

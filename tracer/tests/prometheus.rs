@@ -19,7 +19,7 @@
 //! Needs root, kernel BTF, a cpu hierarchy, /usr/bin/prometheus and
 //! /usr/bin/prometheus-alertmanager; otherwise it says why it cannot run (a failure under
 //! `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{
     fs,

@@ -11,7 +11,7 @@
 //!
 //! Needs /usr/bin/prometheus, and root to run `recommend` as nobody without any capability
 //! (what it needs: none); otherwise it says why it cannot run (a failure under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{
     fmt::Write as _,

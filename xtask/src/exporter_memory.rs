@@ -8,7 +8,7 @@
 //! its native histogram buckets) and has its series; then one scrape, and the tracer's resident
 //! memory (VmRSS, and its peak VmHWM) from /proc. The difference over the extra cgroups is the
 //! cost of one exported cgroup. Figures only; needs root.
-use crate::bench::procs::Memory;
+use crate::bench::procfs::Memory;
 use crate::{binaries, setup};
 use anyhow::{Context as _, Result, bail};
 use std::io::{Read as _, Write as _};

@@ -1,27 +1,15 @@
 //! `cargo xtask bench`: what throttle-tracer costs on this host, side by side with bpftrace
-//! and the floor, in one run and one table (printed, and written to target/bench/bench.json).
-//!
-//! Every figure has its unit, its number of runs, min / median / max, and its ratio to a
-//! reference measured in the same run: the ratios, not the absolute figures, carry over from
-//! one machine to another. The sections:
-//! - [`kernel`]: ns per invocation of each tracepoint-backend program (the kernel's BPF
-//!   run-time statistics) next to an empty program on the same hook and bpftrace's check;
-//! - [`slowdown`]: `perf bench sched pipe` pinned to one CPU and `sched messaging` without /
-//!   with the tracer / with empty programs on its hooks / with bpftrace, in rotating rounds;
-//! - [`startup`]: exec → NDJSON `start` line per backend vs bpftrace's, and where it goes;
-//! - [`vm_startup`]: the same in the vm-test kernels' guests, where kprobe and fentry exist;
-//! - [`ingest`]: records/s through the real decode and aggregate path, and memory;
-//! - [`sustained`]: real cgroups throttling every few ms, with the losses counted.
-//!
-//! The kprobe and fentry backends' kernel cost is measured in the vm-test guests instead
-//! ([`vm_cost`]): this host has no kprobes and refuses fentry.
-//!
-//! The measuring holds /tmp/tt-host.lock, the lock the host tests take, so that no other
-//! session's test runs meanwhile. Figures only: nothing here asserts a timing. Needs root.
+//! and the floor (an empty program on the same hook), in one table (printed, and written to
+//! target/bench/bench.json). Every figure comes with its runs, min / median / max, and its ratio
+//! to a reference measured in the same run: the ratios, not the absolute figures, carry over
+//! from one machine to another. Each section is a module; the kprobe and fentry backends are
+//! measured in the vm-test guests ([`vm_cost`]), this host having neither. The measuring holds
+//! the host tests' lock, so that no test runs meanwhile. Figures only, nothing asserted; root.
 mod bpf;
 mod ingest;
 mod kernel;
 mod loads;
+pub(crate) mod procfs;
 pub(crate) mod procs;
 mod slowdown;
 pub mod startup;
