@@ -33,13 +33,12 @@ use crate::{
     error::{Failure, say},
     report::{
         Ndjson, Sink, Text,
-        prometheus::{AdviceConfig, Config, Exporter, PROTOBUF_CONTENT_TYPE, Scraper},
+        prometheus::{
+            AdviceConfig, Config, Exporter, PROTOBUF_CONTENT_TYPE, REFRESH_EVERY, Scraper,
+        },
     },
     sampler::Sampler,
 };
-
-/// How often the exporter's bookkeeping runs (lost records, removed cgroups).
-const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     if args.max_cgroups == 0 {
@@ -92,7 +91,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             break;
         }
         session.forget(scraper.take_gone());
-        let pause = tokio::time::sleep(REFRESH_INTERVAL);
+        let pause = tokio::time::sleep(REFRESH_EVERY);
         if session.trace_until(pause, &mut interrupts).await? == Ended::Interrupted {
             break;
         }

@@ -377,7 +377,9 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
     }
     // batch: 10 ms per 100 ms on one thread at 2 CPUs frees what its advice does not need, at
     // least the second CPU.
-    let advised = rows["batch"]["advised_millicores"].as_i64().expect("advised");
+    let advised = rows["batch"]["advised_millicores"]
+        .as_i64()
+        .expect("advised");
     let freed = 2000 - advised;
     assert_eq!(
         rows["batch"]["change_millicores"].as_i64(),
@@ -392,13 +394,19 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
     let advised_us: Vec<u64> = pods
         .iter()
         .map(|(p, _)| {
-            let millicores = rows[p.workload]["advised_millicores"].as_u64().expect("advised");
+            let millicores = rows[p.workload]["advised_millicores"]
+                .as_u64()
+                .expect("advised");
             millicores * PERIOD_US / 1000
         })
         .collect();
     let predicted_after: Vec<f64> = pods
         .iter()
-        .map(|(p, _)| rows[p.workload]["stopped_ratio_after"].as_f64().expect("predicted"))
+        .map(|(p, _)| {
+            rows[p.workload]["stopped_ratio_after"]
+                .as_f64()
+                .expect("predicted")
+        })
         .collect();
     for serve in &mut serves {
         assert!(serve.interrupt().success());
