@@ -172,6 +172,13 @@ const PLANS: &[(&str, Plan)] = &[
         ]),
     ),
     (
+        "pair",
+        Plan::HostOnly(
+            "the workload's own check that its `pair` mode names its threads as /proc does: \
+             the same userspace on every kernel, and the guest tests that use it check it too",
+        ),
+    ),
+    (
         "prometheus",
         Plan::HostOnly(
             "needs a Prometheus server, promtool and Alertmanager, which the initramfs does \
