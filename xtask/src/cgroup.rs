@@ -1,6 +1,6 @@
-//! A temporary cgroup with a quota under the cpu controller's root (v1 `/sys/fs/cgroup/cpu` or
-//! v2 `/sys/fs/cgroup`), for the host tasks: its bandwidth files, its processes, its cpu.stat;
-//! removed on drop.
+//! Temporary cgroups under the cpu controller's root (v1 `/sys/fs/cgroup/cpu` or v2
+//! `/sys/fs/cgroup`), for the host tasks: one with a quota (its bandwidth files, its processes,
+//! its cpu.stat), or a [`Tree`] of many under one parent; removed on drop.
 use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -17,20 +17,14 @@ pub struct Cgroup {
 impl Cgroup {
     /// Makes `/<name>` with `quota_us` per `period_us`.
     pub fn create(name: &str, quota_us: u64, period_us: u64) -> Result<Self> {
-        let v1_root = Path::new("/sys/fs/cgroup/cpu");
-        let v2_root = Path::new("/sys/fs/cgroup");
-        let v1 = v1_root.join("cpu.cfs_quota_us").exists();
-        let root = if v1 {
-            v1_root
-        } else {
-            let controllers =
-                std::fs::read_to_string(v2_root.join("cgroup.controllers")).unwrap_or_default();
-            if !controllers.split_whitespace().any(|c| c == "cpu") {
-                bail!("no cpu controller at /sys/fs/cgroup/cpu (v1) or /sys/fs/cgroup (v2)");
-            }
-            write(&v2_root.join("cgroup.subtree_control"), "+cpu")?;
-            v2_root
-        };
+        let cgroup = Self::make(name)?;
+        cgroup.set_quota(quota_us, period_us)?;
+        Ok(cgroup)
+    }
+
+    /// Makes `/<name>` without a quota (its parent's, if any, applies).
+    fn make(name: &str) -> Result<Self> {
+        let (root, v1) = root()?;
         let path = root.join(name);
         // Left over by a run that was killed: removable when empty.
         if path.exists() && std::fs::remove_dir(&path).is_err() {
@@ -40,13 +34,11 @@ impl Cgroup {
             );
         }
         std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
-        let cgroup = Self {
+        Ok(Self {
             path,
             name: format!("/{name}"),
             v1,
-        };
-        cgroup.set_quota(quota_us, period_us)?;
-        Ok(cgroup)
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -83,6 +75,16 @@ impl Cgroup {
             write(&self.path.join("cpu.shares"), "262144")
         } else {
             write(&self.path.join("cpu.weight"), "10000")
+        }
+    }
+
+    /// The least CPU weight the version allows (v1 cpu.shares 2, v2 cpu.weight 1): the group
+    /// runs on what the machine's other work leaves idle.
+    pub fn yield_to_others(&self) -> Result<()> {
+        if self.v1 {
+            write(&self.path.join("cpu.shares"), "2")
+        } else {
+            write(&self.path.join("cpu.weight"), "1")
         }
     }
 
@@ -136,6 +138,61 @@ impl Drop for Cgroup {
             thread::sleep(Duration::from_millis(20));
         }
         eprintln!("xtask: could not remove {}", self.path.display());
+    }
+}
+
+/// The cpu controller's root, and whether it is cgroup v1; on v2, the controller enabled for
+/// the root's children.
+fn root() -> Result<(&'static Path, bool)> {
+    let v1_root = Path::new("/sys/fs/cgroup/cpu");
+    let v2_root = Path::new("/sys/fs/cgroup");
+    if v1_root.join("cpu.cfs_quota_us").exists() {
+        return Ok((v1_root, true));
+    }
+    let controllers =
+        std::fs::read_to_string(v2_root.join("cgroup.controllers")).unwrap_or_default();
+    if !controllers.split_whitespace().any(|c| c == "cpu") {
+        bail!("no cpu controller at /sys/fs/cgroup/cpu (v1) or /sys/fs/cgroup (v2)");
+    }
+    write(&v2_root.join("cgroup.subtree_control"), "+cpu")?;
+    Ok((v2_root, false))
+}
+
+/// `/<parent>/cNNNN`, `count` cgroups with the same quota under one parent without a quota;
+/// all removed on drop (the children first).
+pub struct Tree {
+    pub children: Vec<Cgroup>,
+    pub parent: Cgroup,
+}
+
+impl Tree {
+    pub fn create(parent: &str, count: usize, quota_us: u64, period_us: u64) -> Result<Self> {
+        let (root, _) = root()?;
+        // Left over by a run that was killed: its empty children go first, then the parent.
+        if let Ok(entries) = std::fs::read_dir(root.join(parent)) {
+            for entry in entries.flatten().filter(|e| e.path().is_dir()) {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+        let parent = Cgroup::make(parent)?;
+        if !parent.v1 {
+            write(&parent.path.join("cgroup.subtree_control"), "+cpu")?;
+        }
+        let children = (0..count)
+            .map(|i| {
+                Cgroup::create(
+                    &format!("{}/c{i:04}", parent.name.trim_start_matches('/')),
+                    quota_us,
+                    period_us,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { children, parent })
+    }
+
+    /// Moves process `pid` back to the hierarchy's root, out of the tree.
+    pub fn release(&self, pid: u32) -> Result<()> {
+        write(&root()?.0.join("cgroup.procs"), &pid.to_string())
     }
 }
 

@@ -8,7 +8,7 @@
 //! of every cgroup, which must trace its two living groups whole (Σ kernel_ns = cpu.stat),
 //! keep its maps bounded with their evictions counted, and its memory flat. `cargo xtask test`
 //! runs it for one minute; needs root.
-use crate::bench::procs::{self, Busy, Memory, Traced};
+use crate::bench::procs::{self, Memory, Traced, Workload};
 use crate::binaries::{self, Binaries};
 use crate::cgroup::Cgroup;
 use crate::{paths, setup};
@@ -114,7 +114,7 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
     let before = throttled(&groups)?;
     let mut busy = Vec::new();
     for (g, &(.., threads)) in groups.iter().zip(&GROUPS) {
-        let b = Busy::spawn(&binaries.workload, threads, args.minutes * 60 + 60)?;
+        let b = Workload::busy(&binaries.workload, threads, args.minutes * 60 + 60)?;
         g.add(b.pid())?;
         busy.push(b);
     }

@@ -11,7 +11,9 @@
 //! - [`startup`]: exec → NDJSON `start` line per backend vs bpftrace's, and where it goes;
 //! - [`vm_startup`]: the same in the vm-test kernels' guests, where kprobe and fentry exist;
 //! - [`ingest`]: records/s through the real decode and aggregate path, and memory;
-//! - [`sustained`]: real cgroups throttling every few ms, with the losses counted.
+//! - [`sustained`]: real cgroups throttling every few ms, with the losses counted;
+//! - [`fleet`]: `serve` over 1,000 quota'd cgroups for minutes (`--only serve-fleet`), its CPU,
+//!   memory and scrapes with the demand and advice series and without.
 //!
 //! The kprobe and fentry backends' kernel cost is measured in the vm-test guests instead
 //! ([`vm_cost`]): this host has no kprobes and refuses fentry.
@@ -19,10 +21,12 @@
 //! The measuring holds /tmp/tt-host.lock, the lock the host tests take, so that no other
 //! session's test runs meanwhile. Figures only: nothing here asserts a timing. Needs root.
 mod bpf;
+mod fleet;
 mod ingest;
 mod kernel;
 mod loads;
 pub(crate) mod procs;
+pub(crate) mod scrape;
 mod slowdown;
 pub mod startup;
 mod sustained;
@@ -52,10 +56,13 @@ pub struct Args {
     /// Measure this throttle-tracer binary instead of the one just built (to compare builds).
     #[arg(long, value_name = "PATH")]
     tracer: Option<PathBuf>,
-    /// Only these sections (kernel, slowdown, startup, ingest, sustained, vm-startup), for
-    /// working on one.
+    /// Only these sections (kernel, slowdown, startup, ingest, sustained, serve-fleet,
+    /// vm-startup), for working on one.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// How long serve-fleet traces its fleet, the first minute warming up.
+    #[arg(long, default_value_t = 10)]
+    minutes: u64,
     /// vm-startup's kernel series, repeatable: 5.10, 6.1, 6.12, 7 (default: all of them).
     #[arg(long = "kernel", value_name = "SERIES")]
     kernels: Vec<String>,
@@ -69,6 +76,8 @@ pub struct Bench {
     pub runs: usize,
     /// vm-startup's kernel series (empty: every kernel of the VM matrix).
     pub kernels: Vec<String>,
+    /// serve-fleet's length.
+    pub fleet_minutes: u64,
 }
 
 /// A bpftrace one-liner the bench compares with, and the programs it loads: bpftrace prints
@@ -165,6 +174,7 @@ pub fn run(args: &Args) -> Result<()> {
             smoke: args.smoke,
             runs,
             kernels: args.kernels.clone(),
+            fleet_minutes: args.minutes,
         },
     )
 }
@@ -178,6 +188,7 @@ pub fn smoke(binaries: &Binaries) -> Result<()> {
         runs: None,
         tracer: None,
         only: Vec::new(),
+        minutes: 0,
         kernels: Vec::new(),
     };
     measure(
@@ -188,6 +199,7 @@ pub fn smoke(binaries: &Binaries) -> Result<()> {
             smoke: true,
             runs: 1,
             kernels: Vec::new(),
+            fleet_minutes: 0,
         },
     )
 }
@@ -204,6 +216,7 @@ fn measure(args: &Args, bench: &Bench) -> Result<()> {
         ("startup", startup::rows),
         ("ingest and memory", ingest::rows),
         ("sustained load", sustained::rows),
+        ("serve-fleet", fleet::rows),
         ("vm-startup", vm_startup::rows),
     ];
     if let Some(unknown) = args.only.iter().find(|o| {
@@ -213,7 +226,7 @@ fn measure(args: &Args, bench: &Bench) -> Result<()> {
     }) {
         bail!(
             "--only {unknown}: no such section (kernel, slowdown, startup, ingest, sustained, \
-             vm-startup)"
+             serve-fleet, vm-startup)"
         );
     }
     let _lock = host_lock()?;

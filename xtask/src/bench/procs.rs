@@ -1,4 +1,4 @@
-//! The processes the bench runs and reads: the tracer, bpftrace, busy loops in quota'd
+//! The processes the bench runs and reads: the tracer, bpftrace, workloads in quota'd
 //! cgroups; and what /proc says about a process (memory, CPU time, BPF maps).
 use super::{Check, bpf};
 use crate::process::{die_with_parent, signal, wait_timeout};
@@ -359,15 +359,28 @@ pub fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// `throttle-workload busy`: killed and reaped on drop.
-pub struct Busy(Child);
+/// `throttle-workload MODE ARGS…`: killed and reaped on drop.
+pub struct Workload(Child);
 
-impl Busy {
-    pub fn spawn(workload: &Path, threads: u32, seconds: u64) -> Result<Self> {
+impl Workload {
+    /// `busy`: `threads` spinning threads for `seconds`.
+    pub fn busy(workload: &Path, threads: u32, seconds: u64) -> Result<Self> {
+        Self::spawn(
+            workload,
+            &[
+                "busy",
+                "--threads",
+                &threads.to_string(),
+                "--seconds",
+                &seconds.to_string(),
+            ],
+        )
+    }
+
+    pub fn spawn(workload: &Path, args: &[&str]) -> Result<Self> {
         let mut command = Command::new(workload);
         command
-            .args(["busy", "--threads", &threads.to_string()])
-            .args(["--seconds", &seconds.to_string()])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         // SAFETY: prctl is async-signal-safe.
@@ -383,7 +396,7 @@ impl Busy {
     }
 }
 
-impl Drop for Busy {
+impl Drop for Workload {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();

@@ -12,7 +12,7 @@
 //! nr_throttled (6.18 host, one thread at 1 ms / 5 ms: 182 stops, median 12.2 ms, in 502
 //! throttled periods, Σ kernel_ns = throttled_time to the ns).
 use super::Bench;
-use super::procs::{self, Busy, Traced};
+use super::procs::{self, Traced, Workload};
 use super::table::Row;
 use crate::cgroup::Cgroup;
 use anyhow::{Context as _, Result};
@@ -39,7 +39,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
             .collect::<Result<Vec<_>>>()?;
         let mut busy = Vec::new();
         for cgroup in &cgroups {
-            let b = Busy::spawn(&bench.workload, 2, window.as_secs() + 30)?;
+            let b = Workload::busy(&bench.workload, 2, window.as_secs() + 30)?;
             cgroup.add(b.pid())?;
             busy.push(b);
         }
