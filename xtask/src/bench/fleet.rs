@@ -232,7 +232,7 @@ fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64);
         Row::new(SECTION, "agent CPU (utime + stime)", "% of a CPU", &[cpu])
             .against(REFERENCE, reference.cpu_percent())
             .note(format!(
-                "{} cgroups ({} stopped, {} light, {} idle), {:.0} min after {:.0} s warm-up; {}",
+                "{} cgroups ({} stopped, {} light, {} idle), {:.1} min after {:.0} s of warm-up; {}",
                 fleet.cgroups(),
                 fleet.stopped,
                 fleet.light,
