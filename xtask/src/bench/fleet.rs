@@ -105,6 +105,14 @@ impl Agent {
         (self.cpu_end.1 - self.cpu_warm.1) / (self.cpu_end.0 - self.cpu_warm.0) * 100.0
     }
 
+    /// The value of the unlabelled counter `family` in the last text scrape.
+    fn counter(&self, family: &str) -> f64 {
+        self.last_text
+            .lines()
+            .find_map(|l| l.strip_prefix(family)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(f64::NAN)
+    }
+
     /// Series of `family` (a counter's name) in the last text scrape: one per cgroup.
     fn series(&self, family: &str) -> usize {
         let prefix = format!("{family}{{");
@@ -170,7 +178,8 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         } else {
             scrape::PROTOBUF
         };
-        for (agent, serve) in agents.iter_mut().zip(&serves) {
+        let mut line = format!("serve-fleet: {:>4.0} s", started.elapsed().as_secs_f64());
+        for ((agent, serve), name) in agents.iter_mut().zip(&serves).zip(["advice", "reference"]) {
             // Read before the scrape: the CPU between two readings holds one scrape.
             let cpu = (
                 started.elapsed().as_secs_f64(),
@@ -178,6 +187,11 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
             );
             let rss = Memory::of(serve.pid())?.rss as f64 / f64::from(1 << 20);
             let answer = serve.scrape(accept)?;
+            line += &format!(
+                ", {name}: RSS {rss:.1} MiB, scrape {:.2} MB in {:.0} ms",
+                answer.body.len() as f64 / 1e6,
+                answer.took.as_secs_f64() * 1e3
+            );
             if tick < warm_tick {
                 continue;
             }
@@ -194,6 +208,8 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
                 agent.protobuf.push(figures);
             }
         }
+        // Each scrape as it comes: a slow one can be placed in the run.
+        eprintln!("{line}");
         if tick == warm_tick {
             periods[0] = fleet_periods(&tree.children)?;
         }
@@ -289,7 +305,7 @@ fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64);
             .against(REFERENCE, median(&sizes(referenced)))
             .note(accept),
         );
-        let slowest = times(measured).into_iter().fold(f64::NAN, f64::max);
+        let slowest = |s: &[(f64, f64)]| times(s).into_iter().fold(f64::NAN, f64::max);
         rows.push(
             Row::new(
                 SECTION,
@@ -299,8 +315,9 @@ fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64);
             )
             .against(REFERENCE, median(&times(referenced)))
             .note(format!(
-                "connect to last byte; {}",
-                judged(slowest, SCRAPE_TARGET_MS, "ms (the slowest)")
+                "connect to last byte; the reference's slowest {:.0} ms; {}",
+                slowest(referenced),
+                judged(slowest(measured), SCRAPE_TARGET_MS, "ms (the slowest)")
             )),
         );
     }
@@ -319,6 +336,12 @@ fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64);
             "{} with demand series (throttle_tracer_periods_total)",
             advice.series("throttle_tracer_periods_total")
         )),
+    );
+    const LOST: &str = "throttle_tracer_lost_records_total";
+    rows.push(
+        Row::new(SECTION, "records lost", "records", &[advice.counter(LOST)])
+            .against(REFERENCE, reference.counter(LOST))
+            .note(format!("{LOST} at the last text scrape")),
     );
     let [(periods0, throttled0), (periods1, throttled1)] = periods;
     rows.push(
