@@ -4,6 +4,9 @@
 //! ring buffer or reads them from `.rodata`, the agent reinterprets the same bytes.
 #![no_std]
 
+/// Userspace only: reads the system's clocks.
+#[cfg(not(target_arch = "bpf"))]
+pub mod clock;
 /// Userspace only: a line of text, with floating point in it.
 #[cfg(not(target_arch = "bpf"))]
 pub mod round;

@@ -3,7 +3,7 @@
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use tracer_common::Offsets;
 
-use crate::stops::{self, read};
+use crate::{stops, toolbox::read};
 
 #[repr(C)]
 #[derive(Clone, Copy)]

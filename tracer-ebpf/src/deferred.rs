@@ -17,7 +17,7 @@ use tracer_common::{
     ABSENT, DEFERRED_CONTINUES, DEFERRED_UNFOLLOWED, DeferredEvent, EVENT_DEFERRED, Offsets,
 };
 
-use crate::stops::{add_to, emit, load, nonzero, read, read_bits, still_queued};
+use crate::toolbox::{add_to, emit, load, nonzero, read, read_bits, still_queued};
 
 /// 1 when the backend can see the threads block (the tracepoint backend's context switch);
 /// set by the agent at load. The other backends hold threads too, but nothing would end them.

@@ -1,19 +1,9 @@
-//! Per-period CPU demand, on every backend: at each expiry of a group's period timer (a period
-//! boundary, as the kernel itself draws them) the group's entity on every CPU is read, and what
-//! its `sum_exec_runtime` grew by since the previous expiry is sent as one `PeriodEvent`, with
-//! the bandwidth pool before the refill (and so the burst the period spent).
-//! The tracepoint backend calls [`timer_expires`] from hrtimer_expire_entry for the hrtimers
-//! that are period timers; the kprobe and fentry backends from the entry of
-//! `sched_cfs_period_timer` itself. It runs for CFS period timers only, never on the
-//! sched_switch path.
-//!
-//! Where the entities are: up to 6.x the array `tg->se[cpu]`; on 7.x each CPU's entity sits
-//! beside the group's cfs_rq in that CPU's copy of a per-CPU `struct cfs_tg_state`, at
-//! `tg->cfs_rq` plus the CPU's per-CPU offset, an address the programs are not given
-//! (`__per_cpu_offset` is a kernel symbol). They compute it from two things they can see
-//! (docs/kernel.md §7): how far apart two CPUs' copies of any per-CPU object lie, from
-//! `bpf_map_lookup_percpu_elem` on a per-CPU map of their own, and one absolute offset, that
-//! of the CPU of the current task's cfs_rq, which is its group's `cfs_rq` pointer plus it.
+//! Per-period CPU demand, on every backend: at each expiry of a group's period timer (the
+//! kernel's own period boundary) what each CPU's group entity's `sum_exec_runtime` grew by since
+//! the last is one `PeriodEvent`, with the pool before the refill (so the burst it spent). Run
+//! from the period timer only (the tracepoint backend's hrtimer_expire_entry, the others'
+//! `sched_cfs_period_timer` entry), never on the sched_switch path. On 7.x the entities sit in
+//! per-CPU copies the programs have no offsets for; how they find them is docs/kernel.md §7.
 use aya_ebpf::{
     helpers::{bpf_get_current_task, bpf_map_lookup_percpu_elem, bpf_probe_read_kernel},
     macros::map,
@@ -23,7 +13,7 @@ use tracer_common::{ABSENT, EVENT_PERIOD, Offsets, PeriodEvent};
 
 use crate::{
     CGROUP_FILTER, FILTER_CGROUPS, nr_cpus,
-    stops::{cgroup_id, emit, now, read},
+    toolbox::{cgroup_id, emit, now, read},
 };
 
 /// Most CPUs read per period (`nr_cpus`, a constant to the verifier, is the real count, so

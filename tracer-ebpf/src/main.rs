@@ -8,7 +8,7 @@
 //! Kernel struct offsets come from the agent (`OFFSETS`), resolved from BTF before load.
 #![no_std]
 #![no_main]
-// `atomic_xadd` (stops::atomic_add): the BPF target has atomic adds (`lock xadd`) but not the
+// `atomic_xadd` (toolbox::atomic_add): the BPF target has atomic adds (`lock xadd`) but not the
 // compare-and-swap that core's `AtomicU64::fetch_add` requires there. Only for BPF: clippy
 // checks this crate for the host too, on the stable channel.
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
@@ -19,10 +19,12 @@ mod deferred;
 mod demand;
 mod end_reason;
 mod fentry;
+mod held;
 mod kprobe;
 mod queued;
 mod removal;
 mod stops;
+mod toolbox;
 mod tracepoint;
 
 use aya_ebpf::{
@@ -83,6 +85,12 @@ static LOST_BY_CGROUP: HashMap<u64, u64> = HashMap::with_max_entries(4096, 0);
 /// Stops in progress, by `struct cfs_rq *`.
 #[map]
 static OPEN: HashMap<u64, StopEvent> = HashMap::with_max_entries(65536, 0);
+
+/// Scratch space for the record a stop's start or end builds (slot 0, `stops`) and a removed
+/// cgroup's stop end (slot `removal::REMOVAL_SLOT`): with the child list a `StopEvent` is too
+/// big to keep two of on the BPF stack of kernels without private stacks.
+#[map]
+static STOP_SCRATCH: PerCpuArray<StopEvent> = PerCpuArray::with_max_entries(2, 0);
 
 /// Starts that could not be remembered because `OPEN` was full (their ends are then unseen).
 #[map]

@@ -21,7 +21,10 @@
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use tracer_common::{ABSENT, Offsets, StopEvent};
 
-use crate::stops::{hold, read, read_bits};
+use crate::{
+    held::hold,
+    toolbox::{read, read_bits},
+};
 
 /// Most tree nodes one throttle visits: each is a few helper reads, and the verifier walks the
 /// loop once per bound.

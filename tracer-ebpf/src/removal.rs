@@ -14,11 +14,11 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap},
     programs::RawTracePointContext,
 };
-use tracer_common::Offsets;
+use tracer_common::{END_CGROUP_GONE, EVENT_END, KERNEL_NS_UNKNOWN, Offsets};
 
 use crate::{
-    nr_cpus, offsets,
-    stops::{self, read},
+    OPEN, STOP_SCRATCH, nr_cpus, offsets,
+    toolbox::{add_to, cgroup_id, emit, now, read},
 };
 
 /// A cgroup's stop on one CPU: the key of `OPEN_BY_GROUP`.
@@ -55,6 +55,11 @@ static GONE: LruHashMap<Gone, u8> = LruHashMap::with_max_entries(1024, 0);
 #[map]
 static GONE_INSERTED: Array<u64> = Array::with_max_entries(1, 0);
 
+/// [`end_stop`]'s slot of `STOP_SCRATCH`: it runs in a cgroup removal's process context,
+/// where a throttle or unthrottle program can interrupt it on the same CPU (7.2 throttles from
+/// hardirq context) and fill slot 0.
+const REMOVAL_SLOT: u32 = 1;
+
 /// Most CPUs swept at a cgroup's removal (`nr_cpus` is the real count).
 pub const MAX_CPUS: u64 = 1024;
 
@@ -65,7 +70,7 @@ pub fn mark_gone(cgroup: u64, cgroup_id: u64) {
         .insert(Gone { cgroup, cgroup_id }, 1, BPF_NOEXIST.into())
         .is_ok()
     {
-        stops::add_to(&GONE_INSERTED, 1);
+        add_to(&GONE_INSERTED, 1);
     }
 }
 
@@ -88,7 +93,7 @@ pub fn owner_gone(o: &Offsets, cfs_rq: u64) -> bool {
 pub fn group_of(o: &Offsets, cfs_rq: u64) -> Option<(u64, u64)> {
     let tg = read::<u64>(cfs_rq, o.cfs_rq_tg)?;
     let cgroup = read::<u64>(tg, o.tg_cgroup)?;
-    Some((cgroup, stops::cgroup_id(o, cgroup)?))
+    Some((cgroup, cgroup_id(o, cgroup)?))
 }
 
 /// `(struct cgroup *cgrp, const char *path)`: the cgroup is being removed.
@@ -106,7 +111,7 @@ pub fn fn_cgroup_rmdir(ctx: RawTracePointContext) -> i32 {
 /// removed before the rmdir program was attached; the sweep is idempotent.
 #[inline(always)]
 fn cgroup_removed(o: &Offsets, cgroup: u64) {
-    let Some(cgroup_id) = stops::cgroup_id(o, cgroup) else {
+    let Some(cgroup_id) = cgroup_id(o, cgroup) else {
         return;
     };
     mark_gone(cgroup, cgroup_id);
@@ -133,7 +138,32 @@ pub extern "C" fn end_gone(cgroup: u64, cgroup_id: u64, cpu: u64) -> i32 {
     // Ids can repeat across cgroup v1 hierarchies: only a stop of this very cgroup ends.
     if group_of(offsets(), cfs_rq).map(|(c, _)| c) == Some(cgroup) {
         let _ = OPEN_BY_GROUP.remove(key);
-        stops::end_gone(cfs_rq, cgroup_id);
+        end_stop(cfs_rq, cgroup_id);
     }
     0
+}
+
+/// The open stop of `cfs_rq`, of the removed cgroup `cgroup_id`, ends now as `cgroup_gone`,
+/// without kernel time: the kernel has not accounted it, and may never.
+fn end_stop(cfs_rq: u64, cgroup_id: u64) {
+    let Some(ev) = STOP_SCRATCH.get_ptr_mut(REMOVAL_SLOT) else {
+        return;
+    };
+    // SAFETY: per-CPU slot of this program alone (see REMOVAL_SLOT).
+    let ev = unsafe { &mut *ev };
+    // SAFETY: the value is copied out before the entry is removed.
+    match unsafe { OPEN.get(cfs_rq) } {
+        Some(open) if open.cgroup_id == cgroup_id => *ev = *open,
+        _ => return,
+    }
+    // The claim, as in `stops::finish`: an unthrottle of this cfs_rq on another CPU may end it
+    // first.
+    if OPEN.remove(cfs_rq).is_err() {
+        return;
+    }
+    ev.kind = EVENT_END;
+    ev.end_ns = now();
+    ev.kernel_ns = KERNEL_NS_UNKNOWN;
+    ev.end_reason = END_CGROUP_GONE;
+    emit(ev);
 }

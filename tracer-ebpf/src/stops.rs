@@ -1,106 +1,20 @@
 //! What every backend does once it knows a cfs_rq really throttled or unthrottled: describe the
 //! group, remember the open stop, and emit START / END records.
-use aya_ebpf::{
-    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
-    macros::map,
-    maps::{Array, PerCpuArray},
-};
 use tracer_common::{
-    ABSENT, BitField, DeferredEvent, END_CGROUP_GONE, EVENT_END, EVENT_START,
-    EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, LOST_KERNEL_NS, MAX_CHILDREN, MAX_THREADS, Offsets,
-    PeriodEvent, StopEvent, lost_key,
+    ABSENT, EVENT_END, EVENT_START, EVENT_UNSEEN_START_END, KERNEL_NS_UNKNOWN, MAX_CHILDREN,
+    Offsets, StopEvent,
 };
 
 use crate::{
-    CGROUP_FILTER, EVENTS, FILTER_CGROUPS, LOST, LOST_BY_CGROUP, OPEN, OPEN_FULL, WAKEUP_BYTES,
-    end_reason, queued,
+    CGROUP_FILTER, FILTER_CGROUPS, OPEN, OPEN_FULL, STOP_SCRATCH, end_reason,
+    held::hold,
+    queued,
     removal::{self, GroupCpu, OPEN_BY_GROUP},
+    toolbox::{bump, cgroup_id, emit, now, number, read, read_bits, still_queued},
 };
-
-/// Scratch space for the record `begin` and `finish` build (slot 0) and [`end_gone`] (slot
-/// [`REMOVAL_SLOT`]): with the child list a `StopEvent` is too big to keep two of on the BPF
-/// stack of kernels without private stacks.
-#[map]
-static STOP_SCRATCH: PerCpuArray<StopEvent> = PerCpuArray::with_max_entries(2, 0);
-
-/// [`end_gone`]'s slot of `STOP_SCRATCH`: it runs in a cgroup removal's process context,
-/// where a throttle or unthrottle program can interrupt it on the same CPU (7.2 throttles from
-/// hardirq context) and fill slot 0.
-const REMOVAL_SLOT: u32 = 1;
 
 /// Most children of one group looked at when a stop is recorded.
 const MAX_SIBLINGS: usize = 16;
-
-/// CLOCK_MONOTONIC ns.
-#[inline(always)]
-pub fn now() -> u64 {
-    // SAFETY: helper without preconditions.
-    unsafe { bpf_ktime_get_ns() }
-}
-
-#[inline(always)]
-pub fn read<T>(base: u64, offset: u32) -> Option<T> {
-    if offset == ABSENT || base == 0 {
-        return None;
-    }
-    // SAFETY: bpf_probe_read_kernel tolerates any address; a fault returns an error.
-    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T).ok() }
-}
-
-#[inline(always)]
-pub fn read_bits(base: u64, field: &BitField) -> Option<u32> {
-    read::<u32>(base, field.offset).map(|w| field.extract(w))
-}
-
-/// [`read`] without the helper call, for the hot tracepoints: a helper call costs 50-90 ns
-/// under SRSO/retpoline mitigations, a direct load a few. Only for `base` that the verifier
-/// knows as a BTF-typed kernel pointer (a tp_btf argument, or a pointer loaded through one this
-/// way): it checks the constant `offset` against the BTF (the load must be one whole member of
-/// `T`'s size) and turns a fault into 0. Anything else (map values, list nodes) needs [`read`].
-#[inline(always)]
-pub fn load<T>(base: u64, offset: u32) -> Option<T> {
-    if offset == ABSENT || base == 0 {
-        return None;
-    }
-    // SAFETY: a BTF-checked load; the JIT covers it with an exception-table entry (PROBE_MEM).
-    Some(unsafe { core::ptr::read_volatile((base + u64::from(offset)) as *const T) })
-}
-
-/// A BTF-typed pointer (see [`load`]) as the plain number it is: the verifier allows no
-/// arithmetic on such a pointer, and a global function takes only numbers. A copy read back
-/// through the helper is one; 0 if the read fails.
-#[inline(always)]
-pub fn number(pointer: u64) -> u64 {
-    // SAFETY: reads a local of this frame.
-    unsafe { bpf_probe_read_kernel(&pointer as *const u64) }.unwrap_or(0)
-}
-
-/// [`read_bits`] through [`load`]. The verifier takes a bitfield load only if it covers the
-/// whole bitfield from its first byte, and a plain member only whole (6.18's `bool` in
-/// `task_struct.throttled` would be overrun by the 32-bit window): so the load starts at the
-/// field's first byte and is as narrow as the field. Little-endian (bpfel): the window's first
-/// byte holds its lowest bits.
-#[inline(always)]
-pub fn load_bits(base: u64, field: &BitField) -> Option<u32> {
-    if field.offset == ABSENT {
-        return None;
-    }
-    let narrow = BitField {
-        offset: field.offset + field.shift / 8,
-        shift: field.shift % 8,
-        bits: field.bits,
-    };
-    let end = narrow.shift + narrow.bits;
-    let word = if end <= 8 {
-        load::<u8>(base, narrow.offset).map(u32::from)
-    } else if end <= 16 {
-        load::<u16>(base, narrow.offset).map(u32::from)
-    } else {
-        return load::<u32>(base, field.offset).map(|w| field.extract(w));
-    };
-    word.map(|w| narrow.extract(w))
-}
 
 /// Whether `cfs_rq->throttled` is set now.
 #[inline(always)]
@@ -108,136 +22,6 @@ pub fn is_throttled(o: &Offsets, cfs_rq: u64) -> Result<bool, &'static str> {
     read_bits(cfs_rq, &o.cfs_rq_throttled)
         .map(|t| t != 0)
         .ok_or("cfs_rq->throttled unreadable")
-}
-
-/// `*p += v` in one atomic instruction: BPF's `lock xadd` (every kernel; the fetching and
-/// OR/AND forms need 5.12+).
-///
-/// # Safety
-/// `p` is valid and aligned, and every other update of `*p` is atomic too.
-#[inline(always)]
-unsafe fn atomic_add(p: *mut u64, v: u64) {
-    #[cfg(target_arch = "bpf")]
-    // SAFETY: as the caller promises.
-    unsafe {
-        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
-            p, v,
-        );
-    }
-    // Clippy's host build of this crate, which has no BPF intrinsics.
-    #[cfg(not(target_arch = "bpf"))]
-    // SAFETY: as the caller promises.
-    unsafe {
-        core::sync::atomic::AtomicU64::from_ptr(p)
-            .fetch_add(v, core::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Adds `delta` (`u64::MAX` subtracts one) to a counter kept in slot 0 of a one-slot array,
-/// from any CPU: every update of such a counter is this atomic add.
-#[inline(always)]
-pub fn add_to(counter: &Array<u64>, delta: u64) {
-    if let Some(p) = counter.get_ptr_mut(0) {
-        // SAFETY: a valid, aligned map value; every update is this atomic add.
-        unsafe { atomic_add(p, delta) };
-    }
-}
-
-/// Whether the counter [`add_to`] keeps is not 0.
-#[inline(always)]
-pub fn nonzero(counter: &Array<u64>) -> bool {
-    counter.get(0).is_some_and(|&n| n != 0)
-}
-
-#[inline(always)]
-pub fn bump(counter: &PerCpuArray<u64>) {
-    if let Some(p) = counter.get_ptr_mut(0) {
-        // SAFETY: per-CPU slot, only this CPU writes it and programs do not nest on a CPU.
-        unsafe { *p += 1 };
-    }
-}
-
-/// A ring-buffer record, as a lost one is counted.
-pub trait Record {
-    /// `EVENT_*`.
-    fn kind(&self) -> u32;
-    fn cgroup_id(&self) -> u64;
-    /// The kernel time of the stop an end record carries, if it was read.
-    fn ended_kernel_ns(&self) -> Option<u64> {
-        None
-    }
-}
-
-impl Record for StopEvent {
-    fn kind(&self) -> u32 {
-        self.kind
-    }
-
-    fn cgroup_id(&self) -> u64 {
-        self.cgroup_id
-    }
-
-    fn ended_kernel_ns(&self) -> Option<u64> {
-        (matches!(self.kind, EVENT_END | EVENT_UNSEEN_START_END)
-            && self.kernel_ns != KERNEL_NS_UNKNOWN)
-            .then_some(self.kernel_ns)
-    }
-}
-
-impl Record for PeriodEvent {
-    fn kind(&self) -> u32 {
-        self.kind
-    }
-
-    fn cgroup_id(&self) -> u64 {
-        self.cgroup_id
-    }
-}
-
-impl Record for DeferredEvent {
-    fn kind(&self) -> u32 {
-        self.kind
-    }
-
-    fn cgroup_id(&self) -> u64 {
-        self.cgroup_id
-    }
-}
-
-/// Puts one record (a `StopEvent`, `PeriodEvent` or `DeferredEvent`) on the ring buffer; one
-/// that finds it full is counted in `LOST` and, by its cgroup and kind, in `LOST_BY_CGROUP`,
-/// where a lost end's kernel time is added up too (`LOST_KERNEL_NS`).
-pub fn emit<T: Record>(event: &T) {
-    let flags = if EVENTS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES.load() {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
-    };
-    if EVENTS.output::<T>(event, flags.into()).is_err() {
-        bump(&LOST);
-        count_lost(lost_key(event.cgroup_id(), event.kind()), 1);
-        if let Some(ns) = event.ended_kernel_ns() {
-            count_lost(lost_key(event.cgroup_id(), LOST_KERNEL_NS), ns);
-        }
-    }
-}
-
-/// Adds `n` under `key` in `LOST_BY_CGROUP`. Several CPUs may lose records of one cgroup at
-/// once: the count is only ever added to atomically, and the entry is made with BPF_NOEXIST,
-/// so that a CPU that finds it made already adds to it instead.
-#[inline(never)]
-fn count_lost(key: u64, n: u64) {
-    if let Some(p) = LOST_BY_CGROUP.get_ptr_mut(key) {
-        // SAFETY: a valid, aligned map value; every update after its insert is this add.
-        unsafe { atomic_add(p, n) };
-        return;
-    }
-    if LOST_BY_CGROUP.insert(key, n, BPF_NOEXIST.into()).is_err()
-        && let Some(p) = LOST_BY_CGROUP.get_ptr_mut(key)
-    {
-        // SAFETY: as above.
-        unsafe { atomic_add(p, n) };
-    }
 }
 
 /// Fills the cgroup, CPU and bandwidth settings of the group that owns `cfs_rq`.
@@ -301,46 +85,6 @@ pub fn running_task(o: &Offsets, cfs_rq: u64, ev: &mut StopEvent) -> Option<u64>
     Some(task)
 }
 
-/// Whether the running `task` is still queued: `schedule()` dequeues a task going to sleep
-/// (`on_rq` cleared; 6.12+ may instead delay the dequeue, `sched_delayed` set) before the pick
-/// that can throttle its group. Where the kernel's BTF lacks the flags it counts as queued.
-#[inline(always)]
-pub fn still_queued(o: &Offsets, task: u64) -> bool {
-    let on_rq = read_bits(task, &o.task_on_rq).is_none_or(|q| q != 0);
-    let delayed = o.task_se != ABSENT
-        && read_bits(task + u64::from(o.task_se), &o.se_sched_delayed).is_some_and(|d| d != 0);
-    on_rq && !delayed
-}
-
-/// Lists `task` among the threads the stop `ev` holds, waiting since `since_ns`, unless it is
-/// listed already; past `MAX_THREADS` it is counted in `threads_unlisted`. A thread waits once
-/// per stop (it cannot run again before the unthrottle), so an entry is never updated.
-#[inline(never)]
-pub fn hold(o: &Offsets, task: u64, since_ns: u64, ev: &mut StopEvent) {
-    let Some(tid) = read::<u32>(task, o.task_pid) else {
-        return;
-    };
-    let n = ev.threads as usize;
-    // Every index a constant: with `held[n]` taken after the loop, 5.10's verifier lost the
-    // pointer on one of the paths the compiler merged ("R3 invalid mem access 'inv'").
-    for i in 0..MAX_THREADS {
-        if i == n {
-            crate::deferred::held(o, task, tid, ev.cgroup_id, since_ns);
-            let entry = &mut ev.held[i];
-            entry.tid = tid;
-            entry.pid = read::<u32>(task, o.task_tgid).unwrap_or(0);
-            entry.since_ns = since_ns;
-            entry.comm = read::<[u8; 16]>(task, o.task_comm).unwrap_or([0; 16]);
-            ev.threads += 1;
-            return;
-        }
-        if ev.held[i].tid == tid {
-            return;
-        }
-    }
-    ev.threads_unlisted = ev.threads_unlisted.saturating_add(1);
-}
-
 /// pid, tid, comm and own (leaf) cgroup of `task`, which the caller knows is inside the
 /// stopped group.
 #[inline(always)]
@@ -377,18 +121,6 @@ fn group_id(o: &Offsets, cfs_rq: u64) -> u64 {
         .and_then(|tg| read::<u64>(tg, o.tg_cgroup))
         .and_then(|cgroup| cgroup_id(o, cgroup))
         .unwrap_or(0)
-}
-
-/// `cgrp->kn->id`, the cgroup directory's inode (its low half on 5.4, see `kn_id_is_union`).
-#[inline(always)]
-pub fn cgroup_id(o: &Offsets, cgroup: u64) -> Option<u64> {
-    let kn = read::<u64>(cgroup, o.cgroup_kn)?;
-    let id = read::<u64>(kn, o.kn_id)?;
-    Some(if o.kn_id_is_union != 0 {
-        id & 0xffff_ffff
-    } else {
-        id
-    })
 }
 
 /// Lists in `ev` the direct children of the throttled group (of `cfs_rq`) that the throttle
@@ -556,7 +288,7 @@ pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
         Some(started) if group != 0 && started.cgroup_id == group => {
             *ev = *started;
             // The removal is the claim: a cgroup removal's sweep on another CPU may have
-            // ended this stop since the lookup (`end_gone`).
+            // ended this stop since the lookup (`removal::end_gone`).
             if OPEN.remove(cfs_rq).is_err() {
                 return;
             }
@@ -587,29 +319,5 @@ pub fn finish(o: &Offsets, cfs_rq: u64, throttled_clock: u64) {
             }
         }
     }
-    emit(ev);
-}
-
-/// The open stop of `cfs_rq`, of the removed cgroup `cgroup_id`, ends now as `cgroup_gone`,
-/// without kernel time: the kernel has not accounted it, and may never (crate::removal).
-pub fn end_gone(cfs_rq: u64, cgroup_id: u64) {
-    let Some(ev) = STOP_SCRATCH.get_ptr_mut(REMOVAL_SLOT) else {
-        return;
-    };
-    // SAFETY: per-CPU slot of this program alone (see REMOVAL_SLOT).
-    let ev = unsafe { &mut *ev };
-    // SAFETY: the value is copied out before the entry is removed.
-    match unsafe { OPEN.get(cfs_rq) } {
-        Some(open) if open.cgroup_id == cgroup_id => *ev = *open,
-        _ => return,
-    }
-    // The claim, as in `finish`: an unthrottle of this cfs_rq on another CPU may end it first.
-    if OPEN.remove(cfs_rq).is_err() {
-        return;
-    }
-    ev.kind = EVENT_END;
-    ev.end_ns = now();
-    ev.kernel_ns = KERNEL_NS_UNKNOWN;
-    ev.end_reason = END_CGROUP_GONE;
     emit(ev);
 }

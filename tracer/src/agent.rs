@@ -10,6 +10,7 @@ use std::{
     collections::HashMap,
     fs,
     future::Future,
+    path::Path,
     time::{Duration, Instant},
 };
 
@@ -26,7 +27,7 @@ use crate::{
     btf,
     cgroups::Hierarchy,
     cli::{AdviseArgs, ProbeArgs, RunArgs, TracingArgs},
-    error::Failure,
+    error::{Failure, say},
     filter::{Ancestors, Selection, Traced},
     opening, privileges,
     probes::{KernelBtf, Probes},
@@ -34,6 +35,7 @@ use crate::{
     report::{self, AdviceOnly, CgroupReport, Ndjson, Report, Sink, Text, Tick, live::LiveView},
     sampler::{Baseline, Sampler, Snapshot, Target},
     schema::{CgroupRef, End, PidComm, RefusedBackend, Start},
+    sys::{kernel_release, ms},
     terminal::Keys,
     wallclock::{self, Tracker},
 };
@@ -283,58 +285,14 @@ impl Session {
         let parsing = std::thread::Builder::new()
             .name("kernel BTF".into())
             .spawn(move || KernelBtf::parse(&path));
-        let phase = Instant::now();
-        let resolved = btf::resolve(&request.probes.btf).map_err(|e| {
-            Failure::environment(
-                e.to_string(),
-                "the tracer needs kernel BTF (CONFIG_DEBUG_INFO_BTF=y) at /sys/kernel/btf/vmlinux, \
-                 or a BTF file given with --btf",
-            )
-        })?;
-        debug!("startup: BTF offsets resolved in {:.1} ms", ms(phase));
-        match &resolved.throttle_return {
-            btf::ThrottleReturn::Bool | btf::ThrottleReturn::Void => {}
-            btf::ThrottleReturn::NotInBtf => {
-                warn!("BTF has no record of throttle_cfs_rq; assuming it returns bool (5.8+)");
-            }
-            btf::ThrottleReturn::Unexpected(what) => {
-                return Err(Failure::environment(
-                    format!("throttle_cfs_rq has an unexpected signature on this kernel: {what}"),
-                    "this kernel is not supported yet; please report it with `uname -r`",
-                ));
-            }
-        }
-        debug!(
-            "task counts from cfs_rq.{}, queued children from cfs_rq.{}; probe targets with \
-             BTF records: {:?}",
-            resolved.nr_tasks_field.unwrap_or("(none)"),
-            resolved.nr_queued_field.unwrap_or("(none)"),
-            resolved.functions
-        );
-        for disabled in &resolved.disabled {
-            warn!("{disabled}; that part of the report is left empty");
-        }
+        let resolved = resolve_offsets(&request.probes.btf)?;
         let mut hierarchy = Hierarchy::discover().map_err(|e| {
             Failure::environment(
                 e.to_string(),
                 "mount cgroup v2 with the cpu controller, or the cgroup v1 cpu hierarchy",
             )
         })?;
-        let filter = request
-            .cgroups
-            .iter()
-            .map(|path| hierarchy.id_of(path))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| {
-                Failure::usage(
-                    e.to_string(),
-                    format!(
-                        "--cgroup takes a path under {}, such as /system.slice or /demo",
-                        hierarchy.root().display()
-                    ),
-                )
-            })?;
-
+        let filter = cgroup_ids(&hierarchy, &request.cgroups)?;
         let ancestors = Ancestors::of(&hierarchy, &request.cgroups, &filter);
         let kernel_filter: Vec<u64> = filter.iter().copied().chain(ancestors.ids()).collect();
         let kernel_btf = match parsing {
@@ -343,80 +301,14 @@ impl Session {
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
             Err(_) => KernelBtf::parse(&request.probes.btf),
         };
-        let phase = Instant::now();
-        let mut probes = Probes::attach(
-            request.probes.backend,
-            kernel_btf,
-            &resolved.offsets,
-            &kernel_filter,
-            request.probes.ring_buffer_size,
-        )?;
-        debug!("startup: probes attached in {:.1} ms", ms(phase));
-        // The kernel BTF parsed for the loads is freed now, below the objects that stay: give
-        // its pages back, or the idle agent keeps ~8 MB it no longer uses.
-        // SAFETY: glibc's malloc_trim has no preconditions.
-        unsafe { libc::malloc_trim(0) };
-        if !probes.refused.is_empty() {
-            eprintln!(
-                "throttle-tracer: using the {} backend; {}",
-                probes.backend.name(),
-                probes
-                    .refused
-                    .iter()
-                    .map(|r| format!("{} refused: {}", r.backend.name(), r.reason))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            );
-        }
+        let mut probes = attach(request.probes, kernel_btf, &resolved, &kernel_filter)?;
         let mut ring = probes.take_events()?;
         let sampler = Sampler::of(&hierarchy);
         let mut baseline = Baseline::take(&sampler, &mut hierarchy);
         let opened = opening::settle(&mut ring, &mut baseline, &sampler, &mut hierarchy);
         let clock = Tracker::start();
         let started_ns = records::monotonic_now_ns();
-        let start = Start {
-            tracer_version: env!("CARGO_PKG_VERSION").to_owned(),
-            backend: probes.backend.name().to_owned(),
-            backend_requested: request.probes.backend.name().to_owned(),
-            backend_refused: probes
-                .refused
-                .iter()
-                .map(|r| RefusedBackend {
-                    backend: r.backend.name().to_owned(),
-                    reason: r.reason.clone(),
-                })
-                .collect(),
-            kernel: kernel_release(),
-            cgroup_version: Some(hierarchy.version()),
-            cgroup_root: hierarchy.root().to_owned(),
-            cgroups: request.cgroups.clone(),
-            pids: request.pids.clone(),
-            pid_comms: request
-                .pids
-                .iter()
-                .filter_map(|&pid| {
-                    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-                    Some(PidComm {
-                        pid,
-                        comm: comm.trim_end().to_owned(),
-                    })
-                })
-                .collect(),
-            disabled: resolved.disabled.iter().map(ToString::to_string).collect(),
-            blind_end_reasons: probes
-                .blind_end_reasons
-                .iter()
-                .map(|r| (*r).to_owned())
-                .collect(),
-            start_ns: Some(started_ns),
-            realtime_offset_ns: Some(clock.in_use().offset_ns),
-            utc_offset_s: Some(wallclock::local_utc_offset_s(
-                clock.in_use().unix_ns(started_ns),
-            )),
-            bandwidth_slice_ns: bandwidth_slice_ns(),
-            advice_target: Some(request.target),
-            ..Start::default()
-        };
+        let start = describe(&request, &probes, &resolved, &hierarchy, &clock, started_ns);
         let slice_ns = start.bandwidth_slice_ns;
         let report = Report::new(start, request.sinks);
         let mut reader = Reader::new(ring)?;
@@ -432,18 +324,24 @@ impl Session {
             started_ns,
             clock,
         };
-        let before = opening::before_window(&opened, &session.baseline);
+        session.take_opened(opened);
+        Ok(session)
+    }
+
+    /// Takes the records drained while the baseline was read, but those of stops the baseline
+    /// already holds (`opening`).
+    fn take_opened(&mut self, opened: Vec<opening::Drained>) {
+        let before = opening::before_window(&opened, &self.baseline);
         for (record, before) in opened.into_iter().zip(before) {
             if !before {
-                session.reader.intake.take(
+                self.reader.intake.take(
                     record,
-                    &mut session.aggregate,
-                    &mut session.report,
-                    &mut session.hierarchy,
+                    &mut self.aggregate,
+                    &mut self.report,
+                    &mut self.hierarchy,
                 );
             }
         }
-        Ok(session)
     }
 
     /// Starts tracing what `tracing` selects (as [`Session::start`]); returns the session and
@@ -759,19 +657,152 @@ impl Intake {
     }
 }
 
-/// Milliseconds since `since`, for the `startup:` debug lines `cargo xtask bench` reads.
-pub fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1e3
+/// The kernel offsets the probes need, from the BTF at `path`; refuses a kernel whose
+/// `throttle_cfs_rq` the probes cannot read.
+fn resolve_offsets(path: &Path) -> Result<btf::Resolved, Failure> {
+    let phase = Instant::now();
+    let resolved = btf::resolve(path).map_err(|e| {
+        Failure::environment(
+            e.to_string(),
+            "the tracer needs kernel BTF (CONFIG_DEBUG_INFO_BTF=y) at /sys/kernel/btf/vmlinux, \
+             or a BTF file given with --btf",
+        )
+    })?;
+    debug!("startup: BTF offsets resolved in {:.1} ms", ms(phase));
+    match &resolved.throttle_return {
+        btf::ThrottleReturn::Bool | btf::ThrottleReturn::Void => {}
+        btf::ThrottleReturn::NotInBtf => {
+            warn!("BTF has no record of throttle_cfs_rq; assuming it returns bool (5.8+)");
+        }
+        btf::ThrottleReturn::Unexpected(what) => {
+            return Err(Failure::environment(
+                format!("throttle_cfs_rq has an unexpected signature on this kernel: {what}"),
+                "this kernel is not supported yet; please report it with `uname -r`",
+            ));
+        }
+    }
+    debug!(
+        "task counts from cfs_rq.{}, queued children from cfs_rq.{}; probe targets with \
+         BTF records: {:?}",
+        resolved.nr_tasks_field.unwrap_or("(none)"),
+        resolved.nr_queued_field.unwrap_or("(none)"),
+        resolved.functions
+    );
+    for disabled in &resolved.disabled {
+        warn!("{disabled}; that part of the report is left empty");
+    }
+    Ok(resolved)
+}
+
+/// The ids of the cgroups `--cgroup` named.
+fn cgroup_ids(hierarchy: &Hierarchy, paths: &[String]) -> Result<Vec<u64>, Failure> {
+    paths
+        .iter()
+        .map(|path| hierarchy.id_of(path))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Failure::usage(
+                e.to_string(),
+                format!(
+                    "--cgroup takes a path under {}, such as /system.slice or /demo",
+                    hierarchy.root().display()
+                ),
+            )
+        })
+}
+
+/// Loads and attaches the programs of the first backend this kernel takes, and says on
+/// standard error which backends it refused.
+fn attach(
+    args: &ProbeArgs,
+    kernel_btf: KernelBtf,
+    resolved: &btf::Resolved,
+    kernel_filter: &[u64],
+) -> Result<Probes, Failure> {
+    let phase = Instant::now();
+    let probes = Probes::attach(
+        args.backend,
+        kernel_btf,
+        &resolved.offsets,
+        kernel_filter,
+        args.ring_buffer_size,
+    )?;
+    debug!("startup: probes attached in {:.1} ms", ms(phase));
+    // The kernel BTF parsed for the loads is freed now, below the objects that stay: give
+    // its pages back, or the idle agent keeps ~8 MB it no longer uses.
+    // SAFETY: glibc's malloc_trim has no preconditions.
+    unsafe { libc::malloc_trim(0) };
+    if !probes.refused.is_empty() {
+        say!(
+            "throttle-tracer: using the {} backend; {}",
+            probes.backend.name(),
+            probes
+                .refused
+                .iter()
+                .map(|r| format!("{} refused: {}", r.backend.name(), r.reason))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    Ok(probes)
+}
+
+/// The `start` line: what is traced, how, and the clocks to read its times by.
+fn describe(
+    request: &Request<'_>,
+    probes: &Probes,
+    resolved: &btf::Resolved,
+    hierarchy: &Hierarchy,
+    clock: &Tracker,
+    started_ns: u64,
+) -> Start {
+    Start {
+        tracer_version: env!("CARGO_PKG_VERSION").to_owned(),
+        backend: probes.backend.name().to_owned(),
+        backend_requested: request.probes.backend.name().to_owned(),
+        backend_refused: probes
+            .refused
+            .iter()
+            .map(|r| RefusedBackend {
+                backend: r.backend.name().to_owned(),
+                reason: r.reason.clone(),
+            })
+            .collect(),
+        kernel: kernel_release(),
+        cgroup_version: Some(hierarchy.version()),
+        cgroup_root: hierarchy.root().to_owned(),
+        cgroups: request.cgroups.clone(),
+        pids: request.pids.clone(),
+        pid_comms: request
+            .pids
+            .iter()
+            .filter_map(|&pid| {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+                Some(PidComm {
+                    pid,
+                    comm: comm.trim_end().to_owned(),
+                })
+            })
+            .collect(),
+        disabled: resolved.disabled.iter().map(ToString::to_string).collect(),
+        blind_end_reasons: probes
+            .blind_end_reasons
+            .iter()
+            .map(|r| (*r).to_owned())
+            .collect(),
+        start_ns: Some(started_ns),
+        realtime_offset_ns: Some(clock.in_use().offset_ns),
+        utc_offset_s: Some(wallclock::local_utc_offset_s(
+            clock.in_use().unix_ns(started_ns),
+        )),
+        bandwidth_slice_ns: bandwidth_slice_ns(),
+        advice_target: Some(request.target),
+        ..Start::default()
+    }
 }
 
 /// `sched_cfs_bandwidth_slice_us` in ns; `None` when unreadable (no CFS bandwidth control).
 fn bandwidth_slice_ns() -> Option<u64> {
     let us = fs::read_to_string("/proc/sys/kernel/sched_cfs_bandwidth_slice_us").ok()?;
     us.trim().parse::<u64>().ok()?.checked_mul(1000)
-}
-
-pub fn kernel_release() -> String {
-    fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|r| r.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
 }

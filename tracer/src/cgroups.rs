@@ -194,7 +194,7 @@ pub(crate) fn mode_of(mounts: &[Mount]) -> Mode {
 /// tick, nothing next to [`REWALK_INTERVAL`]. [`Hierarchy::path_of`] reads it at every miss.
 fn coarse_now() -> Duration {
     // CLOCK_MONOTONIC_COARSE exists since 2.6.32.
-    Duration::from_nanos(crate::workload::clock_ns(libc::CLOCK_MONOTONIC_COARSE))
+    Duration::from_nanos(tracer_common::clock::clock_ns(libc::CLOCK_MONOTONIC_COARSE))
 }
 
 /// The cpu controller's hierarchy and a cache of its cgroups' paths by id.

@@ -1,5 +1,5 @@
 //! Command-line options: tracing (no subcommand; `--interval` or `top` for the live view),
-//! `advise`, `doctor`, `demo`, `serve` and `scan`.
+//! `advise`, `doctor`, `demo`, `serve`, `scan` and `recommend`.
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
@@ -142,6 +142,10 @@ pub enum Command {
     /// limit and its cpu.stat counters, most throttled first: where to look, in one reading of
     /// the cgroup tree, without eBPF or privileges beyond reading it.
     Scan(ScanArgs),
+    /// Reads what `serve` exported across a fleet from Prometheus over --window and prints
+    /// one row per workload: the CPU limit to set so that at most the advice's target share
+    /// of periods is stopped (the largest advice any replica had), with what it changes.
+    Recommend(RecommendArgs),
     /// Prints the end report of a run recorded with --record FILE again, from the file alone:
     /// the summary, the histograms and the cpu.stat comparison, as the run printed them.
     Report {
@@ -275,6 +279,51 @@ pub struct BenchFeedArgs {
     #[arg(long)]
     pub hold: bool,
 }
+
+/// `recommend`'s options.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = RECOMMEND_HELP)]
+pub struct RecommendArgs {
+    /// Prometheus' base URL, e.g. http://prometheus.monitoring:9090 (with the path prefix it
+    /// serves under, if any). Plain HTTP only: no TLS, no authentication.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: String,
+
+    /// How far back to read the series (Prometheus' range, e.g. 7d, 24h).
+    #[arg(long, value_parser = positive_duration, default_value = "7d")]
+    pub window: Duration,
+
+    /// The least measured time (the Σ of the periods `serve` measured, over the window and the
+    /// workload's pods) a workload needs before it is advised; with less, it is listed as not
+    /// advised, with how much it has.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, default_value = "1h")]
+    pub min_data: Duration,
+
+    /// What to print: a table, one JSON object per workload and line, or a `kubectl patch`
+    /// document per Kubernetes workload.
+    #[arg(long, value_enum, default_value = "table")]
+    pub output: RecommendOutput,
+
+    /// The same as --output json.
+    #[arg(long, conflicts_with = "output")]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecommendOutput {
+    Table,
+    Json,
+    Patch,
+}
+
+const RECOMMEND_HELP: &str = "\
+Workloads: Kubernetes namespace/kind/name:container through kube-state-metrics' kube_pod_info,
+kube_pod_owner and kube_pod_container_info, joined by pod uid and container id (a ReplicaSet's
+pods are its Deployment's); elsewhere one row per cgroup path, its copies on every node together.
+The advised limit is the largest throttle_tracer_advised_quota_seconds{fit=\"target\"} / period
+any of its pods had in the window; DATA is the measured time behind it. BURST is n/a in
+Kubernetes, which cannot set a CPU burst (elsewhere: cpu.max.burst, cpu.cfs_burst_us).
+docs/prometheus.md, section \"Fleet-wide advice: recommend\", lists the queries and every column.";
 
 #[cfg(test)]
 mod tests {

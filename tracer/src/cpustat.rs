@@ -1,16 +1,8 @@
-//! Reading and diffing cpu.stat and cpu.stat.local, and reading a cgroup's quota settings.
-//!
-//! What the kernel counts (docs/kernel.md §3): `nr_periods` = period-timer ticks with a quota set,
-//! `nr_throttled` = those ticks that found at least one throttled cfs_rq (periods, not stops),
-//! `throttled` time = Σ over per-CPU cfs_rqs of each stop's `rq->clock` length — so N CPUs
-//! stopped together add N× the wall time. cpu.stat.local (6.6+) `throttled` time counts the
-//! group's cfs_rqs stopped by its own quota *or an ancestor's*.
-//!
-//! Units: cgroup v1 prints times in ns, v2 in µs truncated from ns (`throttled_usec =
-//! throttled_time / 1000`). Everything here is normalised to ns and keeps its origin
-//! ([`TimeUnit`]), because a v2 delta is only good to ±1 µs and a cross-check must allow that.
-//! The period counters are 32-bit `int`s in the kernel, printed with `%d`: they go negative and
-//! wrap; deltas are taken modulo 2^32 (right unless 2^32 periods pass between two reads).
+//! Reading and diffing cpu.stat and cpu.stat.local, and reading a cgroup's quota settings; what
+//! the kernel counts in them is docs/kernel.md §3. Every time is normalised to ns and keeps its
+//! origin ([`TimeUnit`]): a v2 delta (µs, truncated) is only good to ±1 µs, and a cross-check
+//! must allow that. The period counters are the kernel's 32-bit `int`s, printed with `%d`: they
+//! wrap, so deltas are taken modulo 2^32.
 
 use std::collections::HashMap;
 use std::fs;

@@ -8,12 +8,12 @@ use serde::Serialize;
 use tracer_common::Offsets;
 
 use crate::{
-    agent::kernel_release,
     btf::{self, Feature, ThrottleReturn},
     cgroups::{self, Hierarchy, Version},
-    error::Failure,
+    error::{Exit, Failure},
     privileges::Capabilities,
     probes::{self, Backend},
+    sys::kernel_release,
 };
 
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
@@ -101,22 +101,21 @@ struct BackendCheck {
     hint: Option<String>,
 }
 
-/// Runs every check, prints the diagnosis, and returns the exit code: 0 when at least one
-/// backend works, 1 otherwise.
-pub fn run(json: bool) -> i32 {
+/// Runs every check and prints the diagnosis; exit status 1 when no backend works.
+pub fn run(json: bool) -> Result<(), Exit> {
     let diagnosis = diagnose();
     if json {
-        match serde_json::to_string(&diagnosis) {
-            Ok(line) => println!("{line}"),
-            Err(e) => {
-                eprintln!("error: cannot encode the diagnosis: {e}");
-                return 1;
-            }
-        }
+        let line = serde_json::to_string(&diagnosis).map_err(|e| {
+            Failure::environment_without_hint(format!("cannot encode the diagnosis: {e}"))
+        })?;
+        println!("{line}");
     } else {
         print!("{}", render(&diagnosis));
     }
-    if diagnosis.auto.is_some() { 0 } else { 1 }
+    match diagnosis.auto {
+        Some(_) => Ok(()),
+        None => Err(Exit::Status(1)),
+    }
 }
 
 fn diagnose() -> Diagnosis {

@@ -2,6 +2,16 @@
 //! when there is one, and the exit code (2 for usage, 1 for the environment).
 use std::fmt;
 
+/// `eprintln!` that never panics: with standard error closed (`2>&-`, or a pipe whose reader
+/// left) the line is dropped, and the exit status is the one thing left to say.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+pub(crate) use say;
+
 /// What went wrong, from the user's point of view.
 #[derive(Debug)]
 pub enum Failure {
@@ -40,6 +50,14 @@ impl Failure {
         }
     }
 
+    /// Standard output refused `what` (e.g. "the scan") with `e`.
+    pub fn stdout(what: &str, e: &std::io::Error) -> Self {
+        Self::environment(
+            format!("cannot write {what}: {e}"),
+            "check that standard output can be written",
+        )
+    }
+
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::Usage { .. } => 2,
@@ -60,6 +78,20 @@ impl fmt::Display for Failure {
 }
 
 impl std::error::Error for Failure {}
+
+/// How a command ends when not with success: a failure for `main` to print, or an exit status
+/// alone, whose meaning the command has shown (`doctor`'s diagnosis, an interrupted demo).
+#[derive(Debug)]
+pub enum Exit {
+    Failed(Failure),
+    Status(i32),
+}
+
+impl From<Failure> for Exit {
+    fn from(failure: Failure) -> Self {
+        Self::Failed(failure)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,7 @@ use tracer_common::{END_REFILL, EVENT_END, EVENT_START, StopEvent};
 use crate::advice::Target;
 use crate::agent::{Request, Session};
 use crate::cli::BenchFeedArgs;
-use crate::error::Failure;
+use crate::error::{Failure, say};
 use crate::records;
 use crate::report::prometheus::{AdviceConfig, Config, Exporter, Scraper};
 use crate::report::{Ndjson, Sink};
@@ -64,7 +64,7 @@ pub fn run(args: &BenchFeedArgs) -> Result<(), Failure> {
     if let Some(scraper) = scraper {
         result["scrape"] = scrapes(&scraper)?;
     }
-    eprintln!("{result}");
+    say!("{result}");
     if args.hold {
         // Until the bench closes our stdin; what it reads meanwhile is this state.
         let _ = std::io::stdin().read_to_end(&mut Vec::new());

@@ -179,6 +179,13 @@ impl Name {
         parts(path).fold(None, |name, part| Some(part.apply(name)))
     }
 
+    /// What users call the cgroup at `path` (`docker 0123456789ab`), unless that is its
+    /// path's last component already (`/system.slice/nginx.service`).
+    pub fn friendly(path: &str) -> Option<String> {
+        let label = Self::of(path)?.to_string();
+        (path.rsplit('/').next() != Some(label.as_str())).then_some(label)
+    }
+
     fn empty(kind: Kind) -> Self {
         Self {
             kind,

@@ -1,17 +1,9 @@
-//! Where the trace's window opens: at each cgroup's cpu.stat baseline, not at the attach.
-//!
-//! The probes are attached first (the tracepoint backend's take hundreds of ms, program by
-//! program), then every cgroup's cpu.stat is read, each reading stamped with the
-//! CLOCK_MONOTONIC span it took (`Baseline::read_ns`). The kernel adds a stop's time to
-//! cpu.stat when the stop ends, so a stop that ended before its group's reading is already in
-//! the baseline: its records are dropped here, its start with it, and the window's figures and
-//! its cpu.stat deltas hold the same stops. This matters most when the tracer starts in the
-//! middle of an incident, where stops that began before the attach end during it.
-//!
-//! A stop whose end record is stamped within [`LAG_NS`] after its group's reading may have
-//! ended on either side of it (the stamp follows the kernel's unthrottle: at once with kprobe
-//! and fentry, at the refill callback's exit with the tracepoint backend): that group is read
-//! again, until no end falls there.
+//! Where the trace's window opens: at each cgroup's cpu.stat baseline, not at the attach. The
+//! kernel adds a stop's time to cpu.stat when it ends, so a stop that ended before its group's
+//! reading is in the baseline already: its records are dropped here, so that the window's
+//! figures and its cpu.stat deltas hold the same stops (it matters when the tracer starts in the
+//! middle of an incident). An end stamped within [`LAG_NS`] of the reading may lie on either
+//! side of it (the stamp follows the unthrottle a little): that group is read again.
 use std::collections::HashSet;
 
 use aya::maps::{MapData, RingBuf};

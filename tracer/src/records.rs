@@ -532,7 +532,7 @@ fn stop_of(raw: &StopEvent) -> Stop {
 
 /// CLOCK_MONOTONIC now, in ns: the clock of every `*_ns` timestamp the kernel sends.
 pub fn monotonic_now_ns() -> u64 {
-    crate::workload::clock_ns(libc::CLOCK_MONOTONIC)
+    tracer_common::clock::clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 #[cfg(test)]

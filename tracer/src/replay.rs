@@ -1,22 +1,10 @@
 //! `throttle-tracer report FILE`: the end report of a run recorded with `--record FILE`,
-//! printed again from the file alone.
-//!
-//! The offline report is the live run's own path with the recording as its source: every
-//! `stop_begin`, `stop` and `unseen_start_stop` line is turned back into the [`Event`] the run
-//! loop took, in the order it took them, through the same [`Aggregate`], and the result goes to
-//! the same [`Report`] with the text sink; an `ancestor_stop` line (a stop of an untraced
-//! ancestor) is credited to the traced descendants it names, as the run credited it. What the
-//! live run read from the machine rather than from the kernel's records comes from its other
-//! lines: the run's description (`start`), each cgroup's path, cpu.stat delta and quota
-//! settings at the end (`summary`), the lost and malformed counts and the traced time (`end`).
-//! The moment the trace ended, which open stops are measured to, is any open stop's
-//! `start_ns + elapsed_ns` (it matters for nothing else).
-//!
-//! A recording cut short (the tracer was killed) has no `end` line: the report is still made
-//! from the records, without cpu.stat for the cgroups that have no `summary`, with open stops
-//! measured to the last record, and a warning says how far it got: its last record's time
-//! (CLOCK_MONOTONIC and UTC) and the ended stops it holds. The exit status is still 0: what
-//! the file holds was reported; the warning on standard error is how a script tells.
+//! printed again from the file alone, by the live run's own path: each record line becomes the
+//! [`Event`] the run loop took, in its order, through the same [`Aggregate`] to the same
+//! [`Report`]; what the run read from the machine instead (paths, cpu.stat, settings, counts)
+//! comes from its `start`, `summary` and `end` lines. A recording cut short has no `end` line:
+//! it is reported as far as it got, with a warning on standard error and exit status 0, since
+//! what the file holds was reported.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -24,24 +12,13 @@ use std::io::{self, BufRead, BufReader};
 use std::path::Path;
 
 use crate::aggregate::Aggregate;
-use crate::error::Failure;
+use crate::error::{Failure, say};
 use crate::records::{Event, Lost, RecordError};
 use crate::report::{CgroupReport, Report, Text};
 use crate::schema::{End, Line, Start, Summary};
 
 /// `throttle-tracer report FILE`: prints the text report the recorded run printed at its end.
-/// Returns the exit code.
-pub fn main(file: &Path) -> i32 {
-    match report(file) {
-        Ok(()) => 0,
-        Err(failure) => {
-            eprintln!("{failure}");
-            failure.exit_code()
-        }
-    }
-}
-
-fn report(file: &Path) -> Result<(), Failure> {
+pub fn run(file: &Path) -> Result<(), Failure> {
     let hint = "`throttle-tracer report` reads a file written by `throttle-tracer --record FILE`";
     let input = File::open(file)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display()), hint))?;
@@ -52,7 +29,7 @@ fn report(file: &Path) -> Result<(), Failure> {
             || "no wall-clock time: recorded before the lines had it".to_owned(),
             |ns| crate::wallclock::Utc::of_unix_ns(ns).to_string(),
         );
-        eprintln!(
+        say!(
             "warning: {} was cut short (no `end` line: the tracer was killed or the file cut): \
              it got as far as its last record at monotonic {} ns ({utc}) and holds {} stops; \
              reported below as recorded: cgroups without a `summary` line have no cpu.stat \
@@ -63,12 +40,9 @@ fn report(file: &Path) -> Result<(), Failure> {
             cut.stops
         );
     }
-    recorded.print(io::stdout()).map_err(|e| {
-        Failure::environment(
-            format!("cannot write the report: {e}"),
-            "check that standard output can be written",
-        )
-    })
+    recorded
+        .print(io::stdout())
+        .map_err(|e| Failure::stdout("the report", &e))
 }
 
 /// Why a recording could not be read.
@@ -113,18 +87,7 @@ pub struct Cut {
 
 impl Recorded {
     pub fn read(input: impl BufRead) -> Result<Self, ReadError> {
-        let mut start = None;
-        let mut aggregate = Aggregate::default();
-        let mut at_end: HashMap<u64, Summary> = HashMap::new();
-        // Paths from the records, for cgroups without a `summary` line.
-        let mut paths: HashMap<u64, String> = HashMap::new();
-        // The paths the live run gave the cgroups in `descendants` / `stopped_by_ancestor`.
-        let mut attributed_paths: HashMap<u64, Option<String>> = HashMap::new();
-        let mut totals = None;
-        let mut end_of_trace = None;
-        let mut span: Option<(u64, u64)> = None;
-        let mut realtime_offset_ns = None;
-        let mut stops = 0;
+        let mut gathered = Gathered::default();
         for (i, text) in input.lines().enumerate() {
             let line = i + 1;
             let text = text?;
@@ -132,99 +95,141 @@ impl Recorded {
                 continue;
             }
             let record = Line::parse(&text).map_err(|source| ReadError::Json { line, source })?;
-            match (record, start.is_some()) {
-                (Line::Start(s), false) => {
-                    realtime_offset_ns = s.realtime_offset_ns;
-                    aggregate.set_slice(s.bandwidth_slice_ns);
-                    start = Some(s);
+            gathered.take(line, record)?;
+        }
+        gathered.finish()
+    }
+
+    /// Writes the text report the recorded run printed at its end.
+    pub fn print(self, out: impl io::Write + Send) -> io::Result<()> {
+        Report::new(self.start, vec![Box::new(Text::to(out))]).finish(&self.reports, &self.totals)
+    }
+}
+
+/// What [`Recorded::read`] gathers from the lines, in their order.
+#[derive(Default)]
+struct Gathered {
+    start: Option<Start>,
+    aggregate: Aggregate,
+    /// Each cgroup's `summary` line, by id.
+    at_end: HashMap<u64, Summary>,
+    /// Paths from the records, for cgroups without a `summary` line.
+    paths: HashMap<u64, String>,
+    /// The paths the live run gave the cgroups in `descendants` / `stopped_by_ancestor`.
+    attributed_paths: HashMap<u64, Option<String>>,
+    totals: Option<End>,
+    /// The moment the trace ended, which open stops are measured to: any open stop's
+    /// `start_ns + elapsed_ns`.
+    end_of_trace: Option<u64>,
+    /// The first and last times of the records.
+    span: Option<(u64, u64)>,
+    /// The wall-clock offset of the `start` line or of the last `clock_step` line.
+    realtime_offset_ns: Option<i64>,
+    /// `stop` lines so far.
+    stops: usize,
+}
+
+impl Gathered {
+    /// Takes `record`, the recording's line number `line`.
+    fn take(&mut self, line: usize, record: Line) -> Result<(), ReadError> {
+        let record_error = |source| ReadError::Record { line, source };
+        match (record, self.start.is_some()) {
+            (Line::Start(s), false) => {
+                self.realtime_offset_ns = s.realtime_offset_ns;
+                self.aggregate.set_slice(s.bandwidth_slice_ns);
+                self.start = Some(s);
+            }
+            (_, false) => return Err(ReadError::NotARecording),
+            (Line::Start(_), true) => {
+                return Err(ReadError::Invalid {
+                    line,
+                    what: "a second `start` line (two runs in one file?)",
+                });
+            }
+            (Line::Summary(summary), _) => {
+                if let Some(open) = summary.open_stops.first() {
+                    self.end_of_trace = Some(open.start_ns.saturating_add(open.elapsed_ns));
                 }
-                (_, false) => return Err(ReadError::NotARecording),
-                (Line::Start(_), true) => {
+                for a in summary
+                    .descendants
+                    .iter()
+                    .chain(&summary.stopped_by_ancestor)
+                {
+                    self.attributed_paths.insert(a.cgroup_id, a.path.clone());
+                }
+                self.at_end.insert(summary.cgroup.id, *summary);
+            }
+            (Line::End(end), _) => self.totals = Some(end),
+            // The advice is made again from the periods, as the live run made it.
+            (Line::Other | Line::Advice(_), _) => {}
+            // The wall clock's steps change the lines' UTC times, which are in the lines;
+            // the last one's offset dates a cut recording's last record.
+            (Line::ClockStep(step), _) => self.realtime_offset_ns = Some(step.realtime_offset_ns),
+            (Line::Period(p), _) => {
+                let period = p.record();
+                // The decoder never makes one (`Period::from_raw`), and the aggregate
+                // measures each period as end - start.
+                if period.start_ns.is_some_and(|start| start > period.end_ns) {
                     return Err(ReadError::Invalid {
                         line,
-                        what: "a second `start` line (two runs in one file?)",
+                        what: "a period that ends before it starts",
                     });
                 }
-                (Line::Summary(summary), _) => {
-                    if let Some(open) = summary.open_stops.first() {
-                        end_of_trace = Some(open.start_ns.saturating_add(open.elapsed_ns));
-                    }
-                    for a in summary
-                        .descendants
-                        .iter()
-                        .chain(&summary.stopped_by_ancestor)
-                    {
-                        attributed_paths.insert(a.cgroup_id, a.path.clone());
-                    }
-                    at_end.insert(summary.cgroup.id, *summary);
-                }
-                (Line::End(end), _) => totals = Some(end),
-                // The advice is made again from the periods, as the live run made it.
-                (Line::Other | Line::Advice(_), _) => {}
-                // The wall clock's steps change the lines' UTC times, which are in the lines;
-                // the last one's offset dates a cut recording's last record.
-                (Line::ClockStep(step), _) => realtime_offset_ns = Some(step.realtime_offset_ns),
-                (Line::Period(p), _) => {
-                    let period = p.record();
-                    // The decoder never makes one (`Period::from_raw`), and the aggregate
-                    // measures each period as end - start.
-                    if period.start_ns.is_some_and(|start| start > period.end_ns) {
-                        return Err(ReadError::Invalid {
-                            line,
-                            what: "a period that ends before it starts",
-                        });
-                    }
-                    widen(
-                        &mut span,
-                        (period.start_ns.unwrap_or(period.end_ns), period.end_ns),
-                    );
-                    aggregate.ingest_period(&period);
-                }
-                (Line::Deferred(d), _) => aggregate.ingest_deferred(&d.record()),
-                (Line::AncestorStop(a), _) => {
-                    let end = a
-                        .stop
-                        .ended()
-                        .map_err(|source| ReadError::Record { line, source })?;
-                    widen(&mut span, (end.stop.start_ns, end.end_ns));
-                    aggregate.credit_only(&end, |d| a.credited_cgroup_ids.contains(&d));
-                }
-                (record, _) => {
-                    stops += usize::from(matches!(record, Line::Stop(_)));
-                    let (event, path) = record
+                widen(
+                    &mut self.span,
+                    (period.start_ns.unwrap_or(period.end_ns), period.end_ns),
+                );
+                self.aggregate.ingest_period(&period);
+            }
+            (Line::Deferred(d), _) => self.aggregate.ingest_deferred(&d.record()),
+            (Line::AncestorStop(a), _) => {
+                let end = a.stop.ended().map_err(record_error)?;
+                widen(&mut self.span, (end.stop.start_ns, end.end_ns));
+                self.aggregate
+                    .credit_only(&end, |d| a.credited_cgroup_ids.contains(&d));
+            }
+            (record, _) => {
+                self.stops += usize::from(matches!(record, Line::Stop(_)));
+                let (event, path) =
+                    record
                         .event()
-                        .map_err(|source| ReadError::Record { line, source })?
+                        .map_err(record_error)?
                         .ok_or(ReadError::Invalid {
                             line,
                             what: "not a record",
                         })?;
-                    widen(&mut span, timestamps(&event));
-                    if let Some(path) = path {
-                        paths.insert(event.cgroup_id(), path.to_owned());
-                    }
-                    aggregate.ingest(&event);
+                widen(&mut self.span, timestamps(&event));
+                if let Some(path) = path {
+                    self.paths.insert(event.cgroup_id(), path.to_owned());
                 }
+                self.aggregate.ingest(&event);
             }
         }
-        let start = start.ok_or(ReadError::NotARecording)?;
+        Ok(())
+    }
+
+    /// The recording as read: the report of the gathered records, with the end-of-run
+    /// readings of the `summary` lines, and how far it got if it has no `end` line.
+    fn finish(mut self) -> Result<Recorded, ReadError> {
+        let start = self.start.take().ok_or(ReadError::NotARecording)?;
         // The live aggregate watched the cgroups named with --cgroup from the start; every one
         // has a `summary` line, and watching after the records changes nothing else.
-        for id in at_end.keys() {
-            aggregate.watch(*id);
+        for id in self.at_end.keys() {
+            self.aggregate.watch(*id);
         }
-        let (first_ns, last_ns) = span.unwrap_or_default();
-        let cut = totals.is_none().then(|| Cut {
+        let (first_ns, last_ns) = self.span.unwrap_or_default();
+        let cut = self.totals.is_none().then(|| Cut {
             last_ns,
-            last_unix_ns: realtime_offset_ns.map(|offset| {
+            last_unix_ns: self.realtime_offset_ns.map(|offset| {
                 crate::wallclock::Reading {
                     at_ns: last_ns,
                     offset_ns: offset,
                 }
                 .unix_ns(last_ns)
             }),
-            stops,
+            stops: self.stops,
         });
-        let totals = totals.unwrap_or(End {
+        let totals = self.totals.take().unwrap_or(End {
             lost: 0,
             malformed: 0,
             elapsed_ns: last_ns - first_ns,
@@ -233,8 +238,20 @@ impl Recorded {
             forgotten_paths: None,
             forgotten_demand: None,
         });
-        let reports = aggregate
-            .finish(end_of_trace.unwrap_or(last_ns))
+        let reports = self.reports(last_ns);
+        Ok(Recorded {
+            start,
+            reports,
+            totals,
+            cut,
+        })
+    }
+
+    /// Each cgroup's report: the aggregate's summary, with its `summary` line's readings, or
+    /// the path its records gave.
+    fn reports(mut self, last_ns: u64) -> Vec<CgroupReport> {
+        let summaries = self.aggregate.finish(self.end_of_trace.unwrap_or(last_ns));
+        summaries
             .into_iter()
             .map(|mut summary| {
                 for a in summary
@@ -242,9 +259,9 @@ impl Recorded {
                     .iter_mut()
                     .chain(summary.stopped_by_ancestor.iter_mut())
                 {
-                    a.path = attributed_paths.get(&a.cgroup_id).cloned().flatten();
+                    a.path = self.attributed_paths.get(&a.cgroup_id).cloned().flatten();
                 }
-                match at_end.remove(&summary.cgroup_id) {
+                match self.at_end.remove(&summary.cgroup_id) {
                     Some(end) => CgroupReport {
                         summary,
                         path: end.cgroup.path,
@@ -257,7 +274,7 @@ impl Recorded {
                         lost: end.lost,
                     },
                     None => CgroupReport {
-                        path: paths.remove(&summary.cgroup_id),
+                        path: self.paths.remove(&summary.cgroup_id),
                         summary,
                         cpu_stat: None,
                         settings: None,
@@ -267,18 +284,7 @@ impl Recorded {
                     },
                 }
             })
-            .collect();
-        Ok(Self {
-            start,
-            reports,
-            totals,
-            cut,
-        })
-    }
-
-    /// Writes the text report the recorded run printed at its end.
-    pub fn print(self, out: impl io::Write + Send) -> io::Result<()> {
-        Report::new(self.start, vec![Box::new(Text::to(out))]).finish(&self.reports, &self.totals)
+            .collect()
     }
 }
 

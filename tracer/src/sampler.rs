@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::cgroups::{self, Hierarchy, Version};
 use crate::cpustat::{self, CpuStat, CpuStatError};
@@ -162,6 +162,28 @@ impl Sample {
             denied: false,
         }
     }
+
+    /// What the counters did from `before`, an earlier sample of the same cgroup, to this one.
+    pub fn since(&self, before: &Sample) -> Change {
+        Change {
+            stat: (self.stat.as_ref())
+                .zip(before.stat.as_ref())
+                .and_then(|(after, before)| after.since(before).ok()),
+            usage_ns: (self.usage_ns)
+                .zip(before.usage_ns)
+                .and_then(|(after, before)| after.checked_sub(before)),
+            span: self.at.saturating_duration_since(before.at),
+        }
+    }
+}
+
+/// The difference of two samples of one cgroup: counters the kernel reset or could not give
+/// either time are `None`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    pub stat: Option<CpuStat>,
+    pub usage_ns: Option<u64>,
+    pub span: Duration,
 }
 
 /// v1 `cpuacct.usage` (ns) in the cgroup directory `dir` of the cpuacct hierarchy.

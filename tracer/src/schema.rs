@@ -1,25 +1,9 @@
-//! The NDJSON schema: one type per line kind, each both written (the report's NDJSON sinks:
-//! stdout with `--json`, the `--record` file) and read (`replay`, for `throttle-tracer report
-//! FILE`, and the tests). A stable interface: fields may be added, never renamed or retyped;
-//! missing values are `null`, never a sentinel number. The full field list is docs/ndjson.md.
-//!
-//! Lines, `"type"` first: `start` (once), `stop_begin` (per per-CPU stop, when it begins),
-//! `stop` (per ended per-CPU stop), `ancestor_stop` (an ended stop of an ancestor traced only
-//! for the selected descendants it stopped), `unseen_start_stop` (per stop that began before
-//! tracing and ended during it), `clock_step` (the wall clock was stepped), `summary` (per
-//! cgroup, at the end), `end` (last). Every record
-//! the aggregate takes is a line, in the order it took them, so a recording rebuilds the
-//! report. All `*_ns` fields are ns; timestamps (`start_ns`, `end_ns`) are CLOCK_MONOTONIC
-//! (`"clock":"monotonic"` in `start`); `kernel_ns` is the kernel's `rq->clock` length of the stop;
-//! `kernel_start_clock_ns` is `cfs_rq->throttled_clock` on the kernel's rq clock (sched_clock).
-//! `*_log2_ms` arrays count durations in [2^i, 2^(i+1)) ms at index i (index 0 also holds < 1 ms).
-//! Every CLOCK_MONOTONIC time `x_ns` also comes as wall-clock time, `x_utc` (RFC 3339, µs) and
-//! `x_unix_ns`, at the offset the `start` line gives (or the last `clock_step` line's): filled
-//! in by [`Line::stamp`] as the line is written, absent from recordings made before them.
-//!
-//! `name` (on `stop`, `stop_begin`, `unseen_start_stop` and `summary`) is what users call the
-//! cgroup ([`Name`]), a function of the `cgroup` path: written for readers, and derived again
-//! from the path when a line is read back ([`Line::parse`]).
+//! The NDJSON schema: one type per line kind, each both written (`--json`, the `--record` file)
+//! and read (`replay`, the tests). A stable interface: fields may be added, never renamed or
+//! retyped; a missing value is `null`, never a sentinel. Every record the aggregate takes is a
+//! line, in its order, so a recording rebuilds the report. The lines and their fields are
+//! docs/ndjson.md's to say; wall-clock times are stamped as a line is written ([`Line::stamp`]),
+//! names derived again from the path when one is read ([`Line::parse`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

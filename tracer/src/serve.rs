@@ -30,16 +30,15 @@ use tokio::{net::TcpListener, task::AbortHandle};
 use crate::{
     agent::{Ended, Interrupts, Session},
     cli::ServeArgs,
-    error::Failure,
+    error::{Failure, say},
     report::{
         Ndjson, Sink, Text,
-        prometheus::{AdviceConfig, Config, Exporter, PROTOBUF_CONTENT_TYPE, Scraper},
+        prometheus::{
+            AdviceConfig, Config, Exporter, PROTOBUF_CONTENT_TYPE, REFRESH_EVERY, Scraper,
+        },
     },
     sampler::Sampler,
 };
-
-/// How often the exporter's bookkeeping runs (lost records, removed cgroups).
-const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     if args.max_cgroups == 0 {
@@ -57,7 +56,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let address = listener.local_addr().unwrap_or(args.listen);
     let attached = Attached::default();
     tokio::spawn(accept(listener, attached.clone()));
-    eprintln!("throttle-tracer: serving metrics on http://{address}/metrics");
+    say!("throttle-tracer: serving metrics on http://{address}/metrics");
     let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(Text::stdout())];
     if let Some(path) = &args.record {
         sinks.push(Box::new(Ndjson::recording(path)?));
@@ -92,7 +91,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             break;
         }
         session.forget(scraper.take_gone());
-        let pause = tokio::time::sleep(REFRESH_INTERVAL);
+        let pause = tokio::time::sleep(REFRESH_EVERY);
         if session.trace_until(pause, &mut interrupts).await? == Ended::Interrupted {
             break;
         }

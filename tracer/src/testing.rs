@@ -1,6 +1,6 @@
-//! What the unit tests that read this machine share (the host tests have theirs in
-//! tests/common): a test that cannot run here either lacks something this machine should have,
-//! which fails under `CI=true` ([`missing`]), or checks a fact of another kernel
+//! What the unit tests that read this machine share (the host tests have theirs in the
+//! test-support crate): a test that cannot run here either lacks something this machine should
+//! have, which fails under `CI=true` ([`missing`]), or checks a fact of another kernel
 //! ([`not_applicable`]), which never fails. Both say so on stderr. Also the record the unit
 //! tests of every layer build on ([`ended`]).
 

@@ -24,7 +24,7 @@ const READ_GAP_NS: u64 = 20_000;
 
 /// One clock's reading, ns (both clocks read here are past 1970 and far from i64's end).
 fn now_ns(clock: libc::clockid_t) -> i64 {
-    i64::try_from(crate::workload::clock_ns(clock)).unwrap_or(i64::MAX)
+    i64::try_from(tracer_common::clock::clock_ns(clock)).unwrap_or(i64::MAX)
 }
 
 /// CLOCK_REALTIME − CLOCK_MONOTONIC at one moment.

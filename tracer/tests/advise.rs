@@ -5,7 +5,7 @@
 //! nr_throttled after the advised quota, burst and period are applied and the same workload
 //! runs again. Needs root, kernel BTF and a cpu hierarchy; otherwise each test says why it
 //! cannot run (a failure under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{
     collections::HashMap,

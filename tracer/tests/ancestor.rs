@@ -9,7 +9,7 @@
 //!
 //! Needs root, kernel BTF and a cpu hierarchy, otherwise it says why it cannot run (a failure
 //! under `CI=true`); and two CPUs and cpu.stat.local (6.6+), otherwise it does not apply here.
-mod common;
+use test_support as common;
 
 use std::{
     fs,

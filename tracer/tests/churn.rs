@@ -1,22 +1,11 @@
-//! Cgroups made and removed by the hundred per second while the tracer traces every cgroup, on
-//! this host (tracepoint backend, or [`common::backend`]'s), for 6 s, or for
-//! `TT_CHURN_SECONDS`: `cargo xtask soak` runs it beside its own load for the soak's length (a
-//! minute in `cargo xtask test`, which leaves the 6 s run out): each churned cgroup gets a
-//! quota, one in 50 a task that it stops once, then it is removed.
-//! Two groups throttle the whole time. What must hold: the two groups' traces are complete
-//! (Σ kernel_ns = their cpu.stat throttled time, one stop per throttled period), no stop of a
-//! churned group begins after its removal and each is marked gone, the programs' maps of open
-//! stops hold only what is open (no stop of a removed group left behind), the map of removed
-//! cgroups stays within its capacity and the `end` line counts what it evicted (at least the
-//! cgroups removed here beyond its capacity), the tracer's
-//! memory stays flat after warm-up but for the summaries of the cgroups that stopped, which a
-//! plain run keeps for its report, and `serve` beside it (the DaemonSet's agent, which forgets
-//! removed cgroups: `--gone-after 2s`) stays flat. Warm-up is the first 10 s (the caches of
-//! removed cgroups' paths and of quiet cgroups' periods fill by then at this rate) or a third
-//! of the run, whichever is longer: the memory check means something from a run of about
-//! 15 s, such as the soak's minute. Needs root, kernel BTF and a cpu hierarchy, otherwise it
-//! says why it cannot run (a failure under `CI=true`).
-mod common;
+//! Cgroups made and removed by the hundred per second while the tracer traces every cgroup
+//! (6 s, or `TT_CHURN_SECONDS`: `cargo xtask soak` runs it for its minute); one churned cgroup in
+//! 50 is stopped once, two groups throttle the whole time. What must hold: the two groups'
+//! traces are complete (against cpu.stat), no churned group's stop begins after its removal, the
+//! programs' maps hold only what is open and count what they evicted, and the tracer's memory,
+//! and `serve`'s beside it, stay flat after warm-up (10 s, or a third of the run) but for the
+//! summaries a plain run keeps for its report. Needs root, kernel BTF and a cpu hierarchy.
+use test_support as common;
 
 use std::{
     collections::HashMap,

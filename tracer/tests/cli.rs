@@ -1,6 +1,6 @@
 //! The binary's answers to bad input and to machines that cannot trace: one `error:` line, one
 //! `hint:` line, the documented exit code, no panic. Run on the real host (no kprobes here).
-mod common;
+use test_support as common;
 
 use std::{
     path::Path,
@@ -365,4 +365,24 @@ fn a_kernel_without_sysfs_btf_is_named_and_btf_copy_traces() {
     println!("--btf copy: {stops} stops, Σ kernel_ns {traced} vs cpu.stat {truth}");
     assert!(truth > 0, "the group was never throttled");
     assert_eq!(traced, truth);
+}
+
+#[test]
+fn a_closed_standard_error_ends_in_the_exit_status_not_a_panic() {
+    for (args, code) in [
+        (&["--duration", "soon"][..], 2),
+        (&["report", "/no/such/recording.ndjson"][..], 2),
+    ] {
+        // A pipe whose reader is gone, as under `2>&1 | head -1` once head exits: writes fail
+        // with EPIPE (a closed descriptor's EBADF the standard library ignores by itself).
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let status = Command::new(BIN)
+            .args(args)
+            .stderr(writer)
+            .status()
+            .expect("run throttle-tracer");
+        // A panic would exit 101.
+        assert_eq!(status.code(), Some(code), "{args:?}: {status}");
+    }
 }

@@ -11,7 +11,7 @@
 //!
 //! Needs root, kernel BTF, a cpu hierarchy and the runtimes; otherwise it says why it cannot
 //! run (a failure under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{fs, process::Stdio};
 

@@ -1,8 +1,8 @@
-//! The host tests' own reading and writing of the cpu controller's files (tests/common), for
+//! The host tests' own reading and writing of the cpu controller's files (test-support), for
 //! both cgroup versions, against a temporary directory: this host's cpu controller is v1, so
 //! the v2 formats are checked here before a v2 guest relies on them. The expected texts are
 //! what the kernel's files hold (kernel-facts: v2 cpu.stat in µs, truncated; v1 in ns).
-mod common;
+use test_support as common;
 
 use std::{fs, path::Path};
 

@@ -4,7 +4,7 @@
 //! under `CI=true`).
 //!
 //! The tests share the machine's CPUs, so they run one at a time.
-mod common;
+use test_support as common;
 
 use std::{
     fs,
@@ -130,8 +130,7 @@ fn check_demo_output(out: &Output, pid: u32, root: &Path) -> String {
     );
     // On 6.18+ the kernel's clock of a stop starts at the first task it parks, which a busy
     // machine delays by milliseconds (a queued task is parked only when next picked): there
-    // the stops may last longer than cpu.stat says, never shorter (measured on a 6.18 host
-    // during a build: 66.0 ms of stops, 43.2 ms throttled, kernel time equal to cpu.stat).
+    // the stops may last longer than cpu.stat says, never shorter.
     let shorter = (throttled - per_cpu).max(0.0);
     let longer = (per_cpu - throttled).max(0.0);
     assert!(
@@ -247,7 +246,7 @@ fn a_killed_demo_is_cleaned_up_by_the_next_one() {
     fs::write(leftover.dir().join("cgroup.procs"), sleeper_pid.to_string())
         .expect("move sleep into the leftover cgroup");
     // A workload process that already left /proc's view can still be listed in the cgroup
-    // while it exits (CI once saw "killed 2 task(s)"): start the next demo once the sleeper is
+    // while it exits: start the next demo once the sleeper is
     // all that is left, so the count it reports is the count we know.
     common::wait_until(
         Duration::from_secs(5),

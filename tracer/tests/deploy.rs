@@ -3,11 +3,11 @@
 //! and liveness probes on /healthz, exactly the documented capabilities, the host cgroup and BTF
 //! mounts read-only), and the Dockerfile is the static binary and /etc/passwd `FROM scratch`,
 //! exposing that port (tracer/tests/image.rs runs it). The Grafana dashboard is valid by
-//! Grafana's own schema for 10.1 and 11.6, has the shape Grafana 10+ draws (common/dashboard.rs
+//! Grafana's own schema for 10.1 and 11.6, has the shape Grafana 10+ draws (test-support/src/dashboard.rs
 //! says what is checked) and the panels the README promises, its row "What to set" among them,
 //! and every recorded series it queries is one deploy/prometheus/rules.yaml records;
 //! tracer/tests/prometheus.rs runs its queries.
-mod common;
+use test_support as common;
 
 use std::{fs, path::Path};
 

@@ -2,7 +2,7 @@
 //! without the tracer: osrelease, the kprobe PMU in sysfs, the cgroup mounts in mountinfo, and
 //! the exit code against the backends it found usable. Also `--backend fentry` refused the
 //! way doctor says it is, and an unprivileged doctor naming the capabilities it lacks.
-mod common;
+use test_support as common;
 
 use std::{fs, path::Path, process::Command};
 

@@ -4,7 +4,7 @@
 //! written, `report FILE` replaying it without a warning). A real throttled cgroup traced with
 //! `--backend tracepoint` (or [`common::backend`]'s); needs root, kernel BTF and a cpu
 //! hierarchy, otherwise it says why it cannot run (a failure under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{
     fs,

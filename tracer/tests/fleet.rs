@@ -8,7 +8,8 @@
 //!   (reference 000's lab) at `--cpus 0.5`, stopped every round;
 //! - `api`: reference 003's requests, 20 ms of CPU each arriving at random, 10 a second on 4
 //!   workers, at `--cpus 0.5`;
-//! - `batch`: 10 ms of CPU every 100 ms at `--cpus 0.4`, four times its demand.
+//! - `batch`: 10 ms of CPU every 100 ms on one thread at `--cpus 2`, twenty times its mean
+//!   demand: one thread never needs more than one CPU, so at least half of the limit is freed.
 //!
 //! The truths: the advice each `serve` exports is `advise`'s over the same periods (the
 //! `advice` lines of its own recording, made at its end by the same code) to the nanosecond;
@@ -21,13 +22,13 @@
 //!
 //! Needs root, kernel BTF, a cpu hierarchy, Docker and Prometheus; otherwise it says why it
 //! cannot run (a failure under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::thread;
 use std::time::Duration;
 
@@ -36,9 +37,6 @@ use common::containers::{Container, Engine, Kind, WORKLOAD_IN_IMAGE};
 use common::http::{self, free_port, get, wait_ready};
 use serde_json::Value;
 
-/// How long each load runs, before and after the advice is applied: 400 periods, so that 1 %
-/// of them is four.
-const SECONDS: u32 = 40;
 const PERIOD_US: u64 = 100_000;
 
 /// One pod of the fleet: its workload's name, its uid, the node (`serve`) tracing it, its
@@ -60,6 +58,8 @@ const SPIKY: &[&str] = &[
     "--rounds",
     "80",
 ];
+/// Each load lasts 40 s, before and after the advice is applied: 400 periods, so that 1 % of
+/// them is four.
 const ARRIVALS: &[&str] = &[
     "arrivals",
     "--rate",
@@ -109,7 +109,7 @@ const PODS: [Pod; 4] = [
         workload: "batch",
         uid: "0b2c3d4e-0000-4000-8000-000000000004",
         node: 0,
-        cpus: "0.4",
+        cpus: "2",
         load: BATCH,
     },
 ];
@@ -219,17 +219,16 @@ fn cgroup_label(c: &Container) -> String {
 
 #[test]
 fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds() {
-    let _serial = common::serial();
     let Some(host) = common::require(common::host()) else {
         return;
     };
     let Some(_) = common::require(common::containers::missing(&[http::PROMETHEUS])) else {
         return;
     };
+    let kubepods = Kubepods::at(host.cpu.root.join("kubepods"));
     let Some(mut engine) = common::require(Engine::start(Kind::Docker, &host.cpu)) else {
         return;
     };
-    let created_kubepods = !host.cpu.root.join("kubepods").exists();
     let pods: Vec<(&Pod, Container)> = PODS
         .iter()
         .map(|pod| {
@@ -241,7 +240,8 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
             (pod, c)
         })
         .collect();
-    let dir = tempfile::tempdir().expect("temp dir");
+    // The tracer runs as nobody: its recordings go where nobody may write.
+    let dir = common::tracer::output_dir();
     let ports = [free_port(), free_port()];
     let mut serves: Vec<Running> = (0..2)
         .map(|node| {
@@ -293,18 +293,10 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
         )
         .unwrap_or_else(|| panic!("no advised quota ({fit}) for {}", c.cgroup))
     };
-    let predicted = |pod: &Pod, c: &Container| {
-        served(
-            &scrapes[pod.node],
-            "throttle_tracer_advice_stopped_ratio",
-            &[cgroup_label(c), "setting=\"advised\"".to_owned()],
-        )
-        .expect("a predicted share")
-    };
 
     // The demand histogram's p99 against the rounds' CPU by their own clock: a fifth of the
     // periods held a round (80 ms) and the rest nothing, so the p99 is a round's CPU.
-    let (web, web_c) = &pods[0];
+    let (_, web_c) = &pods[0];
     let mut cpu = rounds_cpu(&outputs[0]);
     cpu.sort_unstable();
     let truth = cpu[cpu.len() * 99 / 100] as f64 / 1e9;
@@ -361,9 +353,18 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
             .iter()
             .filter(|(p, _)| p.workload == workload)
             .collect();
+        // The largest advice each pod's serve exported over the window, as Prometheus stored it.
         let largest = members
             .iter()
-            .map(|(p, c)| exported(p, c, "target"))
+            .map(|(_, c)| {
+                http::query(
+                    prometheus_port,
+                    &format!(
+                        "max_over_time(throttle_tracer_advised_quota_seconds{{{},fit=\"target\"}}[5m])",
+                        cgroup_label(c)
+                    ),
+                )
+            })
             .fold(0.0, f64::max);
         let advised = row["advised_cpus"].as_f64().expect("advised CPUs");
         println!("{workload}: exported {largest} s per period, recommend {advised} CPUs");
@@ -374,22 +375,38 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
         assert_eq!(row["pods"], members.len(), "{workload}: {row}");
         assert_eq!(row["nodes"], members.len(), "{workload}: {row}");
     }
-    // batch: 10 ms per 100 ms at 0.4 CPU frees what its advice does not need.
-    let (batch, batch_c) = &pods[3];
-    let freed = 400 - (exported(batch, batch_c, "target") / period_s * 1000.0).ceil() as i64;
+    // batch: 10 ms per 100 ms on one thread at 2 CPUs frees what its advice does not need, at
+    // least the second CPU.
+    let advised = rows["batch"]["advised_millicores"]
+        .as_i64()
+        .expect("advised");
+    let freed = 2000 - advised;
     assert_eq!(
         rows["batch"]["change_millicores"].as_i64(),
         Some(-freed),
         "batch: {}",
         rows["batch"]
     );
-    assert!(freed >= 250, "batch would free {freed}m of its 400m");
+    assert!(freed >= 1000, "batch would free {freed}m of its 2000m");
 
     // The exported advice is advise's over the same periods: the recordings' advice lines.
-    let predicted_after: Vec<f64> = pods.iter().map(|(p, c)| predicted(p, c)).collect();
+    // What recommend advises each pod, and the share it predicts: applied below.
     let advised_us: Vec<u64> = pods
         .iter()
-        .map(|(p, c)| (exported(p, c, "target") * 1e6).round() as u64)
+        .map(|(p, _)| {
+            let millicores = rows[p.workload]["advised_millicores"]
+                .as_u64()
+                .expect("advised");
+            millicores * PERIOD_US / 1000
+        })
+        .collect();
+    let predicted_after: Vec<f64> = pods
+        .iter()
+        .map(|(p, _)| {
+            rows[p.workload]["stopped_ratio_after"]
+                .as_f64()
+                .expect("predicted")
+        })
         .collect();
     for serve in &mut serves {
         assert!(serve.interrupt().success());
@@ -417,44 +434,86 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
     }
 
     // Applied, the same loads again.
+    // `--cpus` (Docker's NanoCPUs) set the limit, so `--cpus` changes it.
     for ((_, c), us) in pods.iter().zip(&advised_us) {
-        engine.run_ok(&["update", "--cpu-quota", &us.to_string(), &c.id]);
+        let cpus = format!("{:.3}", *us as f64 / PERIOD_US as f64);
+        engine.run_ok(&["update", "--cpus", &cpus, &c.id]);
+        assert_eq!(
+            fs::read_to_string(c.dir.join("cpu.cfs_quota_us"))
+                .or_else(|_| fs::read_to_string(c.dir.join("cpu.max")))
+                .expect("the quota")
+                .split_whitespace()
+                .next(),
+            Some(us.to_string().as_str()),
+            "{} after docker update --cpus {cpus}",
+            c.cgroup
+        );
     }
     let before: Vec<_> = pods.iter().map(|(_, c)| host.cpu.stat(&c.dir)).collect();
     run_loads(&engine, &pods);
+    let mut wrong = Vec::new();
     for (((pod, c), before), predicted) in pods.iter().zip(&before).zip(&predicted_after) {
         let after = host.cpu.stat(&c.dir);
         let periods = after.nr_periods - before.nr_periods;
-        let throttled = after.nr_throttled - before.nr_throttled;
+        // `spiky` finds the period boundary by burning until it is stopped, once, before its
+        // rounds: that stop is the workload's own, whatever the quota.
+        let synced = u64::from(pod.load[0] == "spiky");
+        let throttled = (after.nr_throttled - before.nr_throttled).saturating_sub(synced);
         let share = throttled as f64 / periods as f64;
         println!(
-            "{} ({}): {throttled} of {periods} periods stopped with the advice ({:.2} %), \
-             predicted {:.2} %",
+            "{} ({}): {throttled} of {periods} periods stopped with the advice ({:.2} %; \
+             {synced} more by the sync), predicted {:.2} %",
             pod.workload,
             c.short_id(),
             share * 100.0,
             predicted * 100.0
         );
-        assert!(
-            share <= 0.01,
-            "{}: {share} of the periods stopped",
-            pod.workload
-        );
-        assert!(
-            (share - predicted).abs() <= 0.01,
-            "{}: predicted {predicted}, cpu.stat {share}",
-            pod.workload
-        );
+        if share > 0.01 || (share - predicted).abs() > 0.01 {
+            wrong.push(format!(
+                "{} ({}): cpu.stat {share}, predicted {predicted}",
+                pod.workload,
+                c.short_id()
+            ));
+        }
     }
+    assert!(
+        wrong.is_empty(),
+        "stopped in more than 1 % of the periods, or more than a point from the prediction: \
+         {wrong:#?}"
+    );
     let left = engine.shut_down();
     assert!(left.is_empty(), "left behind: {left:?}");
-    if created_kubepods {
-        let trees: Vec<String> = PODS
-            .iter()
-            .map(|p| format!("kubepods/burstable/pod{}", p.uid))
-            .chain(["kubepods/burstable".to_owned(), "kubepods".to_owned()])
-            .collect();
-        let left = common::containers::remove_cgroups(&trees);
-        assert!(left.is_empty(), "left behind: {left:?}");
+    let (tree, ours) = (kubepods.dir.clone(), kubepods.ours);
+    drop(kubepods);
+    assert!(!ours || !tree.exists(), "left behind: {}", tree.display());
+}
+
+/// The pods' cgroups (and the kubepods tree, if the test made it): removed when dropped, after
+/// the engine (declared after it, so dropped before it) removed the containers, also when the
+/// test failed.
+struct Kubepods {
+    dir: std::path::PathBuf,
+    ours: bool,
+}
+
+impl Kubepods {
+    fn at(dir: std::path::PathBuf) -> Self {
+        let ours = !dir.exists();
+        Self { dir, ours }
+    }
+}
+
+impl Drop for Kubepods {
+    fn drop(&mut self) {
+        let trees: Vec<String> = if self.ours {
+            vec!["kubepods".to_owned()]
+        } else {
+            PODS.iter()
+                .map(|p| format!("kubepods/burstable/pod{}", p.uid))
+                .collect()
+        };
+        for left in common::containers::remove_cgroups(&trees) {
+            eprintln!("left behind: {left}");
+        }
     }
 }

@@ -13,7 +13,7 @@
 //! Needs root, kernel BTF, a cpu hierarchy, containerd, Prometheus and the image archive
 //! (`cargo xtask image`; `cargo xtask test` builds it first); otherwise it says why it cannot
 //! run (a failure under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{
     fs,

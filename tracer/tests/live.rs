@@ -4,7 +4,7 @@
 //! back after q, Ctrl-C and SIGTERM; and the usage errors of the filters. The host tests need
 //! root, kernel BTF and a cpu hierarchy; otherwise they say why they cannot run (a failure
 //! under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{
     fs,

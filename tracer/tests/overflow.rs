@@ -9,7 +9,7 @@
 //! and once the flood is over the tracer must trace a new group completely.
 //! Needs root, kernel BTF and a cpu hierarchy, otherwise it says why it cannot run (a failure
 //! under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{thread, time::Duration};
 
@@ -52,7 +52,7 @@ fn an_overflowing_ring_loses_counted_records_and_the_trace_recovers() {
         .collect();
     // Named now (the tracer's `--cgroup`), limited only after the flood: a group with a quota
     // has a period timer, whose `period` records the full ring could lose before the group's
-    // workload even starts (once in a CI run).
+    // workload even starts.
     let fresh = Cgroup::throttled(&host.cpu, "overflow-fresh", 20_000, 100_000);
     fresh.write_quota(None);
     let mut args = vec!["--ring-buffer-size", "4096"];

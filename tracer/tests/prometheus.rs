@@ -19,7 +19,7 @@
 //! Needs root, kernel BTF, a cpu hierarchy, /usr/bin/prometheus and
 //! /usr/bin/prometheus-alertmanager; otherwise it says why it cannot run (a failure under
 //! `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{
     fs,
@@ -642,8 +642,9 @@ fn prometheus_stores_what_the_exporter_serves_and_cpu_stat_agrees() {
     println!("took {:.1} s", started.elapsed().as_secs_f64());
 }
 
-/// rules.yaml is valid and its unit tests (deploy/prometheus/rules.test.yaml: input series for
-/// a throttled, a briefly stopped and a free cgroup) pass.
+/// rules.yaml is valid and its unit tests pass (deploy/prometheus/rules.test.yaml: input series
+/// for a throttled, a briefly stopped and a free cgroup; rules.week.test.yaml: two containers
+/// over eight days).
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let Some(()) = common::require(if Path::new(PROMTOOL).exists() {
@@ -656,8 +657,8 @@ fn promtool_checks_and_unit_tests_the_rules() {
         return;
     };
     for args in [
-        ["check", "rules", "rules.yaml"],
-        ["test", "rules", "rules.test.yaml"],
+        &["check", "rules", "rules.yaml"][..],
+        &["test", "rules", "rules.test.yaml", "rules.week.test.yaml"],
     ] {
         let out = Command::new(PROMTOOL)
             .args(args)

@@ -2,7 +2,7 @@
 //! text report the live run printed at its end, byte for byte. A real throttled cgroup (v1 or
 //! v2) traced with `--backend tracepoint` (or [`common::backend`]'s); needs root, kernel BTF
 //! and a cpu hierarchy, otherwise it says why it cannot run (a failure under `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{fs, process::Stdio};
 

@@ -12,7 +12,7 @@
 //! the same addresses, which the eBPF maps key open stops and period readings by. Needs root,
 //! kernel BTF and a cpu hierarchy, otherwise each test says why it cannot run (a failure under
 //! `CI=true`).
-mod common;
+use test_support as common;
 
 use std::{fs, thread, time::Duration};
 

@@ -1,9 +1,9 @@
 //! `throttle-tracer scan` on this machine's real cgroups (cgroup v1 or v2, through
-//! tests/common), judged against the cpu.stat, cpu.stat.local and CPU usage the test reads
+//! test-support), judged against the cpu.stat, cpu.stat.local and CPU usage the test reads
 //! itself, and quota arithmetic: a pod-like parent with a quota and two children, one busy;
 //! and a cgroup with a burst that a spiky workload spends.
 //! Needs root (to make the cgroups); the scan itself also runs as `nobody`.
-mod common;
+use test_support as common;
 
 use std::{
     process::{Command, Stdio},

@@ -2,7 +2,7 @@
 //! second) and many idle connections at once, while a well-behaved scrape keeps being answered
 //! in its normal time, its memory stays bounded and only GET and HEAD are served; and what it
 //! serves tells no more than cgroup names and counts.
-mod common;
+use test_support as common;
 
 use std::{
     io::{Read, Write},

@@ -5,7 +5,7 @@
 //! none although cpu.stat shows it throttled. The containers' series carry the ids, pod uid and
 //! QoS class of the paths the test made. `/healthz` and `/metrics` answer 503 until the probes
 //! are attached and 200 from then on.
-mod common;
+use test_support as common;
 
 use std::{
     io::{Read as _, Write as _},

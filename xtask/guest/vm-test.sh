@@ -285,7 +285,7 @@ offline_cycles() {
 # kernel's cgroup v2 hierarchy, as CI runs them: CI=true makes a skip a failure. With the kprobe
 # backend unless BACKEND says otherwise (the fault tests, guest_tests.rs FAULTS; the run is then
 # named BINARY::TEST@BACKEND): kprobe's programs load in 3 s here, the tracepoint backend's in 30
-# to 40 s (tests/common backend()).
+# to 40 s (test-support backend()).
 host_test() {
     run=$1::$2${3:+@$3}
     out=/tmp/test-$1-$2${3:+-$3}

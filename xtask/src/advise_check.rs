@@ -1,25 +1,15 @@
-//! `cargo xtask advise-check`: is the advice not wasteful? For each workload of known demand
-//! (a spiky burn, a burst of requests on as many threads, reference 003's random arrivals) in a
-//! cgroup at 50 ms / 100 ms: trace it with `--backend tracepoint` (the random arrivals over
-//! `--traced-runs` runs of their requests, at as many phases), take its `advice` line, then
-//! find by bisection (1 ms steps) the smallest quota, the smallest burst and the smallest period
-//! at the same ratio with which a rerun of the same workload has nr_throttled 0 (≤ 1 % of its
-//! periods for the random arrivals, over reruns of `ARRIVAL_PERIODS` periods in all), and print
-//! advised vs smallest. Fails when an advised value does not do it, or is more than 10 % above
-//! the smallest. A random-arrival value's stopped share is a sample: each is printed with its
-//! 95 % interval, and the table says where the intervals leave the smallest undecided;
-//! `--at-period` and `--at-quota` measure the share at chosen values instead of the check.
-//!
-//! Every cgroup has the most CPU weight, so that the machine's other load does not spread a
-//! burst of work over more periods (which lets a smaller quota look sufficient). Each rerun is
-//! a fresh cgroup and a whole workload run, judged by the kernel's cpu.stat, so
-//! this takes minutes: too slow for `cargo xtask test`. Needs root (BPF, cgroups).
-use crate::cgroup::Cgroup;
+//! `cargo xtask advise-check`: is the advice not wasteful? Each workload of known demand (a
+//! spiky burn, a burst of requests, reference 003's random arrivals) is traced in a cgroup at
+//! 50 ms / 100 ms for its `advice` line; then a bisection (1 ms steps) finds the smallest quota,
+//! burst and period with which reruns are not throttled (≤ 1 % of the periods for the random
+//! arrivals, a sample printed with its 95 % interval). Fails when an advised value does not do
+//! it, or is more than 10 % above the smallest. Each rerun is a fresh cgroup at the most CPU
+//! weight, judged by the kernel's cpu.stat: minutes, too slow for `cargo xtask test`. Root.
+use crate::cgroup;
 use crate::process::{die_with_parent, signal, wait_timeout};
 use crate::{binaries, results, setup};
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
-use std::ffi::CString;
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
@@ -27,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
+use test_support::{Cgroup, Running};
 
 const MS: u64 = 1_000_000;
 const QUOTA_US: u64 = 50_000;
@@ -370,8 +361,8 @@ impl Runner<'_> {
             period_us: PERIOD_US,
             burst_us: 0,
         };
-        let cgroup = Cgroup::create(CGROUP_NAME, start.quota_us, start.period_us)?;
-        cgroup.favour()?;
+        let cgroup = cgroup::with_quota(CGROUP_NAME, start.quota_us, start.period_us)?;
+        cgroup.favour();
         // A spiky workload finds a period boundary by burning until stopped, a run that is
         // no round's (more than one quota when it missed a short first stop): the tracer starts
         // after it, and the workload has rounds enough for the tracer's start and
@@ -379,8 +370,8 @@ impl Runner<'_> {
         let mut spiky = match workload {
             Workload::Spiky { burn_ms, threads } => {
                 let mut cmd = self.spiky_command(burn_ms, threads, self.rounds + LEAD_ROUNDS);
-                let mut child = spawn_in(&mut cmd, &cgroup, pin(threads))?;
-                let lines = lines_of(child.child())?;
+                let mut child = spawn_in(&mut cmd, &cgroup, pin(threads));
+                let lines = lines_of(&mut child)?;
                 let synced = lines
                     .recv_timeout(Duration::from_secs(30))
                     .context("the workload printed no synced line in 30 s")?;
@@ -398,17 +389,14 @@ impl Runner<'_> {
             "tracepoint",
             "--json",
             "--cgroup",
-            cgroup.name(),
+            cgroup.path(),
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
         // SAFETY: prctl is async-signal-safe.
         unsafe { cmd.pre_exec(|| die_with_parent(libc::SIGINT)) };
-        let mut child = Reaped(Some(
-            cmd.spawn()
-                .with_context(|| format!("cannot run {}", tracer.display()))?,
-        ));
-        let lines = lines_of(child.child())?;
+        let mut child = Running::spawn(&mut cmd);
+        let lines = lines_of(&mut child)?;
         let first = lines
             .recv_timeout(Duration::from_secs(60))
             .context("the tracer printed nothing in 60 s (see its stderr above)")?;
@@ -417,7 +405,7 @@ impl Runner<'_> {
         }
         match &mut spiky {
             Some((workload, _lines)) => {
-                let status = workload.child().wait()?;
+                let status = workload.wait()?;
                 if !status.success() {
                     bail!("throttle-workload spiky: {status}");
                 }
@@ -428,8 +416,8 @@ impl Runner<'_> {
                 }
             }
         }
-        signal(child.child().id(), libc::SIGINT)?;
-        match wait_timeout(child.child(), Duration::from_secs(30))? {
+        signal(child.id(), libc::SIGINT)?;
+        match wait_timeout(&mut child, Duration::from_secs(30))? {
             Some(status) if status.success() => {}
             Some(status) => bail!("the tracer exited with {status}"),
             None => bail!("the tracer did not end within 30 s of SIGINT"),
@@ -437,8 +425,8 @@ impl Runner<'_> {
         lines
             .iter()
             .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
-            .find(|v| v["type"] == "advice" && v["cgroup"] == cgroup.name())
-            .with_context(|| format!("no advice line for {}", cgroup.name()))
+            .find(|v| v["type"] == "advice" && v["cgroup"] == cgroup.path())
+            .with_context(|| format!("no advice line for {}", cgroup.path()))
     }
 
     /// The table's rows for `workload`: each setting's advised value against the smallest.
@@ -564,10 +552,10 @@ impl Runner<'_> {
                 // The workload finds the period boundary by a stop of 30 ms or more, which a
                 // quota above 70 % of the period does not make: it syncs at half the period,
                 // and `b`'s quota is written once it has (the period timer keeps its phase).
-                let cgroup = Cgroup::create(CGROUP_NAME, b.period_us / 2, b.period_us)?;
-                cgroup.favour()?;
+                let cgroup = cgroup::with_quota(CGROUP_NAME, b.period_us / 2, b.period_us)?;
+                cgroup.favour();
                 if b.burst_us > 0 {
-                    cgroup.set_burst(b.burst_us)?;
+                    cgroup.set_burst(b.burst_us);
                 }
                 self.spiky(&cgroup, b, burn_ms, threads, self.rounds)?
             }
@@ -579,10 +567,10 @@ impl Runner<'_> {
                 let run_us = u64::from(self.arrivals_seconds) * 1_000_000;
                 let reruns = (self.arrival_periods * b.period_us).div_ceil(run_us.max(1));
                 for k in 0..reruns {
-                    let cgroup = Cgroup::create(CGROUP_NAME, b.quota_us, b.period_us)?;
-                    cgroup.favour()?;
+                    let cgroup = cgroup::with_quota(CGROUP_NAME, b.quota_us, b.period_us)?;
+                    cgroup.favour();
                     if b.burst_us > 0 {
-                        cgroup.set_burst(b.burst_us)?;
+                        cgroup.set_burst(b.burst_us);
                     }
                     let one = self.arrivals(&cgroup, b.period_us * k / reruns)?;
                     all.periods += one.periods;
@@ -616,29 +604,29 @@ impl Runner<'_> {
         rounds: u32,
     ) -> Result<Outcome> {
         let mut cmd = self.spiky_command(burn_ms, threads, rounds);
-        let mut child = spawn_in(&mut cmd, cgroup, pin(threads))?;
-        let stdout = BufReader::new(child.child().stdout.take().context("workload stdout")?);
+        let mut child = spawn_in(&mut cmd, cgroup, pin(threads));
+        let stdout = BufReader::new(child.stdout.take().context("workload stdout")?);
         let mut from = None;
         for line in stdout.lines() {
             let line = line.context("reading the workload's lines")?;
             if let Some(r) = line.strip_prefix("synced refill_ns ") {
                 let refill_ns: u64 = r.trim().parse().context("refill_ns")?;
-                cgroup.set_quota(b.quota_us, b.period_us)?;
+                cgroup.set_quota(Some(b.quota_us), b.period_us);
                 if rounds > 0 {
                     let due = refill_ns + EVERY_MS * MS - 50 * MS;
                     thread::sleep(Duration::from_nanos(due.saturating_sub(monotonic_ns())));
                 }
-                from = Some((cgroup.stat("nr_periods")?, cgroup.stat("nr_throttled")?));
+                from = Some((cgroup.stat().nr_periods, cgroup.stat().nr_throttled));
             }
         }
-        let status = child.child().wait()?;
+        let status = child.wait()?;
         if !status.success() {
             bail!("throttle-workload spiky: {status}");
         }
         let (periods, throttled) = from.context("the workload printed no synced line")?;
         Ok(Outcome {
-            periods: cgroup.stat("nr_periods")? - periods,
-            throttled: cgroup.stat("nr_throttled")? - throttled,
+            periods: cgroup.stat().nr_periods - periods,
+            throttled: cgroup.stat().nr_throttled - throttled,
         })
     }
 
@@ -678,15 +666,15 @@ impl Runner<'_> {
             "--delay-us",
             &delay_us.to_string(),
         ]);
-        let (periods, throttled) = (cgroup.stat("nr_periods")?, cgroup.stat("nr_throttled")?);
-        let child = spawn_in(&mut cmd, cgroup, None)?;
-        let out = child.wait_with_output()?;
+        let (periods, throttled) = (cgroup.stat().nr_periods, cgroup.stat().nr_throttled);
+        let child = spawn_in(&mut cmd, cgroup, None);
+        let out = child.wait_with_output();
         if !out.status.success() {
             bail!("throttle-workload arrivals: {}", out.status);
         }
         Ok(Outcome {
-            periods: cgroup.stat("nr_periods")? - periods,
-            throttled: cgroup.stat("nr_throttled")? - throttled,
+            periods: cgroup.stat().nr_periods - periods,
+            throttled: cgroup.stat().nr_throttled - throttled,
         })
     }
 }
@@ -714,72 +702,15 @@ fn decided_between(tried: &[(u64, Outcome)], failing_ms: u64) -> (u64, Option<u6
 /// One thread is pinned to the last CPU, so that one cfs_rq spends the quota; more threads are
 /// not pinned.
 fn pin(threads: u32) -> Option<usize> {
-    (threads == 1).then(|| thread::available_parallelism().map_or(1, |n| n.get()) - 1)
+    (threads == 1).then(test_support::last_cpu)
 }
 
-/// A child killed and reaped on drop (also when a step failed).
-struct Reaped(Option<Child>);
-
-impl Reaped {
-    fn child(&mut self) -> &mut Child {
-        self.0.as_mut().expect("a child until it is waited for")
-    }
-
-    fn wait_with_output(mut self) -> Result<std::process::Output> {
-        let child = self.0.take().expect("a child until it is waited for");
-        Ok(child.wait_with_output()?)
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Starts `cmd` inside `cgroup` (it joins before exec, so that all its CPU is the group's),
-/// pinned to `cpu` if given, its stdout piped, killed with xtask.
-fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Result<Reaped> {
-    let procs = CString::new(
-        cgroup
-            .path()
-            .join("cgroup.procs")
-            .into_os_string()
-            .into_encoded_bytes(),
-    )?;
+/// Starts `cmd` inside `cgroup` as the host tests do, its stdout piped, killed with xtask.
+fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Running {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped());
-    // SAFETY: between fork and exec only async-signal-safe calls (prctl, open, write, close,
-    // sched_setaffinity), on memory prepared before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            die_with_parent(libc::SIGKILL)?;
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let written = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-            let error = std::io::Error::last_os_error();
-            libc::close(fd);
-            if written != 2 {
-                return Err(error);
-            }
-            if let Some(cpu) = cpu {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
-    Ok(Reaped(Some(child)))
+    // SAFETY: prctl is async-signal-safe.
+    unsafe { cmd.pre_exec(|| die_with_parent(libc::SIGKILL)) };
+    test_support::spawn_in(cmd, cgroup, cpu)
 }
 
 /// `child`'s stdout lines, read on a thread of their own.

@@ -16,9 +16,18 @@ pub struct Binaries {
     pub tests: Vec<(String, PathBuf)>,
 }
 
-/// `cargo build --release -p tracer` for the gnu target with a static C runtime.
+/// `cargo build --release` of the two programs for the gnu target with a static C runtime.
 pub fn build() -> Result<Binaries> {
-    cmd::run(static_cargo().args(["build", "--release", "-p", "tracer", "--target", TARGET]))?;
+    cmd::run(static_cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "tracer",
+        "-p",
+        "throttle-workload",
+        "--target",
+        TARGET,
+    ]))?;
     built(Vec::new())
 }
 
@@ -46,9 +55,9 @@ pub fn xtask() -> Result<PathBuf> {
     Ok(xtask)
 }
 
-/// [`build`], and `cargo test --no-run` of [`tests`]: the programs and every test binary. The
-/// integration tests find the programs they run at the paths cargo compiled into them
-/// (`CARGO_BIN_EXE_*`), which are in [`bin_dir`].
+/// `cargo test --no-run` of [`tests`]: the programs and every test binary. The integration
+/// tests find the programs they run in [`bin_dir`]: the tracer at the path cargo compiled into
+/// them (`CARGO_BIN_EXE_*`), the workload beside it (its crate's own tests make cargo build it).
 pub fn build_with_tests() -> Result<Binaries> {
     let mut cargo = tests();
     cargo.args(["--no-run", "--message-format=json"]);
@@ -88,6 +97,8 @@ pub fn tests() -> Command {
         "tracer",
         "-p",
         "tracer-common",
+        "-p",
+        "throttle-workload",
     ]);
     cargo
 }

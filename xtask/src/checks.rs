@@ -224,7 +224,9 @@ impl Run {
             .filter_map(|r| r.as_str().map(str::to_owned))
             .collect();
         let offlines = OfflineCycle::parse(workload);
-        let task_based = start["kernel"].as_str().is_some_and(task_based_throttle);
+        let task_based = start["kernel"]
+            .as_str()
+            .is_some_and(test_support::kernel::task_based_throttle);
         Ok(Self {
             stops,
             summary,
@@ -1085,15 +1087,6 @@ fn credits_the_stopped_children(stop: &Value, children: &[u64]) -> bool {
     credited.iter().all(|c| children.contains(c)) && credited.len() >= queued.min(children.len())
 }
 
-/// Whether kernel `release` (`uname -r`) throttles tasks rather than runqueues: 6.18+.
-fn task_based_throttle(release: &str) -> bool {
-    let mut numbers = release
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|n| n.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
-    (major, minor) >= (6, 18)
-}
-
 /// Stops and the workload's own wait may differ by wake-up latency and scheduling noise: a
 /// round nothing stopped waits up to ~4.5 ms under TCG, and the tracer's stop edges carry the
 /// guest's tick jitter (±10 ms seen, as in s1's band).
@@ -1241,17 +1234,5 @@ mod tests {
         // The first two, and the main thread listed beside the spinner; not a thread held too
         // briefly, nor another process's, nor a stop that lists one of each.
         assert_eq!(held_the_thread(&stops.iter().collect::<Vec<_>>()), 3);
-    }
-
-    #[test]
-    fn task_based_throttle_from_6_18() {
-        for (release, task_based) in [
-            ("5.10.0-43-cloud-amd64", false),
-            ("6.12.117+deb12-cloud-amd64", false),
-            ("6.18.44-fc-v657", true),
-            ("7.2.13+deb14-cloud-amd64", true),
-        ] {
-            assert_eq!(task_based_throttle(release), task_based, "{release}");
-        }
     }
 }

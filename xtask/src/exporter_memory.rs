@@ -8,7 +8,8 @@
 //! its native histogram buckets) and has its series; then one scrape, and the tracer's resident
 //! memory (VmRSS, and its peak VmHWM) from /proc. The difference over the extra cgroups is the
 //! cost of one exported cgroup. Figures only; needs root.
-use crate::bench::procs::{Memory, Workload};
+use crate::bench::procfs::Memory;
+use crate::bench::procs::Workload;
 use crate::bench::scrape::{self, Serve};
 use crate::cgroup::Tree;
 use crate::{binaries, setup};
@@ -76,7 +77,7 @@ struct Measured {
 /// One `serve` over the first `count` cgroups of `tree`, with `pid` moved through them.
 fn measure(tracer: &Path, tree: &Tree, count: usize, pid: u32) -> Result<Measured> {
     let selection = if count == 1 {
-        tree.children[0].name().to_owned()
+        tree.children[0].path().to_owned()
     } else {
         format!("/{PARENT}/c*")
     };
@@ -93,7 +94,7 @@ fn measure(tracer: &Path, tree: &Tree, count: usize, pid: u32) -> Result<Measure
     )?;
     for _ in 0..PASSES {
         for cgroup in tree.children[..count].iter().cycle().take(count.max(100)) {
-            cgroup.add(pid)?;
+            cgroup.add(pid);
             thread::sleep(VISIT);
         }
     }

@@ -44,17 +44,18 @@ pub fn initramfs(
         cpio.file("bin/xtask", 0o755, &read(xtask)?);
     }
     if !binaries.tests.is_empty() {
-        cpio.dir(TESTS);
-        for (name, file) in &binaries.tests {
-            cpio.file(&format!("{TESTS}/{name}"), 0o755, &read(file)?);
-        }
-        // The tests run the programs at the paths compiled into them.
+        // The tests find the programs as cargo lays them out, one level above their own
+        // directory (test-support's `programs_dir`): they are in <bin_dir>/deps, /tests a link.
         let dir = binaries::bin_dir();
         let dir = dir
             .to_str()
             .context("a target directory path that is not UTF-8")?;
         let dir = dir.trim_start_matches('/');
-        cpio.dirs(dir);
+        cpio.dirs(&format!("{dir}/deps"));
+        for (name, file) in &binaries.tests {
+            cpio.file(&format!("{dir}/deps/{name}"), 0o755, &read(file)?);
+        }
+        cpio.symlink(TESTS, &format!("/{dir}/deps"));
         for program in ["throttle-tracer", "throttle-workload"] {
             cpio.symlink(&format!("{dir}/{program}"), &format!("/bin/{program}"));
         }

@@ -144,6 +144,13 @@ const PLANS: &[(&str, Plan)] = &[
         )]),
     ),
     (
+        "fleet",
+        Plan::HostOnly(
+            "starts dockerd and a Prometheus server, which the initramfs does not hold; the \
+             demand it exports is the advise tests' and the scenarios' on every guest kernel",
+        ),
+    ),
+    (
         "live",
         Plan::Run(&[
             (
@@ -178,6 +185,13 @@ const PLANS: &[(&str, Plan)] = &[
             "not run in a guest yet: its bounds were checked on the host's tracepoint backend \
              only, and a run of it under TCG with the kprobe backend is still to be made",
         )]),
+    ),
+    (
+        "recommend",
+        Plan::HostOnly(
+            "reads a Prometheus server, which the initramfs does not hold; no cgroup, the same \
+             userspace on every kernel",
+        ),
     ),
     ("recording", Plan::HostOnly(USERSPACE)),
     ("removed", Plan::Run(&[])),

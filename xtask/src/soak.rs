@@ -8,13 +8,15 @@
 //! of every cgroup, which must trace its two living groups whole (Σ kernel_ns = cpu.stat),
 //! keep its maps bounded with their evictions counted, and its memory flat. `cargo xtask test`
 //! runs it for one minute; needs root.
-use crate::bench::procs::{self, Memory, Traced, Workload};
+use crate::bench::procfs::{self, Memory};
+use crate::bench::procs::{Traced, Workload};
 use crate::binaries::{self, Binaries};
-use crate::cgroup::Cgroup;
+use crate::cgroup;
 use crate::{paths, setup};
 use anyhow::{Context as _, Result, bail};
 use std::thread;
 use std::time::{Duration, Instant};
+use test_support::Cgroup;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -88,8 +90,8 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
     let groups = GROUPS
         .iter()
         .map(|&(name, quota, period, _)| {
-            let cgroup = Cgroup::create(name, quota, period)?;
-            cgroup.favour()?;
+            let cgroup = cgroup::with_quota(name, quota, period)?;
+            cgroup.favour();
             Ok(cgroup)
         })
         .collect::<Result<Vec<_>>>()?;
@@ -105,17 +107,17 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
         &recording_arg,
     ];
     for g in &groups {
-        tracer_args.extend(["--cgroup", g.name()]);
+        tracer_args.extend(["--cgroup", g.path()]);
     }
     let churn = churn(binaries, args.minutes)?;
     let mut tracer = Traced::tracer(&binaries.tracer, &tracer_args, &[])?;
     let pid = tracer.pid();
     // The groups are idle until now: their counters stand still from here to the workloads.
-    let before = throttled(&groups)?;
+    let before = throttled(&groups);
     let mut busy = Vec::new();
     for (g, &(.., threads)) in groups.iter().zip(&GROUPS) {
         let b = Workload::busy(&binaries.workload, threads, args.minutes * 60 + 60)?;
-        g.add(b.pid())?;
+        g.add(b.pid());
         busy.push(b);
     }
     let started = Instant::now();
@@ -131,8 +133,8 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
         let sample = Sample {
             at: started.elapsed(),
             rss_kib: Memory::of(pid)?.rss / 1024,
-            cpu_s: procs::cpu_seconds(pid)?,
-            fds: procs::fds(pid)?.len(),
+            cpu_s: procfs::cpu_seconds(pid)?,
+            fds: procfs::fds(pid)?.len(),
         };
         println!(
             "{:>7.0}s {:>10} {:>8.2} {:>4}",
@@ -146,7 +148,7 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
     // Ended and reaped, then a period's rest: no stop is open, none ends after the reading.
     drop(busy);
     thread::sleep(Duration::from_millis(300));
-    let after = throttled(&groups)?;
+    let after = throttled(&groups);
     let (stderr, lost) = tracer.stop()?;
     if !stderr.trim().is_empty() {
         eprintln!("{}", stderr.trim_end());
@@ -163,13 +165,13 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
         let diff = (*t as f64 - delta as f64) / (delta.max(1) as f64);
         println!(
             "{:<20} {t:>16} {delta:>16} {:>8.3}%",
-            g.name(),
+            g.path(),
             diff * 100.0
         );
         if diff.abs() > MAX_DIFFERENCE || delta == 0 {
             failures.push(format!(
                 "{}: traced {t} ns vs cpu.stat {delta} ns",
-                g.name()
+                g.path()
             ));
         }
     }
@@ -221,14 +223,8 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
 }
 
 /// Each group's cpu.stat throttled time (ns: v1 `throttled_time`, v2 `throttled_usec` × 1000).
-fn throttled(groups: &[Cgroup]) -> Result<Vec<u64>> {
-    groups
-        .iter()
-        .map(|g| match g.version() {
-            "v1" => g.stat("throttled_time"),
-            _ => g.stat("throttled_usec").map(|us| us * 1000),
-        })
-        .collect()
+fn throttled(groups: &[Cgroup]) -> Vec<u64> {
+    groups.iter().map(|g| g.stat().throttled_ns).collect()
 }
 
 /// Each group's `kernel_accounted_ns` from the recording's `summary` lines.
@@ -245,9 +241,9 @@ fn traced_kernel_ns(recording: &std::path::Path, groups: &[Cgroup]) -> Result<Ve
         .map(|g| {
             summaries
                 .iter()
-                .find(|s| s["cgroup"] == g.name())
+                .find(|s| s["cgroup"] == g.path())
                 .and_then(|s| s["kernel_accounted_ns"].as_u64())
-                .with_context(|| format!("no summary of {} in {}", g.name(), recording.display()))
+                .with_context(|| format!("no summary of {} in {}", g.path(), recording.display()))
         })
         .collect()
 }

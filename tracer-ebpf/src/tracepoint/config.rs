@@ -16,7 +16,7 @@ use core::ptr::{read_volatile, write_volatile};
 use aya_ebpf::{helpers::bpf_get_current_task, macros::map, maps::Array};
 use tracer_common::{ABSENT, Offsets};
 
-use crate::stops::{load, read};
+use crate::toolbox::{load, read};
 
 /// `TP_CONFIG` slots, written by the agent.
 /// CLOCK_MONOTONIC ns when every program was attached; 0 before.

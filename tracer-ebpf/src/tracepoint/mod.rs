@@ -1,37 +1,10 @@
-//! The tracepoint backend: scheduler, hrtimer and CSD tracepoints only (tp_btf, and a raw
-//! tracepoint for `csd_function_entry`), for kernels without kprobes or fentry
-//! (docs/kernel.md §2, §8).
-//!
-//! START: the first time `cfs_rq->throttled == 1` is observed — at sched_switch (prev and next),
-//! sched_wakeup(_new) (the task's whole se → cfs_rq chain, bounded), and at every CFS period or
-//! slack timer (`cfs_b->throttled_cfs_rq`, every throttled cfs_rq of the group).
-//! END (refill): `throttled` found 0 at hrtimer_expire_exit for the cfs_rqs that were on the
-//! group's throttled list at entry (the local one since 6.2, all of them before), and at
-//! csd_function_exit of `__cfsb_csd_unthrottle` for the cfs_rqs on `rq->cfsb_csd_list` at entry.
-//! An unthrottle seen elsewhere (a context switch on the stopped CPU) while such an exit is
-//! pending is left to that exit, which has the kernel's clock; its time is the END's time.
-//! One unthrottle is seen from several CPUs at once: each stop is claimed (`TP_ENDED`) by the
-//! first that ends it, so it is emitted once. A throttle seen again after an unthrottle nobody
-//! ended (6.6+: `throttled_clock_self_time` moved) closes the old stop before opening the new.
-//! END (other): `throttled` found 0 at any other observation point (quota write, CPU offline):
-//! `quota_change` when the group's quota/period/burst differ from the start's, else `unknown`.
-//! END (late): an open stop whose cfs_rq is found unthrottled at its group's next period timer,
-//! which no exit and no observation on its CPU saw (its tasks there exited); it ends then.
-//! END (cgroup gone): at cgroup_rmdir (and again at cgroup_release) every open stop of the
-//! removed cgroup ends as `cgroup_gone`. The kernel may never unthrottle those cfs_rqs
-//! (`destroy_cfs_bandwidth` only flushes pending CSD unthrottles, docs/kernel.md §2.3), and a
-//! removed cgroup has no task left to stop; a refill that still comes is not a new stop.
-//!
-//! Duration: `start_ns`/`end_ns` are CLOCK_MONOTONIC at the observations. `kernel_ns` is what the
-//! kernel accounted, from its own clocks only: Δ`cfs_rq->throttled_clock_self_time` (6.6+, exact
-//! at any later observation), else `rq->clock - throttled_clock` read at the exit tracepoints.
-//!
-//! This file holds the programs, each of which only decodes its tracepoint's arguments:
-//! `observe` (a task's group chain), `stop` (the open stops, START and END), `refill` (the timer
-//! and CSD callbacks' lists), `config::period_timer_entry` (hands period timers to the shared
-//! per-period demand measurement, `crate::demand`),
-//! `config` (the refill callbacks' addresses, learnt at run time, and what the agent writes after
-//! load).
+//! The tracepoint backend, for kernels without kprobes or fentry: scheduler, hrtimer and CSD
+//! tracepoints only. A stop starts where `cfs_rq->throttled` is first seen set (a context switch,
+//! a wake-up, a period or slack timer) and ends where it is seen cleared: at the refill
+//! callbacks' exits, else at the next observation, the group's next period timer or the cgroup's
+//! removal. How each end is told and timed is docs/kernels.md's table and docs/kernel.md
+//! sections 2 and 9. `observe` reads a task's group chain, `stop` keeps the open stops, `refill`
+//! the timer and CSD callbacks' lists, `config` what the agent writes after load.
 mod config;
 mod observe;
 mod refill;

@@ -11,8 +11,8 @@ use super::stop::{
     refilling, start,
 };
 use crate::{
-    deferred, offsets,
-    stops::{self, load, load_bits, now, number, read, read_bits},
+    deferred, held, offsets, stops,
+    toolbox::{load, load_bits, now, number, read, read_bits},
 };
 
 /// How long an unthrottle seen outside a refill callback waits for the callback's exit before
@@ -183,7 +183,7 @@ fn update(o: &Offsets, cfs_rq: u64, throttled: bool, task: u64, parked: bool, se
                         }
                     }
                     if holds(o, task, parked, seen) {
-                        stops::hold(o, task, now(), &mut st.ev);
+                        held::hold(o, task, now(), &mut st.ev);
                     }
                     if st.children_unlisted != 0 {
                         st.children_unlisted = 0;

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     offsets,
-    stops::{load, now, read, read_bits},
+    toolbox::{load, now, read, read_bits},
 };
 
 /// Longest list walked at a timer or CSD callback (a group's throttled cfs_rqs: one per CPU).

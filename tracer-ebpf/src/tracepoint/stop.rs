@@ -14,9 +14,10 @@ use tracer_common::{
 
 use super::config::{CFG_ARMED_NS, cfg};
 use crate::{
-    OPEN_FULL, nr_cpus, offsets,
+    OPEN_FULL, held, nr_cpus, offsets,
     removal::{GroupCpu, MAX_CPUS, OPEN_BY_GROUP, group_of, is_gone, mark_gone},
-    stops::{self, now, read, read_bits},
+    stops,
+    toolbox::{self, now, read, read_bits},
 };
 
 /// The throttle began before the trace did: the end is an unseen-start end.
@@ -79,13 +80,13 @@ static TP_OPEN_COUNT: Array<u64> = Array::with_max_entries(1, 0);
 
 #[inline(always)]
 fn count_open(delta: u64) {
-    stops::add_to(&TP_OPEN_COUNT, delta);
+    toolbox::add_to(&TP_OPEN_COUNT, delta);
 }
 
 /// Whether any stop may be open.
 #[inline(always)]
 pub(super) fn any_open() -> bool {
-    stops::nonzero(&TP_OPEN_COUNT)
+    toolbox::nonzero(&TP_OPEN_COUNT)
 }
 
 /// One stop: its cfs_rq and its `start_ns` (two stops of one cfs_rq never share a start).
@@ -210,7 +211,7 @@ fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
             // throttle stopped have all left the queue unnoticed.
             stops::stopped_children(o, cfs_rq, &mut st.ev);
             if how & TASK_HELD != 0 {
-                stops::hold(o, task, now, &mut st.ev);
+                held::hold(o, task, now, &mut st.ev);
             }
             // Before 6.18 the tasks queued when the group was throttled are neither switched
             // out nor woken during the stop: the first observation lists them from the
@@ -247,7 +248,7 @@ fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
         }
         Err(_) => {
             count_open(u64::MAX);
-            stops::bump(&OPEN_FULL);
+            toolbox::bump(&OPEN_FULL);
             return;
         }
     }
@@ -262,7 +263,7 @@ fn open(o: &Offsets, cfs_rq: u64, now: u64, task: u64, how: u32) {
         }
     }
     if st.flags & (F_UNSEEN | F_IGNORED) == 0 {
-        stops::emit(&st.ev);
+        toolbox::emit(&st.ev);
     }
 }
 
@@ -357,7 +358,7 @@ fn close(o: &Offsets, cfs_rq: u64, start_ns: u64, reason: u32, at_exit: bool) {
     };
     st.ev.kernel_ns = kernel_ns;
     st.ev.end_reason = reason;
-    stops::emit(&st.ev);
+    toolbox::emit(&st.ev);
     remove_open(cfs_rq);
 }
 
@@ -387,7 +388,7 @@ pub(super) fn cpu_of(o: &Offsets, cfs_rq: u64) -> u64 {
 /// throttled cfs_rq of it seen later starts nothing.
 #[inline(always)]
 pub(super) fn cgroup_gone(o: &Offsets, cgroup: u64) {
-    let Some(cgroup_id) = stops::cgroup_id(o, cgroup) else {
+    let Some(cgroup_id) = toolbox::cgroup_id(o, cgroup) else {
         return;
     };
     mark_gone(cgroup, cgroup_id);
@@ -422,7 +423,7 @@ pub(super) fn refilling(cgroup: u64) -> bool {
 /// observations end stops themselves again.
 #[inline(always)]
 pub(super) fn refill_ends(o: &Offsets, cgroup: u64) {
-    if let Some(cgroup_id) = stops::cgroup_id(o, cgroup) {
+    if let Some(cgroup_id) = toolbox::cgroup_id(o, cgroup) {
         sweep(o, cgroup, cgroup_id, Sweep::Refilled);
     }
     let _ = TP_REFILLING.remove(cgroup);
@@ -440,7 +441,7 @@ pub(super) fn period_expires(o: &Offsets, cgroup: u64) {
     if !any_open() {
         return;
     }
-    if let Some(cgroup_id) = stops::cgroup_id(o, cgroup) {
+    if let Some(cgroup_id) = toolbox::cgroup_id(o, cgroup) {
         sweep(o, cgroup, cgroup_id, Sweep::Expired);
     }
 }

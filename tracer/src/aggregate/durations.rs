@@ -10,19 +10,11 @@ pub(super) const NS_PER_MS: u64 = 1_000_000;
 
 /// A distribution of durations: count, sum, exact max, percentiles and bcc-style log2 buckets.
 ///
-/// Memory: the first [`FEW`] values are kept as they are (8 bytes each); past that they go into
-/// an HdrHistogram of µs in `u32` counters (4 billion equal stops per bucket before a counter
-/// saturates, which no trace reaches; `u64` would double the memory for nothing), which
-/// auto-resizes to the largest value seen, so it costs 4 bytes × 128 counters per power of two
-/// between 256 µs and the longest stop: ~5.5 KiB when the longest stop is ~100 ms, ~13 KiB if one
-/// stop lasts an hour. A node's many rarely stopped cgroups thus cost a few hundred bytes each,
-/// and their percentiles are the same: the summary puts the kept values into a histogram of its
-/// own. The log2 buckets are exact (not derived from the HdrHistogram, whose buckets straddle the
-/// ms powers of two) and cost 4 bytes per power of two of ms.
-///
-/// Measured (test `memory_per_stopped_cgroup`): one cgroup stopped 10,000 times, its stops
-/// lasting up to ~100 ms, costs 544 B of state + 11.1 KiB of histograms ≈ 11.7 KiB; one stopped
-/// 20 times, 1.2 KiB. Cgroups that never stop cost nothing.
+/// The first [`FEW`] values are kept as they are, so that a node's many rarely stopped cgroups
+/// cost a few hundred bytes each; past that an HdrHistogram of µs in `u32` counters (no trace
+/// saturates one; `u64` would double the memory) sized to the longest stop, a few KiB (test
+/// `memory_per_stopped_cgroup`). The log2 buckets are kept exactly, apart: the HdrHistogram's
+/// buckets straddle the ms powers of two.
 #[derive(Debug, Default)]
 pub(super) struct Durations {
     count: u64,

@@ -1,39 +1,11 @@
-//! Per-cgroup state: stop histograms, sums, wall-clock unions, group stops, open stops.
-//!
-//! Fed one [`Event`] at a time by the run loop ([`Aggregate::ingest`], which also says which
-//! group stop each record closed for good, for live readers), read once at the end
-//! ([`Aggregate::finish`]). Definitions, all in CLOCK_MONOTONIC ns unless said otherwise:
-//!
-//! - **stop** (per-CPU stop): one cfs_rq throttled, from its START to its END record;
-//!   duration = `end_ns - start_ns`.
-//! - **cpu_stop_ns**: Σ stop durations. N CPUs stopped at once count N×, like cpu.stat does.
-//! - **group stop**: one episode during which at least one CPU of the cgroup is stopped, i.e. the
-//!   union of overlapping per-CPU stops; its bounds are the earliest start and the latest end of
-//!   its members. **wall_stop_ns** = Σ group-stop lengths: the wall-clock time the group had
-//!   at least one CPU stopped.
-//! - **kernel_stop_ns**: Σ of what the kernel itself added to cpu.stat `throttled_time` for the
-//!   stops above (its `rq->clock`, not CLOCK_MONOTONIC).
-//! - **unseen-start stops**: stops that began before tracing and ended during it; only their
-//!   kernel time is known. They are outside every figure above.
-//! - **open stops**: STARTs without an END when the trace finished; reported with their elapsed
-//!   time, never mixed into the histograms or sums.
-//!
-//! Ancestor attribution: a per-CPU stop of the quota owner Q also stops every direct child D
-//! of Q with tasks queued on that CPU (`Stop::children`, the kernel's own rule for
-//! cpu.stat.local), so the ended stop counts for each pair (Q, D): Q's summary lists it under
-//! `descendants`, D's under `stopped_by_ancestor` (D gets a summary even if its own quota never
-//! stopped it). It also counts for the descendant whose task was seen stopped
-//! (`Stop::descendant`), when that one is not listed (a grandchild, a kernel whose fields did
-//! not resolve). Stops whose list was cut at `MAX_CHILDREN` are counted on Q
-//! (`children_unlisted_stops`).
-//!
-//! Threads held: each ended stop's held threads count for the processes and threads of the
-//! cgroup whose quota stopped it ([`holders`]).
+//! Per-cgroup state, fed one [`Event`] at a time by the run loop ([`Aggregate::ingest`], which
+//! also says which group stop each record closed for good) and read once at the end
+//! ([`Aggregate::finish`]). What each figure means (stops, group stops, kernel time, unseen
+//! starts, open stops, stops by an ancestor's quota) is docs/definitions.md's to say.
 //!
 //! [`durations`] keeps distributions, [`episodes`] one cgroup's stops and group stops,
-//! [`holders`] the processes and threads they held,
-//! [`demand`] one cgroup's per-period CPU demand and busy runs, [`window`] the live interval;
-//! this module routes records to them and joins the ancestor attributions at the end.
+//! [`holders`] the threads they held, [`demand`] per-period demand and busy runs, [`window`]
+//! the live interval; this module routes records to them and joins the ancestors' credits.
 
 mod demand;
 mod durations;

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cgroups::{Hierarchy, Version};
-use crate::error::Failure;
+use crate::error::{Failure, say};
 
 /// Every demo cgroup's name starts with this; the demo's pid follows.
 pub const PREFIX: &str = "throttle-tracer-demo-";
@@ -152,7 +152,7 @@ impl Drop for DemoCgroup {
         }
         self.stop_workload();
         if let Err(e) = remove_dir(&self.dir, self.version) {
-            eprintln!("{e}");
+            say!("{e}");
         }
     }
 }

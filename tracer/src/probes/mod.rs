@@ -216,7 +216,7 @@ impl Probes {
                 debug!(
                     "startup: {} refused in {:.1} ms",
                     backend.name(),
-                    crate::agent::ms(phase)
+                    crate::sys::ms(phase)
                 );
             }
             attempt
@@ -363,7 +363,7 @@ impl KernelBtf {
             .map_err(|e| format!("{}: {e}", path.display()));
         debug!(
             "startup: kernel BTF parsed in {:.1} ms",
-            crate::agent::ms(phase)
+            crate::sys::ms(phase)
         );
         Self(btf)
     }
@@ -417,7 +417,7 @@ pub fn try_backend(
     debug!(
         "startup: {} object loaded (maps) in {:.1} ms",
         backend.name(),
-        crate::agent::ms(phase)
+        crate::sys::ms(phase)
     );
     if filter_on != 0 {
         // Borrowed, not taken: a taken map's fd closes when it drops, and programs loaded

@@ -193,7 +193,7 @@ fn load(
     };
     debug!(
         "startup: {name} verified in {:.1} ms",
-        crate::agent::ms(phase)
+        crate::sys::ms(phase)
     );
     // What the verifier's time goes with (5.16+ says it).
     if let Some(n) = info.ok().and_then(|i| i.verified_instruction_count()) {

@@ -9,6 +9,7 @@ use crate::advice::{Advice, Setting};
 use crate::aggregate::{DemandSummary, Percentiles};
 use crate::cgroups::Version;
 use crate::schema::{End, Start};
+use crate::units::ms;
 
 /// `throttle-tracer advise`'s whole text: how long it traced and that the advice covers only
 /// that, then each measured cgroup's block under its path.
@@ -304,10 +305,6 @@ fn period_files(p: &Setting, version: Option<Version>) -> String {
         us(p.period_ns),
         us(p.quota_ns)
     )
-}
-
-fn ms(ns: u64) -> String {
-    format!("{:.1} ms", ns as f64 / 1e6)
 }
 
 fn secs(ns: u64) -> String {

@@ -1,26 +1,11 @@
-//! Readers of the aggregate: the run's output, written to a list of [`Sink`]s (the NDJSON
-//! stream on stdout, the `--record` file, the text summary printed at the end, the live view
-//! ([`live`]) and the Prometheus exporter of `serve` ([`prometheus`])). Nothing here reads the
-//! machine: cgroup files and paths come in as readings taken by the caller.
+//! Readers of the aggregate: the run's output, written to a list of [`Sink`]s (NDJSON, the
+//! `--record` file, the end's text, the live view ([`live`]), `serve`'s exporter
+//! ([`prometheus`])). Nothing here reads the machine: cgroup readings come from the caller.
 //!
-//! The run loop drives one [`Report`]: made with the `start` line once, [`Report::event`] per
-//! record (after the aggregate took it), [`Report::tick`] per periodic reading,
-//! [`Report::key`] per key on the terminal, [`Report::finish`] with [`collect`]'s per-cgroup
-//! reports. Each sink takes the [`schema`](crate::schema) lines it wants as they happen, the
-//! ticks and keys it acts on, and writes its own end.
-//! `throttle-tracer report` (`replay`) feeds a recording back through the same aggregate and
-//! the text sink.
-//! A [`CgroupReport`] joins what the trace measured ([`CgroupSummary`]) with what the cgroup's
-//! files say at the end (path, cpu.stat delta since the start, quota settings).
-//!
-//! Definitions (shared by every format; all times CLOCK_MONOTONIC ns unless noted; the full
-//! table is docs/definitions.md):
-//! - `cpu_stop_ns`: Σ per-CPU stop durations (N CPUs stopped together count N×, like cpu.stat).
-//! - `wall_stop_ns`: wall-clock time with at least one CPU of the group stopped.
-//! - `kernel_stop_ns`: Σ of the kernel's own `rq->clock` length of each traced stop — what it
-//!   added to cpu.stat throttled time.
-//! - `overcount`: cpu.stat throttled-time delta ÷ `wall_stop_ns`: how many times cpu.stat's
-//!   figure exceeds the time the group was really (at least partly) stopped.
+//! The run loop drives one [`Report`]: made with the `start` line, then [`Report::event`] per
+//! record, [`Report::tick`] per reading, [`Report::key`] per key, [`Report::finish`] with
+//! [`collect`]'s [`CgroupReport`]s (the trace's [`CgroupSummary`] joined with the cgroup's files
+//! at the end). The figures' definitions are docs/definitions.md's.
 
 mod advice_text;
 mod histogram;

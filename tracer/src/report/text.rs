@@ -7,11 +7,13 @@ use std::fmt::Write;
 
 use super::CgroupReport;
 use super::histogram::log2_rows;
-use crate::aggregate::{Attributed, DurationSummary, HeldSummary, ProcessHeld};
+use crate::aggregate::{Attributed, CgroupSummary, DurationSummary, HeldSummary, ProcessHeld};
 use crate::cgroups::Version;
+use crate::cpustat::CpuStat;
 use crate::names::Name;
 use crate::records::{Bandwidth, Lost};
 use crate::schema::{End, Start};
+use crate::units::spaced;
 
 /// Widest cgroup path column in the overview; longer paths push their row right.
 const MAX_PATH_COLUMN: usize = 48;
@@ -50,7 +52,7 @@ fn header(out: &mut String, info: &Start, totals: &End) {
     let _ = writeln!(
         out,
         "throttle-tracer: CFS bandwidth (CPU quota) stops, traced for {} ({} backend, kernel {})",
-        ns(totals.elapsed_ns),
+        spaced(totals.elapsed_ns),
         info.backend,
         info.kernel
     );
@@ -136,13 +138,13 @@ fn overview(out: &mut String, reports: &[CgroupReport]) {
             "{name:<w$}  {:>6} {:>6}  {:>10} {:>10}  {:>10} {:>10}  {:>10} {:>9}  {:>4}{}",
             s.stops.count,
             s.group_stops.count,
-            ns(s.stops.sum_ns),
-            ns(s.group_stops.sum_ns),
-            p.map_or("-".into(), |p| ns(p.p99_ns)),
-            p.map_or("-".into(), |p| ns(p.max_ns)),
+            spaced(s.stops.sum_ns),
+            spaced(s.group_stops.sum_ns),
+            p.map_or("-".into(), |p| spaced(p.p99_ns)),
+            p.map_or("-".into(), |p| spaced(p.max_ns)),
             r.cpu_stat
                 .as_ref()
-                .map_or("-".into(), |d| ns(d.throttled_ns)),
+                .map_or("-".into(), |d| spaced(d.throttled_ns)),
             r.overcount().map_or("-".into(), |o| format!("{o:.2}x")),
             s.open_stops.len(),
             friendly
@@ -155,7 +157,7 @@ fn overview(out: &mut String, reports: &[CgroupReport]) {
                 "{:<w$}  ^ {} stops, {} per-CPU: stopped by ancestor {}'s quota",
                 "",
                 a.stops,
-                ns(a.stopped_ns),
+                spaced(a.stopped_ns),
                 attributed_name(a)
             );
         }
@@ -186,65 +188,23 @@ fn detail(out: &mut String, r: &CgroupReport) {
     let _ = writeln!(
         out,
         "  stopped time      per-CPU {}   wall {}   kernel {}",
-        ns(s.stops.sum_ns),
-        ns(s.group_stops.sum_ns),
-        ns(s.kernel_stop_ns)
+        spaced(s.stops.sum_ns),
+        spaced(s.group_stops.sum_ns),
+        spaced(s.kernel_stop_ns)
     );
+    cpu_stat(out, r);
+    attributed(out, s);
+    endings(out, s);
+    lost(out, &r.lost);
+    held(out, &s.held);
+    histogram(out, "per-CPU stop lengths", &s.stops);
+    histogram(out, "group stop lengths", &s.group_stops);
+}
+
+/// The cgroup's cpu.stat delta over the trace, and the cross-checks of the trace against it.
+fn cpu_stat(out: &mut String, r: &CgroupReport) {
     match &r.cpu_stat {
-        Some(d) => {
-            let _ = write!(
-                out,
-                "  cpu.stat delta    nr_periods {}   nr_throttled {}   throttled {}",
-                d.nr_periods,
-                d.nr_throttled,
-                ns(d.throttled_ns)
-            );
-            if let Some(o) = r.overcount() {
-                let _ = write!(out, "   overcount {o:.2}x");
-            }
-            out.push('\n');
-            if let Some(local) = d.local_throttled_ns {
-                let _ = writeln!(
-                    out,
-                    "  cpu.stat.local    throttled {} (own or ancestors' quota)",
-                    ns(local)
-                );
-                if !s.stopped_by_ancestor.is_empty() {
-                    let ours = r.local_accounted_ns();
-                    let _ = writeln!(
-                        out,
-                        "  cross-check local own kernel time {} + ancestors' {} = {} vs \
-                         cpu.stat.local {} (trace {}{})",
-                        ns(s.kernel_accounted_ns()),
-                        ns(ours - s.kernel_accounted_ns()),
-                        ns(ours),
-                        ns(local),
-                        if ours >= local { "+" } else { "-" },
-                        ns(ours.abs_diff(local))
-                    );
-                }
-            }
-            // The trace's own account of the same delta: ended stops plus the stops that began
-            // before tracing. Stops still open are in neither.
-            let ours = s.kernel_accounted_ns();
-            let diff = ours.abs_diff(d.throttled_ns);
-            let _ = write!(
-                out,
-                "  cross-check       traced kernel time {} + {} stop(s) begun before tracing {} \
-                 = {} vs cpu.stat {} (trace {}{})",
-                ns(s.kernel_stop_ns),
-                s.unseen_start_stops,
-                ns(s.unseen_start_kernel_ns),
-                ns(ours),
-                ns(d.throttled_ns),
-                if ours >= d.throttled_ns { "+" } else { "-" },
-                ns(diff)
-            );
-            if d.unit.resolution_ns() > 0 {
-                let _ = write!(out, " (cpu.stat in µs: ±1 µs)");
-            }
-            out.push('\n');
-        }
+        Some(d) => delta(out, r, d),
         None if r.gone => out.push_str(
             "  cpu.stat delta    unavailable: the cgroup was removed, its cpu.stat with it\n",
         ),
@@ -258,14 +218,76 @@ fn detail(out: &mut String, r: &CgroupReport) {
              recorded)\n",
         ),
     }
+}
+
+/// The cpu.stat delta `d` of the cgroup's report `r`, and the trace's own account of it.
+fn delta(out: &mut String, r: &CgroupReport, d: &CpuStat) {
+    let s = &r.summary;
+    let _ = write!(
+        out,
+        "  cpu.stat delta    nr_periods {}   nr_throttled {}   throttled {}",
+        d.nr_periods,
+        d.nr_throttled,
+        spaced(d.throttled_ns)
+    );
+    if let Some(o) = r.overcount() {
+        let _ = write!(out, "   overcount {o:.2}x");
+    }
+    out.push('\n');
+    if let Some(local) = d.local_throttled_ns {
+        let _ = writeln!(
+            out,
+            "  cpu.stat.local    throttled {} (own or ancestors' quota)",
+            spaced(local)
+        );
+        if !s.stopped_by_ancestor.is_empty() {
+            let ours = r.local_accounted_ns();
+            let _ = writeln!(
+                out,
+                "  cross-check local own kernel time {} + ancestors' {} = {} vs \
+                 cpu.stat.local {} (trace {}{})",
+                spaced(s.kernel_accounted_ns()),
+                spaced(ours - s.kernel_accounted_ns()),
+                spaced(ours),
+                spaced(local),
+                if ours >= local { "+" } else { "-" },
+                spaced(ours.abs_diff(local))
+            );
+        }
+    }
+    // The trace's own account of the same delta: ended stops plus the stops that began
+    // before tracing. Stops still open are in neither.
+    let ours = s.kernel_accounted_ns();
+    let diff = ours.abs_diff(d.throttled_ns);
+    let _ = write!(
+        out,
+        "  cross-check       traced kernel time {} + {} stop(s) begun before tracing {} \
+         = {} vs cpu.stat {} (trace {}{})",
+        spaced(s.kernel_stop_ns),
+        s.unseen_start_stops,
+        spaced(s.unseen_start_kernel_ns),
+        spaced(ours),
+        spaced(d.throttled_ns),
+        if ours >= d.throttled_ns { "+" } else { "-" },
+        spaced(diff)
+    );
+    if d.unit.resolution_ns() > 0 {
+        let _ = write!(out, " (cpu.stat in µs: ±1 µs)");
+    }
+    out.push('\n');
+}
+
+/// The stops the cgroup owes to an ancestor's quota, and those its own quota made its
+/// descendants'.
+fn attributed(out: &mut String, s: &CgroupSummary) {
     for a in &s.stopped_by_ancestor {
         let _ = writeln!(
             out,
             "  stopped by ancestor {}'s quota: {} stops, per-CPU {}, kernel {}",
             attributed_name(a),
             a.stops,
-            ns(a.stopped_ns),
-            ns(a.kernel_ns)
+            spaced(a.stopped_ns),
+            spaced(a.kernel_ns)
         );
     }
     for a in &s.descendants {
@@ -274,8 +296,8 @@ fn detail(out: &mut String, r: &CgroupReport) {
             "  stopped descendant {}: {} of these stops, per-CPU {}, kernel {}",
             attributed_name(a),
             a.stops,
-            ns(a.stopped_ns),
-            ns(a.kernel_ns)
+            spaced(a.stopped_ns),
+            spaced(a.kernel_ns)
         );
     }
     if s.children_unlisted_stops > 0 {
@@ -286,6 +308,10 @@ fn detail(out: &mut String, r: &CgroupReport) {
             s.children_unlisted_stops
         );
     }
+}
+
+/// How its stops ended, those still open, and the records that were incomplete.
+fn endings(out: &mut String, s: &CgroupSummary) {
     if !s.end_reasons.is_empty() {
         let reasons: Vec<String> = s
             .end_reasons
@@ -298,7 +324,7 @@ fn detail(out: &mut String, r: &CgroupReport) {
         let open: Vec<String> = s
             .open_stops
             .iter()
-            .map(|o| format!("cpu {} for {}", o.cpu, ns(o.elapsed_ns)))
+            .map(|o| format!("cpu {} for {}", o.cpu, spaced(o.elapsed_ns)))
             .collect();
         let _ = writeln!(out, "  open at exit      {}", open.join(", "));
     }
@@ -318,10 +344,6 @@ fn detail(out: &mut String, r: &CgroupReport) {
     if !anomalies.is_empty() {
         let _ = writeln!(out, "  incomplete        {}", anomalies.join(", "));
     }
-    lost(out, &r.lost);
-    held(out, &s.held);
-    histogram(out, "per-CPU stop lengths", &s.stops);
-    histogram(out, "group stop lengths", &s.group_stops);
 }
 
 /// Processes and threads listed per cgroup in the summary; the NDJSON has them all.
@@ -341,13 +363,13 @@ fn held(out: &mut String, h: &HeldSummary) {
         let p99 = p
             .waits
             .percentiles
-            .map_or_else(|| "-".to_owned(), |q| ns(q.p99_ns));
+            .map_or_else(|| "-".to_owned(), |q| spaced(q.p99_ns));
         let who = format!("pid {} ({})", p.pid, p.comm);
         let _ = writeln!(
             out,
             "                    {who:<22} {:>6} {:>10} {:>11}",
             p.waits.count,
-            ns(p.waits.sum_ns),
+            spaced(p.waits.sum_ns),
             p99
         );
         for t in p.threads.iter().take(MAX_THREADS_SHOWN) {
@@ -356,7 +378,7 @@ fn held(out: &mut String, h: &HeldSummary) {
                 out,
                 "                      {who:<20} {:>6} {:>10}",
                 t.stops,
-                ns(t.held_ns)
+                spaced(t.held_ns)
             );
         }
         if p.threads.len() > MAX_THREADS_SHOWN {
@@ -399,7 +421,7 @@ fn asked_pids(out: &mut String, info: &Start, reports: &[CgroupReport]) {
             let p99 = p
                 .waits
                 .percentiles
-                .map_or_else(String::new, |q| format!(", p99 {}", ns(q.p99_ns)));
+                .map_or_else(String::new, |q| format!(", p99 {}", spaced(q.p99_ns)));
             let _ = writeln!(
                 out,
                 "pid {pid} ({}): {} stops, {} held{p99}",
@@ -408,7 +430,7 @@ fn asked_pids(out: &mut String, info: &Start, reports: &[CgroupReport]) {
                     .find(|p| p.pid == pid)
                     .map_or(&first.comm, |p| &p.comm),
                 p.waits.count,
-                ns(p.waits.sum_ns)
+                spaced(p.waits.sum_ns)
             );
         }
     }
@@ -420,10 +442,10 @@ fn distribution_line(out: &mut String, label: &str, d: &DurationSummary) {
         let _ = write!(
             out,
             "   p50 {}   p90 {}   p99 {}   max {}",
-            ns(p.p50_ns),
-            ns(p.p90_ns),
-            ns(p.p99_ns),
-            ns(p.max_ns)
+            spaced(p.p50_ns),
+            spaced(p.p90_ns),
+            spaced(p.p99_ns),
+            spaced(p.max_ns)
         );
     }
     out.push('\n');
@@ -449,7 +471,7 @@ fn lost(out: &mut String, lost: &Lost) {
              and group stops are lower bounds, the cross-check falls short by their kernel time \
              ({})",
             lost.ends,
-            ns(lost.kernel_ns)
+            spaced(lost.kernel_ns)
         );
     }
     if lost.starts > 0 {
@@ -521,33 +543,18 @@ fn name(r: &CgroupReport) -> String {
         .unwrap_or_else(|| format!("cgroup id {}", r.summary.cgroup_id))
 }
 
-/// What users call the cgroup (`docker 0123456789ab`), unless that is its path's last
-/// component already (`/system.slice/nginx.service`).
 fn friendly_name(r: &CgroupReport) -> Option<String> {
-    let path = r.path.as_deref()?;
-    let label = Name::of(path)?.to_string();
-    (path.rsplit('/').next() != Some(label.as_str())).then_some(label)
+    r.path.as_deref().and_then(Name::friendly)
 }
 
 fn bandwidth(b: &Bandwidth) -> String {
-    let quota = b.quota_ns.map_or("max (no limit)".to_owned(), ns);
-    let period = b.period_ns.map_or("?".to_owned(), ns);
+    let quota = b.quota_ns.map_or("max (no limit)".to_owned(), spaced);
+    let period = b.period_ns.map_or("?".to_owned(), spaced);
     let mut s = format!("{quota} per {period} period");
     if let Some(burst) = b.burst_ns {
-        let _ = write!(s, ", burst {}", ns(burst));
+        let _ = write!(s, ", burst {}", spaced(burst));
     }
     s
-}
-
-/// A duration for people: ns below 1 µs, then µs, ms, s with a few significant digits.
-fn ns(v: u64) -> String {
-    let f = v as f64;
-    match v {
-        0..1_000 => format!("{v} ns"),
-        1_000..1_000_000 => format!("{:.1} µs", f / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.1} ms", f / 1e6),
-        _ => format!("{:.3} s", f / 1e9),
-    }
 }
 
 #[cfg(test)]
@@ -571,14 +578,6 @@ mod tests {
             }],
             ..Start::default()
         }
-    }
-
-    #[test]
-    fn durations_for_people() {
-        assert_eq!(ns(999), "999 ns");
-        assert_eq!(ns(1_500), "1.5 µs");
-        assert_eq!(ns(78_123_456), "78.1 ms");
-        assert_eq!(ns(4_475_123_000), "4.475 s");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::row::{Limit, Row, Status};
+use super::json::{Limit, Row, Status};
 use crate::cpustat::CpuStat;
 use crate::sampler::{Sample, Snapshot, Target};
 use crate::schema::CgroupRef;
@@ -139,16 +139,13 @@ pub fn window(first: &Reading, second: &Reading) -> Vec<Row> {
         .iter()
         .filter_map(|(path, (id, after))| {
             let (_, before) = same(path, *id)?;
-            let stat = match (&after.stat, &before.stat) {
-                (Some(a), Some(b)) => a.since(b).ok(),
-                _ => None,
+            let change = after.since(before);
+            spans.insert(path, change.span);
+            let counters = Counters {
+                stat: change.stat,
+                usage_ns: change.usage_ns,
             };
-            let usage_ns = after
-                .usage_ns
-                .zip(before.usage_ns)
-                .map(|(a, b)| a.saturating_sub(b));
-            spans.insert(path, after.at.saturating_duration_since(before.at));
-            Some((path.as_str(), Counters { stat, usage_ns }))
+            Some((path.as_str(), counters))
         })
         .collect();
     // A cgroup that was not there throughout has no span of its own: it gets the window's.

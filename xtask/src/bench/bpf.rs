@@ -1,7 +1,7 @@
 //! BPF programs as the kernel's run-time statistics see them: the tracer's (by the raw
 //! tracepoint links its process holds), bpftrace's (new since it started), and the floor on
 //! each hook, an empty program of the same type (raw tracepoint, kprobe, fentry/fexit).
-use super::procs;
+use super::procfs;
 use anyhow::{Context as _, Result, bail};
 use aya_obj::generated::{
     PERF_FLAG_FD_CLOEXEC, bpf_attach_type, bpf_attr, bpf_cmd, bpf_prog_info, bpf_prog_type,
@@ -9,7 +9,6 @@ use aya_obj::generated::{
 };
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
-use std::path::Path;
 
 /// A program: what it is attached to, and its id.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,7 +58,7 @@ pub fn attached_programs(pid: u32) -> Result<Vec<Program>> {
         .map(|p| (p.id(), p.name_as_str().unwrap_or("").to_owned()))
         .collect();
     let mut programs = Vec::new();
-    for (fd, target) in procs::fds(pid)? {
+    for (fd, target) in procfs::fds(pid)? {
         if target != "anon_inode:bpf_link" {
             continue;
         }
@@ -78,23 +77,11 @@ pub fn attached_programs(pid: u32) -> Result<Vec<Program>> {
     Ok(programs)
 }
 
-/// The hook of each program throttle-tracer's tracepoint backend attaches (a hook twice if two
-/// programs share it), from a start of its own: what the floors are attached to.
-pub fn tracer_hooks(tracer: &Path) -> Result<Vec<String>> {
-    let mut traced = procs::Traced::tracer(tracer, super::TRACEPOINT, &[])?;
-    let hooks = attached_programs(traced.pid())?
-        .into_iter()
-        .map(|p| p.hook)
-        .collect();
-    traced.stop()?;
-    Ok(hooks)
-}
-
 fn parse_link_fdinfo(text: &str) -> Option<Program> {
     Some(Program {
-        hook: procs::field(text, "tp_name")?.to_owned(),
+        hook: procfs::field(text, "tp_name")?.to_owned(),
         name: String::new(),
-        id: procs::field(text, "prog_id")?.parse().ok()?,
+        id: procfs::field(text, "prog_id")?.parse().ok()?,
     })
 }
 

@@ -16,13 +16,15 @@
 //! memory then and at the end and the least-squares slope between, the scrapes' size and time
 //! (connect to last byte), and the fleet's throttled periods by cpu.stat.
 use super::Bench;
-use super::procs::{self, Memory, Workload};
+use super::procfs::{self, Memory};
+use super::procs::Workload;
 use super::scrape::{self, Serve};
 use super::table::Row;
-use crate::cgroup::{Cgroup, Tree};
+use crate::cgroup::Tree;
 use anyhow::Result;
 use std::thread;
 use std::time::{Duration, Instant};
+use test_support::Cgroup;
 
 const SECTION: &str = "serve over a fleet of quota'd cgroups (100 ms periods)";
 const PARENT: &str = "xtask-bench-fleet";
@@ -130,11 +132,11 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         Fleet::full(bench.fleet_minutes)
     };
     let tree = Tree::create(PARENT, fleet.cgroups(), STOPPED_QUOTA_US, PERIOD_US)?;
-    tree.parent.yield_to_others()?;
+    tree.yield_to_others();
     let (stopped, rest) = tree.children.split_at(fleet.stopped);
     let light = &rest[..fleet.light];
     for cgroup in rest {
-        cgroup.set_quota(LIGHT_QUOTA_US, PERIOD_US)?;
+        cgroup.set_quota(Some(LIGHT_QUOTA_US), PERIOD_US);
     }
     let selection = format!("/{PARENT}/c*");
     let traced = ["--backend", "tracepoint", "--cgroup", &selection];
@@ -147,7 +149,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     let mut loads = Vec::new();
     for cgroup in stopped {
         loads.push(Workload::busy(&bench.workload, 1, seconds)?);
-        cgroup.add(loads.last().expect("pushed").pid())?;
+        cgroup.add(loads.last().expect("pushed").pid());
     }
     let rounds = (seconds * 1000 / LIGHT_EVERY_MS).to_string();
     let (every_ms, burn_ms) = (LIGHT_EVERY_MS.to_string(), LIGHT_BURN_MS.to_string());
@@ -164,7 +166,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
                 &rounds,
             ],
         )?);
-        cgroup.add(loads.last().expect("pushed").pid())?;
+        cgroup.add(loads.last().expect("pushed").pid());
     }
     let started = Instant::now();
     let ticks = (fleet.length.as_secs() / fleet.every.as_secs()) as u32;
@@ -183,7 +185,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
             // Read before the scrape: the CPU between two readings holds one scrape.
             let cpu = (
                 started.elapsed().as_secs_f64(),
-                procs::cpu_seconds(serve.pid())?,
+                procfs::cpu_seconds(serve.pid())?,
             );
             let rss = Memory::of(serve.pid())?.rss as f64 / f64::from(1 << 20);
             let answer = serve.scrape(accept)?;
@@ -227,8 +229,9 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
 fn fleet_periods(cgroups: &[Cgroup]) -> Result<(u64, u64)> {
     let mut sum = (0, 0);
     for cgroup in cgroups {
-        sum.0 += cgroup.stat("nr_periods")?;
-        sum.1 += cgroup.stat("nr_throttled")?;
+        let stat = cgroup.stat();
+        sum.0 += stat.nr_periods;
+        sum.1 += stat.nr_throttled;
     }
     Ok(sum)
 }

@@ -2,7 +2,8 @@
 //! (`throttle-tracer bench-feed`: generated stops fed to a real session, one core), without
 //! output and with NDJSON, and the exporter's encoding of 1,000 cgroups; then memory: the agent's resident set plus its BPF maps'
 //! `memlock`, idle and holding 1,000 and 10,000 stopped cgroups, next to bpftrace's idle.
-use super::procs::{self, Held, Memory, Traced};
+use super::procfs::Memory;
+use super::procs::{self, Held, Traced};
 use super::table::{Row, Summary};
 use super::{BPFTRACE_CHECK, Bench};
 use anyhow::{Context as _, Result};

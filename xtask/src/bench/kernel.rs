@@ -9,10 +9,10 @@
 //! bpftrace's one-line check on sched_switch (the peer).
 use super::bpf::{self, Floor, Program, Snapshot};
 use super::loads;
-use super::procs::{Traced, Workload};
+use super::procs::{self, Traced, Workload};
 use super::table::Row;
 use super::{BPFTRACE_CHECK, Bench, PerfBench, TRACEPOINT};
-use crate::cgroup::Cgroup;
+use crate::cgroup;
 use anyhow::{Context as _, Result, bail};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     // 10-15 ns on the hrtimer and CSD hooks, an empty program first or last): an empty
     // program goes first on every hook, so that the tracer's programs and the floor they are
     // compared with, attached after them, both run after another.
-    let mut hooks = bpf::tracer_hooks(&bench.tracer)?;
+    let mut hooks = procs::tracer_hooks(&bench.tracer)?;
     hooks.dedup();
     let leading = hooks
         .iter()
@@ -227,13 +227,13 @@ fn median(values: &[f64]) -> f64 {
 /// 100 ms is throttled (then sched_switch really walks a bandwidth-limited cfs_rq and the
 /// period timer refills it).
 fn throttled_window(bench: &Bench, programs: &[Program], window: Duration) -> Result<Snapshot> {
-    let cgroup = Cgroup::create("xtask-bench", 20_000, 100_000)?;
+    let cgroup = cgroup::with_quota("xtask-bench", 20_000, 100_000)?;
     let busy = Workload::busy(&bench.workload, 2, window.as_secs() + 30)?;
-    cgroup.add(busy.pid())?;
+    cgroup.add(busy.pid());
     let deadline = Instant::now() + Duration::from_secs(10);
-    while cgroup.stat("nr_throttled")? < 2 {
+    while cgroup.stat().nr_throttled < 2 {
         if Instant::now() > deadline {
-            bail!("{} did not throttle within 10 s", cgroup.path().display());
+            bail!("{} did not throttle within 10 s", cgroup.dir().display());
         }
         thread::sleep(Duration::from_millis(20));
     }

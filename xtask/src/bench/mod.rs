@@ -25,6 +25,7 @@ mod fleet;
 mod ingest;
 mod kernel;
 mod loads;
+pub(crate) mod procfs;
 pub(crate) mod procs;
 pub(crate) mod scrape;
 mod slowdown;

@@ -12,8 +12,8 @@
 //! through the hypervisor (tens of µs on a VM, and as variable): the pipe's cost per message is
 //! its context switches. Free to move, its two tasks shared a CPU or not as the scheduler
 //! placed them, 5 or 20-65 µs a message in one run: no interval came near 1 %.
-use super::bpf::{self, Floor};
-use super::procs::Traced;
+use super::bpf::Floor;
+use super::procs::{self, Traced};
 use super::table::{Row, Summary, median_ci95};
 use super::{BPFTRACE_CHECK, Bench, PerfBench, PerfRun, TRACEPOINT};
 use anyhow::Result;
@@ -109,7 +109,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
             per_switch: false,
         },
     ];
-    let hooks = bpf::tracer_hooks(&bench.tracer)?;
+    let hooks = procs::tracer_hooks(&bench.tracer)?;
     for w in &workloads {
         w.bench.run()?; // warm-up
     }

@@ -12,13 +12,15 @@
 //! nr_throttled (6.18 host, one thread at 1 ms / 5 ms: 182 stops, median 12.2 ms, in 502
 //! throttled periods, Σ kernel_ns = throttled_time to the ns).
 use super::Bench;
-use super::procs::{self, Traced, Workload};
+use super::procfs;
+use super::procs::{Traced, Workload};
 use super::table::Row;
-use crate::cgroup::Cgroup;
+use crate::cgroup;
 use anyhow::{Context as _, Result};
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
+use test_support::Cgroup;
 
 const SECTION: &str = "sustained load (5 ms periods, default ring)";
 const QUOTA_US: u64 = 1_000;
@@ -35,27 +37,26 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     for &n in steps {
         let mut tracer = Traced::tracer(&bench.tracer, super::TRACEPOINT, &[])?;
         let cgroups = (0..n)
-            .map(|i| Cgroup::create(&format!("xtask-bench-load-{i}"), QUOTA_US, PERIOD_US))
+            .map(|i| cgroup::with_quota(&format!("xtask-bench-load-{i}"), QUOTA_US, PERIOD_US))
             .collect::<Result<Vec<_>>>()?;
         let mut busy = Vec::new();
         for cgroup in &cgroups {
             let b = Workload::busy(&bench.workload, 2, window.as_secs() + 30)?;
-            cgroup.add(b.pid())?;
+            cgroup.add(b.pid());
             busy.push(b);
         }
         thread::sleep(Duration::from_millis(300));
-        let throttled = |cgroups: &[Cgroup]| -> Result<u64> {
-            cgroups.iter().map(|c| c.stat("nr_throttled")).sum()
-        };
+        let throttled =
+            |cgroups: &[Cgroup]| -> u64 { cgroups.iter().map(|c| c.stat().nr_throttled).sum() };
         let (t0, stops0, cpu0, k0) = (
             Instant::now(),
             tracer.stops.load(Ordering::Relaxed),
-            procs::cpu_seconds(tracer.pid())?,
-            throttled(&cgroups)?,
+            procfs::cpu_seconds(tracer.pid())?,
+            throttled(&cgroups),
         );
         thread::sleep(window);
-        let k1 = throttled(&cgroups)?;
-        let cpu1 = procs::cpu_seconds(tracer.pid())?;
+        let k1 = throttled(&cgroups);
+        let cpu1 = procfs::cpu_seconds(tracer.pid())?;
         let elapsed = t0.elapsed().as_secs_f64();
         drop(busy);
         // The tracer drains its ring on a tick: give the last records a moment.
@@ -63,10 +64,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
         let stops = tracer.stops.load(Ordering::Relaxed) - stops0;
         // The cgroups were made after the tracer started, so every stop of theirs is in the
         // trace: the whole run's kernel time, not the window's.
-        let stat_ns: u64 = cgroups
-            .iter()
-            .map(Cgroup::throttled_ns)
-            .sum::<Result<_>>()?;
+        let stat_ns: u64 = cgroups.iter().map(|c| c.stat().throttled_ns).sum();
         let (_, lost) = tracer.stop()?;
         let traced_ns = tracer.kernel_ns.load(Ordering::Relaxed);
         drop(cgroups);

@@ -1,21 +1,8 @@
 //! The live view (`--interval`, `top`): every interval, one row per cgroup stopped in it, the
 //! most wall-clock-stopped first. On a terminal ([`tui`]) the table is redrawn in place on the
 //! alternate screen, with a selectable row and keys; piped ([`plain`]), each table is a plain
-//! block under a UTC timestamp line, so logs keep them all. The rows themselves are [`rows`].
-//!
-//! Columns: STOPS/s and GROUP/s, per-CPU stops and group stops per second; P50/P99/MAX of the
-//! interval's per-CPU stops; PER-CPU and WALL, per-CPU and wall-clock stopped time in the
-//! interval (as in the summary); THROTTLED, cpu.stat nr_throttled / nr_periods over the
-//! interval; QUOTA, quota/period(+burst) now; CPU, the group's CPU usage in CPUs; QUOTA OF,
-//! whose quota stopped it. WALL can exceed PER-CPU by a stop at the edges: a group stop is final
-//! one episode late.
-//!
-//! A cgroup stopped only by an ancestor's quota (a container in a pod with the limit) gets a
-//! row too: its stop columns then count the ancestor's per-CPU stops that stopped its tasks
-//! ([`crate::aggregate::IntervalSummary::ancestor_stops`]), GROUP/s and WALL are `-` (they are
-//! the owner's), and QUOTA OF names the owner. A cgroup stopped by both shows its own stops, and
-//! QUOTA OF says `own+` the ancestor.
-
+//! block under a UTC timestamp line, so logs keep them all. The rows themselves are [`rows`];
+//! what each column means, a cgroup stopped by an ancestor's quota too, is docs/definitions.md's.
 mod plain;
 mod rows;
 mod tui;

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use crate::aggregate::DurationSummary;
 use crate::records::Bandwidth;
 use crate::report::histogram::log2_rows;
+use crate::units::compact;
 
 use super::rows::{Row, Table};
 
@@ -66,7 +67,7 @@ pub(super) fn cells(r: &Row, secs: f64) -> [String; COLUMNS] {
         }
     };
     let (stops, groups) = (r.shown(), &r.interval.group_stops);
-    let pct = |f: fn(&DurationSummary) -> Option<u64>| f(stops).map_or("-".into(), ns);
+    let pct = |f: fn(&DurationSummary) -> Option<u64>| f(stops).map_or("-".into(), compact);
     // A group stop is the quota owner's: a row shown by its ancestors' stops has none.
     let group = |v: String| if r.by_ancestor_only() { "-".into() } else { v };
     [
@@ -78,8 +79,8 @@ pub(super) fn cells(r: &Row, secs: f64) -> [String; COLUMNS] {
         pct(|d| d.percentiles.map(|p| p.p50_ns)),
         pct(|d| d.percentiles.map(|p| p.p99_ns)),
         pct(|d| d.percentiles.map(|p| p.max_ns)),
-        ns(stops.sum_ns),
-        group(ns(groups.sum_ns)),
+        compact(stops.sum_ns),
+        group(compact(groups.sum_ns)),
         match (r.throttled_ratio(), r.periods) {
             (Some(ratio), Some((t, p))) => format!("{ratio:.2} {t}/{p}"),
             _ => "-".into(),
@@ -88,7 +89,7 @@ pub(super) fn cells(r: &Row, secs: f64) -> [String; COLUMNS] {
         r.cpus.map_or("-".into(), |c| format!("{c:.2}")),
         r.interval
             .largest_run
-            .map_or("-".into(), |run| ns(run.demand_ns)),
+            .map_or("-".into(), |run| compact(run.demand_ns)),
         r.quota_of(),
         r.name.clone().unwrap_or_else(|| "-".into()),
     ]
@@ -126,17 +127,6 @@ pub fn render(table: &Table) -> String {
     out
 }
 
-/// A duration without spaces, so each column stays one word: `812ns`, `35µs`, `80.1ms`, `1.25s`.
-fn ns(v: u64) -> String {
-    let f = v as f64;
-    match v {
-        0..1_000 => format!("{v}ns"),
-        1_000..1_000_000 => format!("{:.0}µs", f / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.1}ms", f / 1e6),
-        _ => format!("{:.2}s", f / 1e9),
-    }
-}
-
 /// The per-process table of `rows` (the live view's `p` key): one line per process their
 /// stops held in the interval, most held first, with its cgroup, stops, held time, p99 wait
 /// and its threads (tid:held, most held first).
@@ -149,19 +139,19 @@ pub(super) fn processes(rows: &[&Row]) -> String {
                 let threads: Vec<String> = p
                     .threads
                     .iter()
-                    .map(|t| format!("{}:{}", t.tid, ns(t.held_ns)))
+                    .map(|t| format!("{}:{}", t.tid, compact(t.held_ns)))
                     .collect();
                 let p99 = p
                     .waits
                     .percentiles
-                    .map_or_else(|| "-".into(), |q| ns(q.p99_ns));
+                    .map_or_else(|| "-".into(), |q| compact(q.p99_ns));
                 (
                     p.waits.sum_ns,
                     [
                         p.pid.to_string(),
                         p.comm.clone(),
                         p.waits.count.to_string(),
-                        ns(p.waits.sum_ns),
+                        compact(p.waits.sum_ns),
                         p99,
                         path.clone(),
                         threads.join(" "),
@@ -228,11 +218,11 @@ pub(super) fn histograms(row: &Row) -> String {
 fn quota(b: &Bandwidth) -> String {
     let mut s = format!(
         "{}/{}",
-        b.quota_ns.map_or("max".into(), ns),
-        b.period_ns.map_or("?".into(), ns)
+        b.quota_ns.map_or("max".into(), compact),
+        b.period_ns.map_or("?".into(), compact)
     );
     if let Some(burst) = b.burst_ns.filter(|&b| b > 0) {
-        let _ = write!(s, "+{}", ns(burst));
+        let _ = write!(s, "+{}", compact(burst));
     }
     s
 }

@@ -185,7 +185,7 @@ impl Live {
                 };
                 Row {
                     cgroup_id: id,
-                    name: path.as_deref().and_then(friendly_name),
+                    name: path.as_deref().and_then(Name::friendly),
                     path,
                     interval,
                     periods,
@@ -204,27 +204,13 @@ impl Live {
 }
 
 fn deltas(before: &Sample, after: &Sample) -> (Option<(u64, u64)>, Option<f64>) {
-    let periods = after
-        .stat
-        .as_ref()
-        .zip(before.stat.as_ref())
-        .and_then(|(a, b)| a.since(b).ok())
-        .map(|d| (d.nr_throttled, d.nr_periods));
-    let secs = after.at.duration_since(before.at).as_secs_f64();
-    let cpus = after
-        .usage_ns
-        .zip(before.usage_ns)
-        .and_then(|(a, b)| a.checked_sub(b))
+    let change = after.since(before);
+    let periods = change.stat.map(|d| (d.nr_throttled, d.nr_periods));
+    let secs = change.span.as_secs_f64();
+    let cpus = (change.usage_ns)
         .filter(|_| secs > 0.0)
         .map(|used| used as f64 / 1e9 / secs);
     (periods, cpus)
-}
-
-/// What users call the cgroup (`docker 0123456789ab`), unless its path's last component says
-/// it already.
-fn friendly_name(path: &str) -> Option<String> {
-    let label = Name::of(path)?.to_string();
-    (path.rsplit('/').next() != Some(label.as_str())).then_some(label)
 }
 
 #[cfg(test)]

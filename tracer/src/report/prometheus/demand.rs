@@ -141,17 +141,23 @@ impl Measured {
         }
     }
 
-    /// Makes the advice again if it is due and periods came since.
-    pub(super) fn refresh(&mut self, now: Instant, slice_ns: Option<u64>, config: &AdviceConfig) {
+    /// Makes the advice again if it is due and periods came since; returns whether it did.
+    pub(super) fn refresh(
+        &mut self,
+        now: Instant,
+        slice_ns: Option<u64>,
+        config: &AdviceConfig,
+    ) -> bool {
         let due = self
             .advised_at
             .is_none_or(|at| now.duration_since(at) >= config.every);
         if !(due && self.changed) {
-            return;
+            return false;
         }
         self.advised_at = Some(now);
         self.changed = false;
         self.advice = self.advise(slice_ns, config.target);
+        true
     }
 
     fn advise(&self, slice_ns: Option<u64>, target: Target) -> Result<Advice, Missing> {

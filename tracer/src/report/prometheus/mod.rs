@@ -68,6 +68,9 @@ use crate::sampler::Snapshot;
 use crate::schema::{CgroupRef, End, Line, Start};
 
 const NS_PER_S: f64 = 1e9;
+/// How often `serve`'s run loop ticks the exporter: its bookkeeping (lost records, removed
+/// cgroups, cpu.stat) and its share of the advice.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// The `Content-Type` of [`Scraper::encode`]'s OpenMetrics text.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -287,6 +290,18 @@ impl Exporter {
     fn update(&mut self, snapshot: &Snapshot, now: Instant) {
         let mut shared = lock(&self.shared);
         let mut gone = Vec::new();
+        // The advice is made between two drains of the ring buffer: a tick makes only its
+        // share of the cgroups' advice (each once per `--advice-every`), so that cgroups whose
+        // windows began together do not all come due in one tick while records pile up.
+        let mut advice_budget = self.config.advice.map_or(0, |a| {
+            let measured = shared
+                .cgroups
+                .values()
+                .filter(|t| t.measured.is_some())
+                .count();
+            let ticks = (a.every.as_secs_f64() / REFRESH_EVERY.as_secs_f64()).max(1.0);
+            (measured as f64 / ticks).ceil() as usize + 1
+        });
         for (id, t) in &mut shared.cgroups {
             match snapshot.get(id).filter(|s| s.exists) {
                 Some(sample) => {
@@ -294,7 +309,9 @@ impl Exporter {
                     t.gone_since = None;
                     if let (Some(m), Some(advice)) = (&mut t.measured, &self.config.advice) {
                         m.read(t.stat.as_ref(), now, advice);
-                        m.refresh(now, self.slice_ns, advice);
+                        if advice_budget > 0 && m.refresh(now, self.slice_ns, advice) {
+                            advice_budget -= 1;
+                        }
                     }
                 }
                 None => {

@@ -1,49 +1,28 @@
-//! `throttle-workload`: the CPU load the VM tests put under a quota.
+//! `throttle-workload`: the CPU loads the tracer's tests put under a quota, each printing what it
+//! saw by its own clocks (CLOCK_MONOTONIC like the tracer's records, the CPU-time clocks, and
+//! CLOCK_REALTIME for `held`): a truth the tests hold the tracer to that the tracer does not make.
 //!
 //! ```text
 //! throttle-workload busy --threads N --seconds S
 //! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K] [--usage-file F]
-//! throttle-workload requests --seconds S
 //! throttle-workload arrivals --rate R --cost-ms D --threads K --seconds S [--seed N] [--delay-us US]
 //! throttle-workload held --seconds S
 //! throttle-workload pair --seconds S
 //! throttle-workload idle --seconds S
 //! ```
 //!
-//! `busy` spins N threads for S seconds of wall time and prints their thread ids. `spiky`
-//! first finds its group's period boundary (it burns until stopped: it resumes at a refill),
-//! then starts a round every MS
-//! after it (a multiple of the period, so every round starts at the same point of the period,
-//! just after a refill), in which each of K threads burns the given CPU time
-//! (CLOCK_THREAD_CPUTIME_ID, so time spent stopped does not count), and idles for the rest. It
-//! prints `synced refill_ns N` once it found the boundary (the stop that found it is then
-//! over), then one line per round with CLOCK_MONOTONIC timestamps (the clock the tracer's
-//! `start_ns` and `end_ns` use) and the CPU time the round cost by the process's own clock
-//! (CLOCK_PROCESS_CPUTIME_ID: the burns, and starting and joining the threads, which under
-//! emulation cost milliseconds) and, with `--usage-file`, by the group's own counter from the
-//! round's start to just before the next (`group_ns`: the threads' exits too), so that stops
-//! and runs can be matched to rounds. It exits a round's spacing after the last round, so that
-//! its exit is no round's CPU. `requests` is the workload of
-//! `throttle-tracer demo` (4 workers, bursts of 20 ms requests; see `workload.rs`), for S seconds.
-//! `arrivals` is reference 003's lab: requests of D ms of CPU arriving at random (Poisson, R
-//! per second, the same ones for the same seed) for K workers, the first US µs after it starts;
-//! one line per request at the end (see `arrivals.rs`).
-//! `held` spins one thread for S seconds reading CLOCK_REALTIME, and at the end prints one line
-//! per time it was held (two reads 30 ms or more apart): the last read before and the first
-//! after, `held realtime_ns R resumed_realtime_ns R'`: its own wall-clock account of each stop.
-//! `idle` sleeps for S seconds: a container's first process, which keeps the container's cgroup
-//! (and its cpu.stat) alive while the tests `exec` their loads into it and read the counters.
+//! Each mode's doc comment below (and `--help`) says what it runs and prints.
 use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use tracer_common::round::Round;
+use tracer_common::{
+    clock::{burn, clock_ns},
+    round::Round,
+};
 
-#[path = "throttle-workload/arrivals.rs"]
 mod arrivals;
-#[path = "../workload.rs"]
-mod workload;
 
 /// The CPU load the tests put under a quota.
 #[derive(Parser)]
@@ -84,12 +63,6 @@ enum Mode {
         /// `usage_usec`), read around each round.
         #[arg(long, value_name = "FILE")]
         usage_file: Option<std::path::PathBuf>,
-    },
-    /// The demo's requests (4 workers, bursts of 20 ms requests) for S seconds.
-    Requests {
-        /// Wall time to run for.
-        #[arg(long, value_name = "S")]
-        seconds: u32,
     },
     /// Requests of D ms of CPU arriving at random (Poisson, R per second) for K workers, for S
     /// seconds; one line per request.
@@ -155,13 +128,6 @@ fn main() -> ExitCode {
                 usage,
             )
         }
-        Mode::Requests { seconds } => {
-            let shape = workload::Requests::demo(Duration::from_secs(seconds.into()));
-            if let Err(e) = workload::run(&shape, &mut std::io::stdout().lock()) {
-                eprintln!("throttle-workload: cannot write the burst lines: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
         Mode::Arrivals {
             rate,
             cost_ms,
@@ -197,15 +163,15 @@ fn ms_to_ns(ms: u32) -> u64 {
 /// Spins until the group is stopped and returns the CLOCK_MONOTONIC time it ran again (a
 /// refill, a period boundary), or the time it gave up (no quota stopped it).
 fn resume_after_stop() -> u64 {
-    let cpu_start = workload::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-    let mut last = workload::clock_ns(libc::CLOCK_MONOTONIC);
+    let cpu_start = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    let mut last = clock_ns(libc::CLOCK_MONOTONIC);
     loop {
-        let now = workload::clock_ns(libc::CLOCK_MONOTONIC);
+        let now = clock_ns(libc::CLOCK_MONOTONIC);
         if now - last >= STOP_GAP_NS {
             return now;
         }
         last = now;
-        if workload::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - cpu_start >= SYNC_BURN_NS {
+        if clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - cpu_start >= SYNC_BURN_NS {
             return now;
         }
     }
@@ -236,7 +202,7 @@ fn sleep_until_ns(ns: u64) {
 fn busy(threads: usize, length: Duration) {
     // Read before the deadline's clock (Instant is CLOCK_MONOTONIC too): the span printed
     // ends no later than the threads do.
-    let until_ns = workload::clock_ns(libc::CLOCK_MONOTONIC) + length.as_nanos() as u64;
+    let until_ns = clock_ns(libc::CLOCK_MONOTONIC) + length.as_nanos() as u64;
     let deadline = Instant::now() + length;
     let (tx, rx) = std::sync::mpsc::channel();
     let spinners: Vec<_> = (0..threads)
@@ -253,7 +219,7 @@ fn busy(threads: usize, length: Duration) {
         })
         .collect();
     let tids: Vec<String> = rx.iter().take(threads).map(|t| t.to_string()).collect();
-    let from_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
+    let from_ns = clock_ns(libc::CLOCK_MONOTONIC);
     println!("tids {}", tids.join(" "));
     println!("spinning from_ns {from_ns} until_ns {until_ns}");
     for spinner in spinners {
@@ -304,7 +270,7 @@ const SYNC_BURN_NS: u64 = 400_000_000;
 /// hold is found on the one clock it is reported in: with a second clock read in the loop, a
 /// hold between the two reads of one turn would show in one clock's gap and not the other's.
 fn held(length_ns: u64) {
-    let realtime = || workload::clock_ns(libc::CLOCK_REALTIME);
+    let realtime = || clock_ns(libc::CLOCK_REALTIME);
     let deadline = Instant::now() + Duration::from_nanos(length_ns);
     let mut holds = Vec::new();
     let mut last = realtime();
@@ -323,7 +289,10 @@ fn held(length_ns: u64) {
 /// Phase-locked rounds. With a plain sleep between rounds (the reference's lab), a round is
 /// stopped or not depending on where in the period it starts, and wake-up delays move that
 /// point from round to round; starting every round at a fixed distance from a refill makes the
-/// quota's arithmetic the only thing that decides.
+/// quota's arithmetic the only thing that decides. Prints `synced refill_ns N` once it found
+/// the boundary (by burning until stopped), then one line per round
+/// ([`tracer_common::round::Round`]); it exits a round's spacing after the last round, so that
+/// its exit is no round's CPU.
 fn spiky(
     every_ns: u64,
     burn_ns: u64,
@@ -338,19 +307,19 @@ fn spiky(
     for round in 0..rounds {
         sleep_until_ns(due_ns(round));
         let usage_start = group_usage.as_ref().map(|read| read());
-        let start_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
-        let cpu_start = workload::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
+        let start_ns = clock_ns(libc::CLOCK_MONOTONIC);
+        let cpu_start = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
         if threads <= 1 {
-            workload::burn(burn_ns);
+            burn(burn_ns);
         } else {
             thread::scope(|s| {
                 for _ in 0..threads {
-                    s.spawn(|| workload::burn(burn_ns));
+                    s.spawn(|| burn(burn_ns));
                 }
             });
         }
-        let cpu_ns = workload::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
-        let end_ns = workload::clock_ns(libc::CLOCK_MONOTONIC);
+        let cpu_ns = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
+        let end_ns = clock_ns(libc::CLOCK_MONOTONIC);
         // The round's threads finish exiting after the join, and the process's clock no longer
         // counts them then: the group's counter is read again just before the next round.
         sleep_until_ns(due_ns(round + 1).saturating_sub(GROUP_SETTLE_NS));

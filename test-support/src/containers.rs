@@ -20,7 +20,6 @@ use std::{
 
 use super::{CpuHierarchy, Running, wait_until};
 
-const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
 /// Where the workload is in its image.
 pub const WORKLOAD_IN_IMAGE: &str = "/throttle-workload";
 /// The most cpu.shares a v1 cgroup takes (the kernel's MAX_SHARES), as [`CpuHierarchy::favour`].
@@ -260,8 +259,8 @@ impl Engine {
     }
 
     /// Starts a detached container of the workload image that idles (its cgroup stays while
-    /// the test `exec`s loads into it), with `limits` (`--cpus 0.5`, …) and the most CPU
-    /// weight for it and its runtime's parent cgroup: on a loaded machine a container weighted
+    /// the test `exec`s loads into it), with `limits` (`--cpus 0.5`, `--cgroup-parent`, …) and
+    /// the most CPU weight for it and every cgroup above it: on a loaded machine a container weighted
     /// as one task would get less than its quota and never be throttled.
     pub fn idle_container(&self, cpu: &CpuHierarchy, limits: &[&str]) -> Container {
         let mut args = vec!["run", "-d", "--network", "none", "--cpu-shares", MAX_SHARES];
@@ -273,7 +272,14 @@ impl Engine {
             .parse()
             .expect("a pid");
         let container = Container::of(cpu, id, pid);
-        cpu.favour(&cpu.root.join(self.kind.parent_cgroup()));
+        // Every cgroup between the root and the container's: the runtime's parent, or the
+        // ones `--cgroup-parent` named.
+        for parent in container.dir.ancestors().skip(1) {
+            if parent == cpu.root || !parent.starts_with(&cpu.root) {
+                break;
+            }
+            cpu.favour(parent);
+        }
         container
     }
 
@@ -401,13 +407,19 @@ pub fn cpu_cgroup_of(pid: u32) -> String {
 /// shared objects it loads, at the paths `ldd` shows, in `dir`.
 pub fn workload_rootfs(dir: &Path) -> PathBuf {
     fs::create_dir_all(dir).unwrap();
+    let workload = super::workload();
     fs::copy(
-        WORKLOAD,
+        &workload,
         dir.join(WORKLOAD_IN_IMAGE.trim_start_matches('/')),
     )
     .unwrap();
-    let out = Command::new("ldd").arg(WORKLOAD).output().expect("ldd");
-    assert!(out.status.success(), "ldd {WORKLOAD}: {}", text(&out));
+    let out = Command::new("ldd").arg(&workload).output().expect("ldd");
+    assert!(
+        out.status.success(),
+        "ldd {}: {}",
+        workload.display(),
+        text(&out)
+    );
     for lib in String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
         .filter(|w| w.starts_with('/'))

@@ -5,12 +5,38 @@ use std::{
     fs,
     ops::{Deref, DerefMut},
     os::unix::process::CommandExt as _,
+    path::PathBuf,
     process::{Child, Command, ExitStatus, Output},
 };
 
-use super::Cgroup;
+use crate::Cgroup;
 
-const WORKLOAD: &str = env!("CARGO_BIN_EXE_throttle-workload");
+/// The directory of the programs the tests run: cargo builds them where it builds the test
+/// binaries, one level up (`target/<profile>/deps/<test>` beside `target/<profile>/<program>`);
+/// the VM guests keep that layout.
+fn programs_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let deps = exe.parent().expect("the test binary's directory");
+    deps.parent().unwrap_or(deps).to_owned()
+}
+
+/// The tracer's binary, which cargo builds for the tracer's integration tests.
+pub fn tracer_program() -> PathBuf {
+    programs_dir().join("throttle-tracer")
+}
+
+/// `throttle-workload`, a crate of the workspace of its own so that installing the tracer does
+/// not install it. Cargo builds it beside the tracer's binary when it tests both (`cargo test
+/// -p tracer -p throttle-workload`, as `cargo xtask test` does).
+pub fn workload() -> PathBuf {
+    let path = programs_dir().join("throttle-workload");
+    assert!(
+        path.exists(),
+        "{} is missing: test with `-p throttle-workload` too, or `cargo build -p throttle-workload`",
+        path.display()
+    );
+    path
+}
 
 /// A child process that is killed and reaped when dropped, also when an assertion failed.
 pub struct Running(Option<Child>);
@@ -87,7 +113,7 @@ impl Drop for Running {
 
 /// `throttle-workload busy`: `threads` spinning threads for `seconds` of wall time.
 pub fn busy(threads: u32, seconds: u32) -> Command {
-    let mut cmd = Command::new(WORKLOAD);
+    let mut cmd = Command::new(workload());
     cmd.args(["busy", "--threads", &threads.to_string()])
         .args(["--seconds", &seconds.to_string()]);
     cmd
@@ -96,7 +122,7 @@ pub fn busy(threads: u32, seconds: u32) -> Command {
 /// `throttle-workload held`: one spinning thread for `seconds` that prints its own
 /// CLOCK_REALTIME around each time it was held, one `held ...` line each.
 pub fn held(seconds: u32) -> Command {
-    let mut cmd = Command::new(WORKLOAD);
+    let mut cmd = Command::new(workload());
     cmd.args(["held", "--seconds", &seconds.to_string()]);
     cmd
 }
@@ -104,7 +130,7 @@ pub fn held(seconds: u32) -> Command {
 /// `throttle-workload pair`: a thread `spinner` spinning and a thread `sleeper` sleeping for
 /// `seconds`; prints `tids spinner T sleeper T'` once both run.
 pub fn pair(seconds: u32) -> Command {
-    let mut cmd = Command::new(WORKLOAD);
+    let mut cmd = Command::new(workload());
     cmd.args(["pair", "--seconds", &seconds.to_string()]);
     cmd
 }
@@ -115,7 +141,7 @@ pub fn pair(seconds: u32) -> Command {
 /// process's clock; with `--usage-file`, also `group_ns G`: by the group's counter, up to just
 /// before the next round). It exits `every_ms` after the last round.
 pub fn spiky(every_ms: u32, burn_ms: u32, rounds: u32, threads: u32) -> Command {
-    let mut cmd = Command::new(WORKLOAD);
+    let mut cmd = Command::new(workload());
     cmd.args(["spiky", "--every-ms", &every_ms.to_string()])
         .args(["--burn-ms", &burn_ms.to_string()])
         .args(["--rounds", &rounds.to_string()])
@@ -127,7 +153,7 @@ pub fn spiky(every_ms: u32, burn_ms: u32, rounds: u32, threads: u32) -> Command 
 /// random (Poisson, `rate` per second; the same seed, the same arrivals) for 4 workers over
 /// `seconds`; one `request I arrival_ns A start_ns S end_ns E cpu_ns C marks T:c,...` line each.
 pub fn arrivals(rate: u32, cost_ms: u32, seconds: u32, seed: u64) -> Command {
-    let mut cmd = Command::new(WORKLOAD);
+    let mut cmd = Command::new(workload());
     cmd.args(["arrivals", "--rate", &rate.to_string()])
         .args(["--cost-ms", &cost_ms.to_string()])
         .args(["--threads", "4", "--seconds", &seconds.to_string()])

@@ -77,15 +77,36 @@ pub fn start_prometheus(
     features: &[&str],
     more_config: &str,
 ) -> (Running, u16) {
+    let jobs: [(&str, &[u16]); 1] = [("throttle-tracer", &[exporter_port])];
+    start_prometheus_scraping(parent, name, &jobs, features, more_config)
+}
+
+/// [`start_prometheus`] with scrape jobs of its own: (job name, the loopback ports of its
+/// targets), each scraped every second.
+pub fn start_prometheus_scraping(
+    parent: &Path,
+    name: &str,
+    jobs: &[(&str, &[u16])],
+    features: &[&str],
+    more_config: &str,
+) -> (Running, u16) {
     let dir = parent.join(name);
     fs::create_dir(&dir).expect("create the Prometheus directory");
     let config = dir.join("prometheus.yml");
+    let mut scrape_configs = String::new();
+    for (job, ports) in jobs {
+        let targets: Vec<String> = ports.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
+        scrape_configs += &format!(
+            "  - job_name: {job}\n    scrape_timeout: 900ms\n    static_configs:\n      \
+             - targets: [{}]\n",
+            targets.join(", ")
+        );
+    }
     fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
-             - job_name: throttle-tracer\n    scrape_timeout: 900ms\n    static_configs:\n      \
-             - targets: ['127.0.0.1:{exporter_port}']\n{more_config}"
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n\
+             {scrape_configs}{more_config}"
         ),
     )
     .unwrap();

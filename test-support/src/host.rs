@@ -1,42 +1,20 @@
-//! What the host tests share: whether this machine can run a test (and what a skip means under
-//! `CI=true`), one test at a time on the machine's CPUs, deadline polls instead of sleeps, the
-//! cpu hierarchy (v1 or v2) and its files, temporary cgroups that clean up after themselves,
-//! and workloads started inside them.
-// Each test binary compiles this module whole and uses a part of it.
-#![allow(dead_code, unused_imports)]
-
-mod cgroup;
-pub mod containers;
-mod cpu;
-pub mod dashboard;
-pub mod http;
-mod process;
-pub mod tracer;
-
+//! The machine a test runs on: whether it can run the test (and what a skip means under
+//! `CI=true`), one test at a time on its CPUs, the backend and emulation the run asks for, its
+//! clock and tick.
 use std::{
     fmt::Display,
     io::Write as _,
     path::Path,
     sync::{Mutex, MutexGuard},
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-pub use cgroup::Cgroup;
-pub use cpu::{CpuHierarchy, CpuStat, Version};
-pub use process::{
-    BPF_PERFMON, BPF_PERFMON_SYS_ADMIN, NOBODY, Running, arrivals, as_nobody, busy, held, last_cpu,
-    least_privileged, ndjson_lines, pair, spawn_in, spiky, with_bpf_perfmon_only,
-};
+use crate::{CpuHierarchy, kernel};
 
-/// Whether the kernel throttles tasks at their return to user mode rather than whole runqueues
-/// (6.18+): its throttled clocks start at the first task parked, not at the throttle.
+/// Whether the running kernel throttles tasks rather than runqueues ([`kernel`]).
 pub fn task_based_throttle() -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
-    let mut numbers = release
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|n| n.parse::<u32>().unwrap_or(0));
-    (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)) >= (6, 18)
+    kernel::task_based_throttle(&kernel::release())
 }
 
 /// Whether the tests run as CI runs them (`CI=true`): then a skip for want of something the
@@ -110,13 +88,7 @@ pub fn serial() -> MutexGuard<'static, ()> {
 
 /// CLOCK_MONOTONIC now, in ns: the clock of the tracer's `*_ns` times.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to write to.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    tracer_common::clock::clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// The backend the tests trace with: `TT_TEST_BACKEND` if set, else tracepoint, the one this
@@ -134,22 +106,6 @@ pub fn backend() -> String {
 /// CPUs to a millisecond widen there; nothing else changes.
 pub fn emulated() -> bool {
     std::env::var("TT_TEST_EMULATED").is_ok_and(|v| v == "1")
-}
-
-/// How often [`wait_until`] looks.
-const POLL: Duration = Duration::from_millis(25);
-
-/// Polls `done` until it holds; panics with "`what` did not happen within `limit`" if it has not.
-/// The limit is a guard against hanging, not a timing assertion.
-pub fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not happen within {limit:?}"
-        );
-        thread::sleep(POLL);
-    }
 }
 
 /// The kernel's tick: the jiffies counter's pace against the monotonic clock, both read from

@@ -1,6 +1,5 @@
-//! The request workload shared by `throttle-tracer demo` (its hidden `demo-workload` child) and
-//! `throttle-workload requests`: worker threads that each handle requests of a fixed CPU cost,
-//! arriving in bursts — the shape of the reference labs (4 workers, 20 ms of CPU per request,
+//! The request workload of `throttle-tracer demo` (its hidden `demo-workload` child): worker
+//! threads that each handle requests of a fixed CPU cost, arriving in bursts — the shape of the reference labs (4 workers, 20 ms of CPU per request,
 //! arrivals that fit the average but not always one 100 ms period).
 //!
 //! Every `interval` a burst of `sizes[k % sizes.len()]` requests arrives, one per worker. A
@@ -14,6 +13,8 @@ use std::io::{self, Write};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+use tracer_common::clock::{burn, clock_ns};
 
 /// The shape of a request workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,30 +139,6 @@ pub fn run(shape: &Requests, out: &mut impl Write) -> io::Result<()> {
         )?;
     }
     out.flush()
-}
-
-/// Burns `ns` of this thread's CPU time; returns what it burned.
-pub fn burn(ns: u64) -> u64 {
-    let start = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-    let mut used = 0;
-    while used < ns {
-        used = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(start);
-    }
-    used
-}
-
-/// `clock` now, in ns: the one reader of the clocks for the tracer, the demo and the workloads.
-pub fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clocks used here exist on every Linux
-    // kernel, so the call cannot fail and the fields stay non-negative.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
 }
 
 #[cfg(test)]

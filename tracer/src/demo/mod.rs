@@ -1,23 +1,12 @@
 //! `throttle-tracer demo`: the problem and the tool on the user's own machine, in about 15
-//! seconds, with no set-up.
-//!
-//! 1. Cgroups of earlier demos whose process is gone (killed, crashed) are removed, their tasks
-//!    killed first ([`cgroup::clean_leftovers`]).
-//! 2. A cgroup `/throttle-tracer-demo-<pid>` is made under the hierarchy that holds the cpu
-//!    controller, with a quota of 50 ms per 100 ms period (0.5 CPU) and no burst.
-//! 3. The tracing session of the command line ([`Session`]) is started for that cgroup.
-//! 4. The workload ([`workload::Requests::demo`]: 4 workers, bursts of 20 ms requests, 0.22 CPU on
-//!    average) runs in a child process — this binary re-executed with the hidden `demo-workload`
-//!    subcommand — which moves itself into the cgroup before it starts a thread. It is in its own
-//!    process group (the terminal's Ctrl-C reaches only the demo, which stops it) and dies with the
-//!    demo (`PR_SET_PDEATHSIG`) if the demo is killed.
-//! 5. When the workload is done (or on Ctrl-C / SIGTERM) the usual report is printed, then what it
-//!    shows: average use against the quota, real stop lengths against cpu.stat's figure, request
-//!    latencies by burst size, and what to set: the advice `advice::advise` made from the runs the
-//!    trace measured (the summary's advice block, in the demo's words; no calculation of its own).
-//! 6. The workload is killed and the cgroup removed — also on errors ([`cgroup::DemoCgroup`]'s
-//!    Drop) and on signals (caught from the first moment, so none can end the process early).
+//! seconds, with no set-up. It makes a cgroup with 0.5 CPU of quota (removing earlier demos'
+//! leftovers first), traces it while this binary, re-executed as the hidden `demo-workload` in
+//! its own process group, runs bursts of requests inside ([`workload`]), prints the report and
+//! what it shows in the demo's words (the advice is `advice::advise`'s), and removes the cgroup
+//! and its tasks: on errors too ([`cgroup::DemoCgroup`]'s Drop), and on signals, which it
+//! catches from the first moment so that none ends it before the cleanup.
 mod cgroup;
+mod workload;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -30,11 +19,12 @@ use crate::advice::Target;
 use crate::agent::{Ended, Interrupts, Request, Session};
 use crate::cgroups::{Hierarchy, Version};
 use crate::cli::{DemoArgs, DemoWorkloadArgs};
-use crate::error::Failure;
+use crate::error::{Exit, Failure, say};
 use crate::privileges;
 use crate::report::{CgroupReport, Text};
-use crate::workload::{self, Requests};
+use crate::units::ms;
 use cgroup::{DemoCgroup, Found, Quota};
+use workload::Requests;
 
 /// Half a CPU, the reference labs' `--cpus 0.5`.
 const QUOTA: Quota = Quota {
@@ -57,11 +47,10 @@ const GRACE: Duration = Duration::from_secs(10);
 /// The exit code after Ctrl-C / SIGTERM, as shells report a SIGINT death.
 const INTERRUPTED: i32 = 130;
 
-const NS_PER_MS: f64 = 1e6;
 const NS_PER_US: u64 = 1_000;
 
-/// Runs the demo; `Ok` holds the exit code (0, or 130 when interrupted).
-pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
+/// Runs the demo; exit status 130 when interrupted.
+pub async fn run(args: DemoArgs) -> Result<(), Exit> {
     // First, so that no SIGINT/SIGTERM can end the process before the cgroup is removed.
     let mut interrupts = Interrupts::new()?;
     privileges::check()?;
@@ -74,7 +63,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
     })?;
     for found in cgroup::clean_leftovers(&hierarchy)? {
         match found {
-            Found::Removed { path, pid, removal } => eprintln!(
+            Found::Removed { path, pid, removal } => say!(
                 "throttle-tracer demo: removed {path}, left behind by an earlier demo (pid {pid}) \
                  that did not finish{}",
                 match removal.killed {
@@ -82,7 +71,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
                     n => format!("; killed {n} task(s) still in it"),
                 }
             ),
-            Found::Running { path, pid } => eprintln!(
+            Found::Running { path, pid } => say!(
                 "throttle-tracer demo: another demo is running (pid {pid}, {path}); both will \
                  share the CPUs"
             ),
@@ -92,7 +81,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
     let shape = Requests::demo(args.duration);
     let (mut demo, enabled) = DemoCgroup::create(&hierarchy, QUOTA)?;
     if enabled {
-        eprintln!(
+        say!(
             "throttle-tracer demo: enabled the cpu controller in {}/cgroup.subtree_control (left on)",
             hierarchy.root().display()
         );
@@ -118,7 +107,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
         // Nothing worth reporting: detach, clean up, say why.
         drop(session);
         demo.remove()?;
-        return Err(failure);
+        return Err(failure.into());
     }
     let bursts = match demo.workload.as_mut().and_then(|c| c.stdout.take()) {
         // The workload has exited: this read ends at EOF.
@@ -134,11 +123,11 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
     let dir = demo.dir.clone();
     let removal = demo.remove()?;
     if ended == Ended::Interrupted {
-        eprintln!(
+        say!(
             "throttle-tracer demo: interrupted; stopped the workload and removed {}",
             dir.display()
         );
-        return Ok(INTERRUPTED);
+        return Err(Exit::Status(INTERRUPTED));
     }
     print!(
         "{}",
@@ -161,7 +150,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Failure> {
             n => format!(" ({n} task(s) had to be killed)"),
         }
     );
-    Ok(0)
+    Ok(())
 }
 
 /// Starts this binary again as the workload, in its own process group, told which cgroup to
@@ -222,28 +211,26 @@ fn workload_status(child: &mut Option<Child>) -> Result<(), Failure> {
 }
 
 /// The hidden `demo-workload` subcommand: joins the cgroup, runs the requests, prints one line
-/// per burst. Exit code 1 on failure, with the reason on stderr.
-pub fn workload_main(args: DemoWorkloadArgs) -> i32 {
+/// per burst. Ends with 1, saying nothing, when the demo that started it is gone.
+pub fn workload_main(args: DemoWorkloadArgs) -> Result<(), Exit> {
     // SAFETY: PR_SET_PDEATHSIG with a valid signal only changes this process's settings.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     // The demo may have died before the setting took effect.
     if std::os::unix::process::parent_id() != args.parent {
-        return 1;
+        return Err(Exit::Status(1));
     }
-    if let Err(e) = std::fs::write(&args.procs, std::process::id().to_string()) {
-        eprintln!(
-            "error: the demo workload cannot join its cgroup ({}): {e}",
+    std::fs::write(&args.procs, std::process::id().to_string()).map_err(|e| {
+        Failure::environment_without_hint(format!(
+            "the demo workload cannot join its cgroup ({}): {e}",
             args.procs.display()
-        );
-        return 1;
-    }
-    match workload::run(&Requests::demo(args.duration), &mut io::stdout().lock()) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("error: the demo workload cannot write its results: {e}");
-            1
-        }
-    }
+        ))
+    })?;
+    workload::run(&Requests::demo(args.duration), &mut io::stdout().lock()).map_err(|e| {
+        Failure::environment_without_hint(format!(
+            "the demo workload cannot write its results: {e}"
+        ))
+    })?;
+    Ok(())
 }
 
 /// One burst line of the workload (`workload::run`'s format).
@@ -268,10 +255,6 @@ fn parse_burst(line: &str) -> Option<Burst> {
         cpu_ns: field("cpu_ns")?,
         wall_ns: field("wall_ns")?,
     })
-}
-
-fn ms(ns: u64) -> String {
-    format!("{:.1} ms", ns as f64 / NS_PER_MS)
 }
 
 fn duration_ns(d: Duration) -> u64 {

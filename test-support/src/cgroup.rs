@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{CpuHierarchy, CpuStat};
+use crate::{CpuHierarchy, CpuStat};
 
 pub struct Cgroup {
     dir: PathBuf,
@@ -27,6 +27,15 @@ impl Cgroup {
             cpu,
             cpu.root.join(format!("tt-{tag}-{}", std::process::id())),
         )
+    }
+
+    /// A new cgroup `name` right below the hierarchy's root, without a quota. An empty one left
+    /// behind by a run that was killed is removed first; one in use is not.
+    pub fn named(cpu: &CpuHierarchy, name: &str) -> Self {
+        cpu.enable_in_children(&cpu.root);
+        let dir = cpu.root.join(name);
+        let _ = fs::remove_dir(&dir);
+        Self::make(cpu, dir)
     }
 
     /// [`Cgroup::new`] with `quota_us` per `period_us`, weighted as [`CpuHierarchy::favour`]s.
@@ -104,6 +113,19 @@ impl Cgroup {
 
     pub fn favour(&self) {
         self.cpu.favour(&self.dir);
+    }
+
+    /// Runtime it may carry over from idle periods, in µs (5.14+).
+    pub fn set_burst(&self, burst_us: u64) {
+        self.cpu.set_burst(&self.dir, burst_us);
+    }
+
+    /// Moves process `pid` (all its threads) into the cgroup.
+    pub fn add(&self, pid: u32) {
+        for file in self.procs_files() {
+            fs::write(&file, pid.to_string())
+                .unwrap_or_else(|e| panic!("write {pid} to {}: {e}", file.display()));
+        }
     }
 
     pub fn stat(&self) -> CpuStat {

@@ -3,9 +3,9 @@
 //! unprivileged wherever the tree is readable). Every cgroup with a quota of its own or under an
 //! ancestor's gets a row ([`rows`]) with its effective limit and its cpu.stat counters, over
 //! their lifetime or, with `--interval`, as the deltas of a window; the text is a table, `--json`
-//! one [`row::Row`] per line. The sampler makes every read.
+//! one [`json::Row`] per line. The sampler makes every read.
 
-mod row;
+mod json;
 mod rows;
 
 use std::fmt::Write as _;
@@ -13,23 +13,14 @@ use std::io::{self, Write as _};
 
 use crate::cgroups::{Hierarchy, Version};
 use crate::cli::ScanArgs;
-use crate::error::Failure;
+use crate::error::{Failure, say};
 use crate::sampler::Sampler;
-use row::{Row, Status};
+use crate::units::exact_ms;
+use json::{Row, Status};
 use rows::Reading;
 
-/// `throttle-tracer scan`; returns the exit code.
-pub fn main(args: &ScanArgs) -> i32 {
-    match run(args) {
-        Ok(()) => 0,
-        Err(failure) => {
-            eprintln!("{failure}");
-            failure.exit_code()
-        }
-    }
-}
-
-fn run(args: &ScanArgs) -> Result<(), Failure> {
+/// `throttle-tracer scan`.
+pub fn run(args: &ScanArgs) -> Result<(), Failure> {
     let hierarchy = Hierarchy::discover().map_err(|e| {
         Failure::environment(
             e.to_string(),
@@ -58,7 +49,7 @@ fn run(args: &ScanArgs) -> Result<(), Failure> {
     let unreadable = last.unreadable();
     let text = if args.json {
         if !unreadable.is_empty() {
-            eprintln!("warning: {}", unreadable_note(&unreadable));
+            say!("warning: {}", unreadable_note(&unreadable));
         }
         rows.iter().map(|r| r.to_json() + "\n").collect()
     } else {
@@ -67,12 +58,7 @@ fn run(args: &ScanArgs) -> Result<(), Failure> {
     let mut out = io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
-        .map_err(|e| {
-            Failure::environment(
-                format!("cannot write the scan: {e}"),
-                "check that standard output can be written",
-            )
-        })
+        .map_err(|e| Failure::stdout("the scan", &e))
 }
 
 /// Names the first few of `paths`: a tree can hold thousands, the fix is the same for all.
@@ -209,9 +195,9 @@ fn cells(r: &Row) -> [String; 12] {
             let burst = r.settings.burst_ns.filter(|b| *b > 0);
             format!(
                 "{}/{}{}",
-                ms(q),
-                ms(p),
-                burst.map_or(String::new(), |b| format!("+{}", ms(b)))
+                exact_ms(q),
+                exact_ms(p),
+                burst.map_or(String::new(), |b| format!("+{}", exact_ms(b)))
             )
         }
         _ => "-".into(),
@@ -252,10 +238,6 @@ fn cgroup(r: &Row) -> String {
 }
 
 /// A quota setting in ms, as short as it is exact: `20ms`, `12.5ms`.
-fn ms(ns: u64) -> String {
-    format!("{}ms", ns as f64 / 1e6)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Instant;

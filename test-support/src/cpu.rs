@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::wait_until;
+use crate::wait_until;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
@@ -108,6 +108,9 @@ impl CpuHierarchy {
     pub fn set_quota(&self, dir: &Path, quota_us: Option<u64>, period_us: u64) {
         match self.version {
             Version::V1 => {
+                // No quota while the period changes: a shorter period with the old quota can
+                // exceed the parent's share, and the kernel refuses it.
+                write(dir, "cpu.cfs_quota_us", "-1");
                 write(dir, "cpu.cfs_period_us", &period_us.to_string());
                 let quota = quota_us.map_or("-1".into(), |q| q.to_string());
                 write(dir, "cpu.cfs_quota_us", &quota);
@@ -178,6 +181,15 @@ impl CpuHierarchy {
         match self.version {
             Version::V1 => write(dir, "cpu.shares", "262144"),
             Version::V2 => write(dir, "cpu.weight", "10000"),
+        }
+    }
+
+    /// The least CPU weight the version allows (v1 cpu.shares 2, v2 cpu.weight 1): the group
+    /// runs on what the machine's other work leaves idle.
+    pub fn yield_to_others(&self, dir: &Path) {
+        match self.version {
+            Version::V1 => write(dir, "cpu.shares", "2"),
+            Version::V2 => write(dir, "cpu.weight", "1"),
         }
     }
 

@@ -13,8 +13,6 @@ use serde_json::Value;
 
 use super::Running;
 
-const TRACER: &str = env!("CARGO_BIN_EXE_throttle-tracer");
-
 /// The capabilities the tests' tracer keeps, as nobody: CAP_BPF + CAP_PERFMON, the set
 /// deploy/daemonset.yaml grants and the README states, for the tracepoint backend (this
 /// host's) and fentry; with CAP_SYS_ADMIN for the kprobe backend (the VM guests'), whose perf
@@ -32,7 +30,7 @@ pub fn capabilities() -> &'static [u32] {
 /// The tracer as a host test starts it unless the test is about root: as nobody with
 /// [`capabilities`] only.
 pub fn command() -> Command {
-    unprivileged(Command::new(TRACER))
+    unprivileged(Command::new(super::tracer_program()))
 }
 
 /// `tracer`, a command that runs the tracer in a changed environment (a mount namespace of its
@@ -47,9 +45,11 @@ pub fn shell_command() -> String {
     let caps: Vec<String> = capabilities().iter().map(|c| format!("+cap_{c}")).collect();
     let caps = caps.join(",");
     let nobody = super::NOBODY;
+    let tracer = super::tracer_program();
+    let tracer = tracer.display();
     format!(
         "setpriv --reuid={nobody} --regid={nobody} --clear-groups --inh-caps=-all,{caps} \
-         --ambient-caps=-all,{caps} --bounding-set=-all,{caps} {TRACER}"
+         --ambient-caps=-all,{caps} --bounding-set=-all,{caps} {tracer}"
     )
 }
 

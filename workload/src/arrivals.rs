@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{RngExt as _, SeedableRng as _};
 
-use crate::workload::clock_ns;
+use tracer_common::clock::clock_ns;
 
 /// CPU time between two progress marks.
 const MARK_NS: u64 = 1_000_000;
