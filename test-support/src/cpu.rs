@@ -184,6 +184,15 @@ impl CpuHierarchy {
         }
     }
 
+    /// The least CPU weight the version allows (v1 cpu.shares 2, v2 cpu.weight 1): the group
+    /// runs on what the machine's other work leaves idle.
+    pub fn yield_to_others(&self, dir: &Path) {
+        match self.version {
+            Version::V1 => write(dir, "cpu.shares", "2"),
+            Version::V2 => write(dir, "cpu.weight", "1"),
+        }
+    }
+
     /// Gives `dir`'s children the cpu controller's files: v2 only does that for controllers
     /// its cgroup.subtree_control enables; in v1 every cgroup of the hierarchy has them.
     pub fn enable_in_children(&self, dir: &Path) {

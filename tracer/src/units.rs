@@ -1,5 +1,6 @@
 //! Durations written for people, in the forms the outputs use: the report's spaced one
-//! (`78.1 ms`), the live table's compact one (`78.1ms`), and fixed milliseconds.
+//! (`78.1 ms`), the live table's compact one (`78.1ms`), fixed milliseconds, and spans of
+//! seconds to days (`12.5m`, `3.2h`).
 
 /// `ns` in the unit that suits it, spaced (the report): ns below 1 µs, then µs, ms and s with a
 /// few significant digits.
@@ -32,9 +33,30 @@ pub fn exact_ms(ns: u64) -> String {
     format!("{}ms", ns as f64 / 1e6)
 }
 
+/// Seconds as the largest unit that keeps it readable: `40s`, `12.5m`, `3.2h`, `6.9d`.
+pub fn span(seconds: f64) -> String {
+    let (value, unit) = match seconds {
+        s if s < 60.0 => (s, "s"),
+        s if s < 3600.0 => (s / 60.0, "m"),
+        s if s < 86400.0 => (s / 3600.0, "h"),
+        s => (s / 86400.0, "d"),
+    };
+    let rounded = (value * 10.0).round() / 10.0;
+    format!("{rounded}{unit}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_take_the_unit_that_reads() {
+        assert_eq!(span(40.0), "40s");
+        assert_eq!(span(750.0), "12.5m");
+        assert_eq!(span(3.2 * 3600.0), "3.2h");
+        assert_eq!(span(6.9 * 86400.0), "6.9d");
+        assert_eq!(span(0.07), "0.1s");
+    }
 
     #[test]
     fn each_form_picks_its_unit_and_digits() {

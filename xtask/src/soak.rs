@@ -9,7 +9,7 @@
 //! keep its maps bounded with their evictions counted, and its memory flat. `cargo xtask test`
 //! runs it for one minute; needs root.
 use crate::bench::procfs::{self, Memory};
-use crate::bench::procs::{Busy, Traced};
+use crate::bench::procs::{Traced, Workload};
 use crate::binaries::{self, Binaries};
 use crate::cgroup;
 use crate::{paths, setup};
@@ -116,7 +116,7 @@ fn soak(binaries: &Binaries, args: &Args) -> Result<()> {
     let before = throttled(&groups);
     let mut busy = Vec::new();
     for (g, &(.., threads)) in groups.iter().zip(&GROUPS) {
-        let b = Busy::spawn(&binaries.workload, threads, args.minutes * 60 + 60)?;
+        let b = Workload::busy(&binaries.workload, threads, args.minutes * 60 + 60)?;
         g.add(b.pid());
         busy.push(b);
     }

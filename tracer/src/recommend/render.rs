@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::fleet::{Recommendation, Refusal};
+use crate::units::span;
 
 /// What the table's header line says about where the rows come from.
 pub struct Source<'a> {
@@ -160,18 +161,6 @@ fn percent(share: f64) -> String {
     format!("{:.1}%", share * 100.0)
 }
 
-/// Seconds as the largest unit that keeps it readable: `40s`, `12.5m`, `3.2h`, `6.9d`.
-fn span(seconds: f64) -> String {
-    let (value, unit) = match seconds {
-        s if s < 60.0 => (s, "s"),
-        s if s < 3600.0 => (s / 60.0, "m"),
-        s if s < 86400.0 => (s / 3600.0, "h"),
-        s => (s / 86400.0, "d"),
-    };
-    let rounded = (value * 10.0).round() / 10.0;
-    format!("{rounded}{unit}")
-}
-
 /// One JSON object per workload and line.
 pub fn json(rows: &[Recommendation]) -> String {
     rows.iter()
@@ -256,19 +245,5 @@ fn by_hand(r: &Recommendation, millicores: i64) -> String {
              {period_us})\n",
             path = r.cgroups.join(","),
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spans_take_the_unit_that_reads() {
-        assert_eq!(span(40.0), "40s");
-        assert_eq!(span(750.0), "12.5m");
-        assert_eq!(span(3.2 * 3600.0), "3.2h");
-        assert_eq!(span(6.9 * 86400.0), "6.9d");
-        assert_eq!(span(0.07), "0.1s");
     }
 }

@@ -9,7 +9,7 @@
 //! bpftrace's one-line check on sched_switch (the peer).
 use super::bpf::{self, Floor, Program, Snapshot};
 use super::loads;
-use super::procs::{self, Busy, Traced};
+use super::procs::{self, Traced, Workload};
 use super::table::Row;
 use super::{BPFTRACE_CHECK, Bench, PerfBench, TRACEPOINT};
 use crate::cgroup;
@@ -228,7 +228,7 @@ fn median(values: &[f64]) -> f64 {
 /// period timer refills it).
 fn throttled_window(bench: &Bench, programs: &[Program], window: Duration) -> Result<Snapshot> {
     let cgroup = cgroup::with_quota("xtask-bench", 20_000, 100_000)?;
-    let busy = Busy::spawn(&bench.workload, 2, window.as_secs() + 30)?;
+    let busy = Workload::busy(&bench.workload, 2, window.as_secs() + 30)?;
     cgroup.add(busy.pid());
     let deadline = Instant::now() + Duration::from_secs(10);
     while cgroup.stat().nr_throttled < 2 {

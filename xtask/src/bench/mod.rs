@@ -1,16 +1,33 @@
 //! `cargo xtask bench`: what throttle-tracer costs on this host, side by side with bpftrace
-//! and the floor (an empty program on the same hook), in one table (printed, and written to
-//! target/bench/bench.json). Every figure comes with its runs, min / median / max, and its ratio
-//! to a reference measured in the same run: the ratios, not the absolute figures, carry over
-//! from one machine to another. Each section is a module; the kprobe and fentry backends are
-//! measured in the vm-test guests ([`vm_cost`]), this host having neither. The measuring holds
-//! the host tests' lock, so that no test runs meanwhile. Figures only, nothing asserted; root.
+//! and the floor, in one run and one table (printed, and written to target/bench/bench.json).
+//!
+//! Every figure has its unit, its number of runs, min / median / max, and its ratio to a
+//! reference measured in the same run: the ratios, not the absolute figures, carry over from
+//! one machine to another. The sections:
+//! - [`kernel`]: ns per invocation of each tracepoint-backend program (the kernel's BPF
+//!   run-time statistics) next to an empty program on the same hook and bpftrace's check;
+//! - [`slowdown`]: `perf bench sched pipe` pinned to one CPU and `sched messaging` without /
+//!   with the tracer / with empty programs on its hooks / with bpftrace, in rotating rounds;
+//! - [`startup`]: exec → NDJSON `start` line per backend vs bpftrace's, and where it goes;
+//! - [`vm_startup`]: the same in the vm-test kernels' guests, where kprobe and fentry exist;
+//! - [`ingest`]: records/s through the real decode and aggregate path, and memory;
+//! - [`sustained`]: real cgroups throttling every few ms, with the losses counted;
+//! - [`fleet`]: `serve` over 1,000 quota'd cgroups for minutes (`--only serve-fleet`), its CPU,
+//!   memory and scrapes with the demand and advice series and without.
+//!
+//! The kprobe and fentry backends' kernel cost is measured in the vm-test guests instead
+//! ([`vm_cost`]): this host has no kprobes and refuses fentry.
+//!
+//! The measuring holds /tmp/tt-host.lock, the lock the host tests take, so that no other
+//! session's test runs meanwhile. Figures only: nothing here asserts a timing. Needs root.
 mod bpf;
+mod fleet;
 mod ingest;
 mod kernel;
 mod loads;
 pub(crate) mod procfs;
 pub(crate) mod procs;
+pub(crate) mod scrape;
 mod slowdown;
 pub mod startup;
 mod sustained;
@@ -40,10 +57,13 @@ pub struct Args {
     /// Measure this throttle-tracer binary instead of the one just built (to compare builds).
     #[arg(long, value_name = "PATH")]
     tracer: Option<PathBuf>,
-    /// Only these sections (kernel, slowdown, startup, ingest, sustained, vm-startup), for
-    /// working on one.
+    /// Only these sections (kernel, slowdown, startup, ingest, sustained, serve-fleet,
+    /// vm-startup), for working on one.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// How long serve-fleet traces its fleet, the first minute warming up.
+    #[arg(long, default_value_t = 10)]
+    minutes: u64,
     /// vm-startup's kernel series, repeatable: 5.10, 6.1, 6.12, 7 (default: all of them).
     #[arg(long = "kernel", value_name = "SERIES")]
     kernels: Vec<String>,
@@ -57,6 +77,8 @@ pub struct Bench {
     pub runs: usize,
     /// vm-startup's kernel series (empty: every kernel of the VM matrix).
     pub kernels: Vec<String>,
+    /// serve-fleet's length.
+    pub fleet_minutes: u64,
 }
 
 /// A bpftrace one-liner the bench compares with, and the programs it loads: bpftrace prints
@@ -153,6 +175,7 @@ pub fn run(args: &Args) -> Result<()> {
             smoke: args.smoke,
             runs,
             kernels: args.kernels.clone(),
+            fleet_minutes: args.minutes,
         },
     )
 }
@@ -166,6 +189,7 @@ pub fn smoke(binaries: &Binaries) -> Result<()> {
         runs: None,
         tracer: None,
         only: Vec::new(),
+        minutes: 0,
         kernels: Vec::new(),
     };
     measure(
@@ -176,6 +200,7 @@ pub fn smoke(binaries: &Binaries) -> Result<()> {
             smoke: true,
             runs: 1,
             kernels: Vec::new(),
+            fleet_minutes: 0,
         },
     )
 }
@@ -192,6 +217,7 @@ fn measure(args: &Args, bench: &Bench) -> Result<()> {
         ("startup", startup::rows),
         ("ingest and memory", ingest::rows),
         ("sustained load", sustained::rows),
+        ("serve-fleet", fleet::rows),
         ("vm-startup", vm_startup::rows),
     ];
     if let Some(unknown) = args.only.iter().find(|o| {
@@ -201,7 +227,7 @@ fn measure(args: &Args, bench: &Bench) -> Result<()> {
     }) {
         bail!(
             "--only {unknown}: no such section (kernel, slowdown, startup, ingest, sustained, \
-             vm-startup)"
+             serve-fleet, vm-startup)"
         );
     }
     let _lock = host_lock()?;

@@ -288,15 +288,28 @@ pub fn tracer_hooks(tracer: &Path) -> Result<Vec<String>> {
     Ok(hooks)
 }
 
-/// `throttle-workload busy`: killed and reaped on drop.
-pub struct Busy(Child);
+/// `throttle-workload MODE ARGS…`: killed and reaped on drop.
+pub struct Workload(Child);
 
-impl Busy {
-    pub fn spawn(workload: &Path, threads: u32, seconds: u64) -> Result<Self> {
+impl Workload {
+    /// `busy`: `threads` spinning threads for `seconds`.
+    pub fn busy(workload: &Path, threads: u32, seconds: u64) -> Result<Self> {
+        Self::spawn(
+            workload,
+            &[
+                "busy",
+                "--threads",
+                &threads.to_string(),
+                "--seconds",
+                &seconds.to_string(),
+            ],
+        )
+    }
+
+    pub fn spawn(workload: &Path, args: &[&str]) -> Result<Self> {
         let mut command = Command::new(workload);
         command
-            .args(["busy", "--threads", &threads.to_string()])
-            .args(["--seconds", &seconds.to_string()])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         // SAFETY: prctl is async-signal-safe.
@@ -312,7 +325,7 @@ impl Busy {
     }
 }
 
-impl Drop for Busy {
+impl Drop for Workload {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();

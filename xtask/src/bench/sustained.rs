@@ -13,7 +13,7 @@
 //! throttled periods, Σ kernel_ns = throttled_time to the ns).
 use super::Bench;
 use super::procfs;
-use super::procs::{Busy, Traced};
+use super::procs::{Traced, Workload};
 use super::table::Row;
 use crate::cgroup;
 use anyhow::{Context as _, Result};
@@ -41,7 +41,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
             .collect::<Result<Vec<_>>>()?;
         let mut busy = Vec::new();
         for cgroup in &cgroups {
-            let b = Busy::spawn(&bench.workload, 2, window.as_secs() + 30)?;
+            let b = Workload::busy(&bench.workload, 2, window.as_secs() + 30)?;
             cgroup.add(b.pid());
             busy.push(b);
         }
