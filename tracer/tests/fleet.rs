@@ -4,8 +4,10 @@
 //! the containers are, their cgroups laid out as the kubelet's cgroupfs driver lays them out),
 //! and `recommend` reads it all back. The workloads:
 //!
-//! - `web`, a Deployment of two replicas, one on each node: rounds of 80 ms of CPU every 500 ms
-//!   (reference 000's lab) at `--cpus 0.5`, stopped every round;
+//! - `web`, a Deployment of two replicas, one on each node: rounds of 80 ms of CPU every 200 ms
+//!   (reference 000's burn, closer together: a group whose period timer idles between rounds
+//!   counts too few periods for 1 % of them to mean anything) at `--cpus 0.5`, stopped every
+//!   round;
 //! - `api`: reference 003's requests, 20 ms of CPU each arriving at random, 10 a second on 4
 //!   workers, at `--cpus 0.5`;
 //! - `batch`: 10 ms of CPU every 100 ms on one thread at `--cpus 2`, twenty times its mean
@@ -52,11 +54,11 @@ struct Pod {
 const SPIKY: &[&str] = &[
     "spiky",
     "--every-ms",
-    "500",
+    "200",
     "--burn-ms",
     "80",
     "--rounds",
-    "80",
+    "200",
 ];
 /// Each load lasts 40 s, before and after the advice is applied: 400 periods, so that 1 % of
 /// them is four.
@@ -294,7 +296,7 @@ fn recommend_sizes_a_fleet_from_the_advice_serve_exports_and_applying_it_holds()
         .unwrap_or_else(|| panic!("no advised quota ({fit}) for {}", c.cgroup))
     };
 
-    // The demand histogram's p99 against the rounds' CPU by their own clock: a fifth of the
+    // The demand histogram's p99 against the rounds' CPU by their own clock: half of the
     // periods held a round (80 ms) and the rest nothing, so the p99 is a round's CPU.
     let (_, web_c) = &pods[0];
     let mut cpu = rounds_cpu(&outputs[0]);
