@@ -95,7 +95,9 @@ impl Rolling {
         while self.runs.front().is_some_and(|r| r.end_ns < start) {
             self.pop();
         }
-        let slice = self.slices.back_mut().expect("pushed above");
+        let Some(slice) = self.slices.back_mut() else {
+            return Arrived::default();
+        };
         let Some(start_ns) = p.start_ns else {
             slice.unknown_periods += 1;
             self.making.period(p);
@@ -146,6 +148,11 @@ impl Rolling {
 
     fn periods(&self) -> u64 {
         self.slices.iter().map(|s| s.periods).sum()
+    }
+
+    /// The settings of the last period taken.
+    pub fn bandwidth(&self) -> Bandwidth {
+        self.bandwidth
     }
 
     /// The window's demand, as the whole trace's summary has it (no deferred work: the advice

@@ -27,7 +27,7 @@ use super::{NS_PER_S, SharedRef, lock};
 use crate::advice::{self, Advice, Share, Target};
 use crate::aggregate::Rolling;
 use crate::cpustat::CpuStat;
-use crate::records::{Bandwidth, Period};
+use crate::records::Period;
 
 /// Runs the windows of every measured cgroup keep together (~40 bytes each): each keeps an equal
 /// part, the oldest leaving first, so memory stays bounded however many cgroups there are.
@@ -80,7 +80,6 @@ pub(super) struct Measured {
     rolling: Rolling,
     periods: u64,
     throttled_periods: u64,
-    bandwidth: Bandwidth,
     advice: Result<Advice, Missing>,
     /// When the advice was made, and whether periods came since.
     advised_at: Option<Instant>,
@@ -96,7 +95,6 @@ impl Measured {
             rolling: Rolling::new(config.window.as_nanos() as u64, max_runs),
             periods: 0,
             throttled_periods: 0,
-            bandwidth: Bandwidth::default(),
             advice: Err(Missing::TooFewPeriods),
             advised_at: None,
             changed: false,
@@ -110,7 +108,6 @@ impl Measured {
 
     /// Takes one period; returns the arrived demand of the periods it completed, `(ns, count)`.
     pub(super) fn period(&mut self, p: &Period) -> Vec<(u64, u32)> {
-        self.bandwidth = p.bandwidth;
         if p.start_ns.is_some() {
             self.periods += 1;
             self.throttled_periods += u64::from(p.throttled_cpus > 0);
@@ -162,16 +159,17 @@ impl Measured {
 
     fn advise(&self, slice_ns: Option<u64>, target: Target) -> Result<Advice, Missing> {
         let demand = self.rolling.summary(slice_ns);
-        if self.bandwidth.quota_ns.is_none() {
+        let bandwidth = self.rolling.bandwidth();
+        if bandwidth.quota_ns.is_none() {
             return Err(Missing::NoQuota);
         }
         if demand.periods.saturating_mul(u64::from(target.ppm())) < 1_500_000 {
             return Err(Missing::TooFewPeriods);
         }
         let kernel = advice::Kernel {
-            burst: self.bandwidth.burst_ns.is_some(),
+            burst: bandwidth.burst_ns.is_some(),
         };
-        advice::advise(&demand, self.bandwidth, kernel, target).ok_or(Missing::NoRuns)
+        advice::advise(&demand, bandwidth, kernel, target).ok_or(Missing::NoRuns)
     }
 
     /// cpu.stat's share of throttled periods between the window's first reading and `now`'s.
@@ -245,21 +243,21 @@ static FAMILIES: [Family; 13] = [
         help: "The group's quota now (the last period's): CPU time per period",
         unit: Some("seconds"),
         counter: false,
-        series: |m, _| seconds(m.bandwidth.quota_ns),
+        series: |m, _| seconds(m.rolling.bandwidth().quota_ns),
     },
     Family {
         name: "period",
         help: "The group's period now (the last period's)",
         unit: Some("seconds"),
         counter: false,
-        series: |m, _| seconds(m.bandwidth.period_ns),
+        series: |m, _| seconds(m.rolling.bandwidth().period_ns),
     },
     Family {
         name: "burst",
         help: "The group's burst now (the last period's); absent on kernels without burst",
         unit: Some("seconds"),
         counter: false,
-        series: |m, _| seconds(m.bandwidth.burst_ns),
+        series: |m, _| seconds(m.rolling.bandwidth().burst_ns),
     },
     Family {
         name: "advised_quota",

@@ -254,28 +254,31 @@ impl Exporter {
             return;
         };
         let mut shared = lock(&self.shared);
-        let windows = shared
-            .cgroups
-            .values()
-            .filter(|t| t.measured.is_some())
-            .count();
-        let Some(t) = shared.cgroups.get_mut(&cgroup.id) else {
-            return;
-        };
-        let new = t.measured.is_none();
-        let arrived = t
-            .measured
-            .get_or_insert_with(|| Measured::new(&advice, WINDOW_RUNS / (windows + 1)))
-            .period(period);
-        if new {
+        if !measured {
             // One more window: each keeps an equal part of the runs.
-            let share = WINDOW_RUNS / (windows + 1);
+            let windows = 1 + shared
+                .cgroups
+                .values()
+                .filter(|t| t.measured.is_some())
+                .count();
+            let share = WINDOW_RUNS / windows;
             shared
                 .cgroups
                 .values_mut()
                 .filter_map(|t| t.measured.as_mut())
                 .for_each(|m| m.bound(share));
+            if let Some(t) = shared.cgroups.get_mut(&cgroup.id) {
+                t.measured = Some(Measured::new(&advice, share));
+            }
         }
+        let Some(m) = shared
+            .cgroups
+            .get_mut(&cgroup.id)
+            .and_then(|t| t.measured.as_mut())
+        else {
+            return;
+        };
+        let arrived = m.period(period);
         drop(shared);
         let histogram = self.families.period_demand.get_or_create(&labels);
         for (ns, n) in arrived {
