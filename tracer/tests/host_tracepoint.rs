@@ -111,10 +111,11 @@ fn median_i64(v: &mut [i64]) -> i64 {
 
 /// The stops of one busy thread at 20 ms / 100 ms, after the first (cut short by the phase at
 /// which the thread joined): their median within `rest_ms` (period − quota) ± 3 ms, and 95 %
-/// of those ended by a refill within ± 10 ms (the kernel's tick moves single stops by ±4 ms
-/// at HZ=250, emulation by more); and 95 % held one thread of the workload, alone or beside
-/// its main thread, for 80 – 100 % of the stop (the whole stop before 6.18; from its park,
-/// a few ms after the throttle, on the task-based throttle).
+/// held one thread of the workload, alone or beside its main thread, for 80 – 100 % of the stop
+/// (the whole stop before 6.18; from its park, a few ms after the throttle, on the task-based
+/// throttle). No band is asserted on each stop's own length: under emulation on a loaded host
+/// it moves with the host's scheduling of the emulator (53 to 92 ms in a 6.1 guest), as the
+/// workload's own clock does, against which the caller judges each stop's edges instead.
 fn assert_lengths_are_the_rest_of_the_period(stops: &[&Value], rest_ms: f64) {
     let first = stops.iter().filter_map(|s| s["start_ns"].as_u64()).min();
     let steady: Vec<&Value> = stops
@@ -122,34 +123,21 @@ fn assert_lengths_are_the_rest_of_the_period(stops: &[&Value], rest_ms: f64) {
         .copied()
         .filter(|s| s["start_ns"].as_u64() != first)
         .collect();
-    let ms = |s: &Value| s["duration_ns"].as_u64().unwrap() as f64 / 1e6;
-    let mut lengths: Vec<f64> = steady.iter().map(|s| ms(s)).collect();
+    let mut lengths: Vec<f64> = steady
+        .iter()
+        .map(|s| s["duration_ns"].as_u64().unwrap() as f64 / 1e6)
+        .collect();
     lengths.sort_by(f64::total_cmp);
     let median = lengths[lengths.len() / 2];
-    let refills: Vec<f64> = steady
-        .iter()
-        .filter(|s| s["end"] == "refill")
-        .map(|s| ms(s))
-        .collect();
-    let near = refills
-        .iter()
-        .filter(|d| (*d - rest_ms).abs() <= 10.0)
-        .count();
     let held = held_its_thread(&steady);
     println!(
-        "figure: median stop after the first {median:.1} ms; {near} of {} refill stops in {rest_ms} ± \
-         10 ms; {held} of {} held one thread of the workload",
-        refills.len(),
+        "figure: median stop after the first {median:.1} ms; {held} of {} held one thread of \
+         the workload",
         steady.len()
     );
     assert!(
         (median - rest_ms).abs() <= 3.0,
-        "median stop {median:.1} ms, expected {rest_ms} ± 3 ms"
-    );
-    assert!(
-        near * 100 >= refills.len() * 95,
-        "{near} of {} refill stops within {rest_ms} ± 10 ms: {refills:.1?}",
-        refills.len()
+        "median stop {median:.1} ms, expected {rest_ms} ± 3 ms: {lengths:.1?}"
     );
     assert!(
         held * 100 >= steady.len() * 95,
@@ -210,7 +198,7 @@ fn assert_group_stops_are_the_throttled_periods(lines: &[Value], throttled: u64)
     );
 }
 
-/// One busy thread at 20 ms / 100 ms for 4 s (about 40 stops: the 95 % band below needs more
+/// One busy thread at 20 ms / 100 ms for 4 s (about 40 stops: the 95 % below needs more
 /// than 20 to judge) that logs its own CLOCK_REALTIME around each time it is held
 /// (`throttle-workload held`): each stop is the rest of its period, judged by two truths
 /// the tracer does not make. Refills come one period apart (a stop plus the span the thread ran

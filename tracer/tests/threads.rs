@@ -383,21 +383,8 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     let cpu = Some(common::last_cpu());
     let group = Cgroup::throttled(&host.cpu, "threads-twelve", 20_000, 100_000);
     let outside = Cgroup::new(&host.cpu, "threads-outside");
-    let workload = common::spawn_in(&mut common::busy(12, 60), &group, cpu);
-    let neighbour = common::spawn_in(&mut common::busy(1, 60), &outside, cpu);
-    common::wait_until(Duration::from_secs(10), "twelve spinning threads", || {
-        workload.running_threads() == 12
-    });
-    let pid = workload.id();
-    let spinners: Vec<u64> = workload.thread_ids().into_iter().map(u64::from).collect();
-    assert_eq!(spinners.len(), 12, "{spinners:?}");
-    let outsiders: Vec<u64> = neighbour
-        .thread_ids()
-        .into_iter()
-        .chain([neighbour.id()])
-        .map(u64::from)
-        .collect();
-
+    // The tracer first: started beside a CPU the spinners hold, it would start at half speed
+    // under emulation, where one emulator thread runs both vCPUs.
     let mut tracer = Tracer::start(&["--cgroup", group.path()]);
     let blind = tracer.start["disabled_features"]
         .as_array()
@@ -409,15 +396,35 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     }) {
         return;
     }
+    let workload = common::spawn_in(&mut common::busy(12, 60), &group, cpu);
+    let neighbour = common::spawn_in(&mut common::busy(1, 60), &outside, cpu);
+    common::wait_until(Duration::from_secs(10), "twelve spinning threads", || {
+        workload.running_threads() == 12
+    });
+    // The stops judged begin once all twelve spin.
+    let spinning = common::monotonic_ns();
+    let pid = workload.id();
+    let spinners: Vec<u64> = workload.thread_ids().into_iter().map(u64::from).collect();
+    assert_eq!(spinners.len(), 12, "{spinners:?}");
+    let outsiders: Vec<u64> = neighbour
+        .thread_ids()
+        .into_iter()
+        .chain([neighbour.id()])
+        .map(u64::from)
+        .collect();
     let mut seen = 0;
     tracer.wait_for(Duration::from_secs(30), "ten stops", |l| {
-        seen += usize::from(l["type"] == "stop");
+        seen += usize::from(l["type"] == "stop" && l["start_ns"].as_u64() > Some(spinning));
         seen >= 10
     });
     let lines = tracer.stop();
     let stops: Vec<&Value> = lines
         .iter()
-        .filter(|l| l["type"] == "stop" && l["cgroup"] == group.path())
+        .filter(|l| {
+            l["type"] == "stop"
+                && l["cgroup"] == group.path()
+                && l["start_ns"].as_u64() > Some(spinning)
+        })
         .collect();
     // A stop first seen at its refill cannot name what it held: the refill's walk sees no
     // task of the group, and the record says so (no `pid`, `tasks` 0). On 6.18 a stop can be

@@ -30,20 +30,21 @@ const PLANS: &[(&str, Plan)] = &[
             (
                 "advise_prints_only_the_advice_and_measures_the_rounds",
                 "the `advise` subcommand's output, the same userspace on every kernel; the \
-                 per-period demand it reads is checked against the group's usage counter by \
-                 a_spiky_burn_is_measured_and_the_advice_stops_it_no_more on every guest kernel \
-                 and backend (10 s a boot)",
+                 per-period demand it reads is checked against the workload's clocks and the \
+                 group's usage counter by burst.rs on every guest kernel and backend (10 s a \
+                 boot)",
             ),
             (
                 "random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_percent_of_periods",
                 "a statistical check over a hundred periods (24 s under TCG), of the same \
-                 advice arithmetic; the demand it is built on, and the advised quota, burst and \
-                 period applied, are a_spiky_burn_is_measured_and_the_advice_stops_it_no_more's \
-                 on every guest kernel and backend",
+                 advice arithmetic; the demand it is built on is burst.rs's on every guest \
+                 kernel and backend, and the advised quota, burst and period are applied here \
+                 by a_spiky_burn_is_measured_and_the_advice_stops_it_no_more",
             ),
         ]),
     ),
     ("ancestor", Plan::Run(&[])),
+    ("burst", Plan::Run(&[])),
     (
         "containers",
         Plan::HostOnly(
@@ -147,7 +148,7 @@ const PLANS: &[(&str, Plan)] = &[
         "fleet",
         Plan::HostOnly(
             "starts dockerd and a Prometheus server, which the initramfs does not hold; the \
-             demand it exports is the advise tests' on every guest kernel and backend",
+             demand it exports is burst.rs's and the advise tests' in the guests",
         ),
     ),
     (
@@ -230,11 +231,9 @@ pub const KERNEL_FACTS: &[&str] = &[
     "host_tracepoint::one_thread_stops_last_the_rest_of_the_period",
     // A busy thread on each CPU: Σ kernel time = cpu.stat, stops per period, wall < per-CPU.
     "host_tracepoint::kernel_accounted_time_matches_cpu_stat",
-    // Spiky rounds: each stopped without a burst, demand = the counter and the round's clock,
-    // burst spent = cpu.stat, and the advised quota, burst and period applied and rerun.
-    "advise::a_spiky_burn_is_measured_and_the_advice_stops_it_no_more",
-    // A burst below demand − quota buys nothing: the rounds stop as often as without.
-    "advise::a_burst_below_demand_minus_quota_is_flagged_as_buying_nothing",
+    // Spiky rounds at burst 0, 25 and 50 ms: quota + burst the ceiling, stopped time within
+    // each round's wait, demand = the round's clock and the counter, burst spent = cpu.stat.
+    "burst::quota_plus_burst_is_the_most_a_period_runs",
     // The quota on a parent: every stop credits the children queued, = cpu.stat.local.
     "ancestor::every_parent_stop_credits_both_children",
     // The threads each stop held, listed (at most 8) and counted.
