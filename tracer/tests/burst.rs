@@ -207,10 +207,13 @@ impl Run {
             }
             assert!(
                 off.abs() <= 0.05,
-                "round {}: demand {measured} ns over {} period(s), but the round cost {low} ns \
-                 by its own clock and {high} ns by the group's counter",
-                round.index,
-                overlapping.len()
+                "round {round:?}: demand {measured} ns over the period(s) {:?} (start, end, \
+                 usage), but the round cost {low} ns by its own clock and {high} ns by the \
+                 group's counter",
+                overlapping
+                    .iter()
+                    .map(|p| (ns(p, "start_ns"), ns(p, "end_ns"), ns(p, "usage_ns")))
+                    .collect::<Vec<_>>()
             );
         }
         format!(

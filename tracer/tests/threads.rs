@@ -396,16 +396,17 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     }) {
         return;
     }
-    let workload = common::spawn_in(&mut common::busy(12, 60), &group, cpu);
+    let mut workload = common::spawn_in(
+        common::busy(12, 60).stdout(Stdio::piped()),
+        &group,
+        cpu,
+    );
     let neighbour = common::spawn_in(&mut common::busy(1, 60), &outside, cpu);
-    common::wait_until(Duration::from_secs(10), "twelve spinning threads", || {
-        workload.running_threads() == 12
-    });
-    // The stops judged begin once all twelve spin.
-    let spinning = common::monotonic_ns();
-    let pid = workload.id();
-    let spinners: Vec<u64> = workload.thread_ids().into_iter().map(u64::from).collect();
+    // The workload's own word for which threads spin and from when: a thread just created is
+    // runnable (state R in /proc) before it has started to spin.
+    let (spinners, spinning) = spinning_threads(&mut workload);
     assert_eq!(spinners.len(), 12, "{spinners:?}");
+    let pid = workload.id();
     let outsiders: Vec<u64> = neighbour
         .thread_ids()
         .into_iter()
@@ -451,9 +452,10 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
         let length = stop["duration_ns"].as_u64().unwrap();
         for (t, tid) in threads.iter().zip(&tids) {
             assert_eq!(t["pid"], pid, "{stop}");
+            // The main thread too, runnable between printing the spinners' ids and its join.
             assert!(
-                spinners.contains(tid) && !outsiders.contains(tid),
-                "tid {tid} is none of the group's spinners: {stop}"
+                (spinners.contains(tid) || *tid == u64::from(pid)) && !outsiders.contains(tid),
+                "tid {tid} is none of the workload's threads: {stop}"
             );
             // Runnable throughout, each waits from the throttle (on 6.18+, from its park, a
             // few ms later) to the refill.
@@ -479,4 +481,25 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
         unlisted
     );
     assert!(stops.len() >= 10, "{} stops", stops.len());
+}
+
+/// The `tids …` and `spinning from_ns …` lines `throttle-workload busy` prints once every
+/// thread spins: the spinners' ids, and the CLOCK_MONOTONIC time from which all of them do.
+fn spinning_threads(workload: &mut Running) -> (Vec<u64>, u64) {
+    let stdout = workload.stdout.take().expect("workload stdout");
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let tids = lines.next().expect("the workload's tids line");
+    let from = lines.next().expect("the workload's spinning line");
+    let spinners = tids
+        .strip_prefix("tids ")
+        .expect("tids …")
+        .split(' ')
+        .map(|t| t.parse().expect("a tid"))
+        .collect();
+    let from_ns = from
+        .split(' ')
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("spinning from_ns N …: {from}"));
+    (spinners, from_ns)
 }
