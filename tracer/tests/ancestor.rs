@@ -244,16 +244,12 @@ impl Run {
             .unwrap_or(0)
     }
 
-    /// Checks child `i`'s summary against its own counters: no stop and no own throttled time,
-    /// stopped only by the parent, and, where the kernel has cpu.stat.local (6.6+), the kernel
-    /// time credited to it equal to its cpu.stat.local delta (within 1%, or within what the
-    /// parent's trace is short of its own cpu.stat when the report shows that trace
-    /// incomplete). On 6.18+ the kernel counts a child's stop from its first task parked
-    /// (docs/definitions.md, "stopped by ancestor"): a stop during which its queued task never
-    /// ran to its park is credited while the kernel counts nothing, so the credit may exceed
-    /// cpu.stat.local by one stop too, and each stop by the time its task took to reach the
-    /// park after the parent's first, up to a tick a stop. Never under. Returns the stops
-    /// credited.
+    /// Checks child `i`'s summary against its own counters: no own stop or throttled time,
+    /// stopped only by the parent, and where the kernel has cpu.stat.local (6.6+) the credited
+    /// kernel time equal to its delta (within 1 %, or within the parent trace's shortfall).
+    /// On 6.18+ the kernel counts a child's stop only from its first task parked
+    /// (docs/definitions.md, "stopped by ancestor"), so the credit may exceed cpu.stat.local by
+    /// one stop, and each stop by up to a tick; never under. Returns the stops credited.
     fn check_child(&self, i: usize, parent_gap: Option<u64>) -> u64 {
         let path = self.child_path(i);
         let s = self

@@ -642,16 +642,12 @@ fn started_in_the_middle_of_an_incident_the_cross_check_is_exact() {
     assert!(difference.unsigned_abs() <= resolution, "{cross_check}");
 }
 
-/// The quota written while the group is stopped: changed, rewritten unchanged, and removed
-/// (`max` / -1). Each write unthrottles the group's stopped CPU at once (tg_set_cfs_bandwidth),
-/// so the stop open when the write began ends within the write (the tracepoint backend sees it
-/// at that CPU's next context switch: within a few ms) as `quota_change`, never as a refill
-/// and never left open; a rewrite that leaves the settings unchanged may read `unknown` only
-/// where the `start` line lists `quota_change` among the end reasons this kernel hides, and
-/// `refill` only where cpu.stat's nr_periods moved during the write (the period timer's
-/// refill raced it: 7.2 guest, a stop of 99.2 ms). One busy thread pinned to a CPU at 1 ms /
-/// 100 ms is stopped 98 % of the time, so nearly every write finds a stop open (the test
-/// counts those that do and raced no refill).
+/// The quota written while the group is stopped (changed, rewritten unchanged, removed): each
+/// write unthrottles the stopped CPU at once (tg_set_cfs_bandwidth), so the open stop ends
+/// within the write as `quota_change`, never as a refill and never left open. A rewrite may
+/// read `unknown` only where `start` lists `quota_change` as hidden, and `refill` only where
+/// nr_periods moved during the write (the period timer raced it). At 1 ms / 100 ms one busy
+/// thread is stopped 98 % of the time, so nearly every write finds a stop open.
 #[test]
 fn a_quota_written_while_stopped_ends_the_stop_as_a_quota_change() {
     let Some(host) = common::require(common::host()) else {

@@ -37,18 +37,14 @@ fn run_delay_ns(pid: u32, tid: u32) -> u64 {
         .unwrap_or_else(|| panic!("schedstat: {text}"))
 }
 
-/// Judges `held_ns`, the time `stops` stops held the spinner (its only wait: pinned, at the most
-/// CPU weight), against `grown`, its run_delay growth over a window that holds those stops
-/// whole; `edge_ns`: stops that ended so close before the window that their wait may be in it.
-/// - At least the held time, less a few µs per stop between the tracer's timestamps and the
-///   scheduler's: 20 µs a stop, 200 µs under emulation. The kprobe and fentry backends on the
-///   task-based throttle (6.18+) date a wait from the throttle, not from the park that starts
-///   it (docs/design.md): there the held time may exceed run_delay by that gap (7.2 in TCG: 84
-///   to 449 µs a stop), and only the 2 % bound holds.
-/// - Within 2 % of it, plus at most a tick per stop above it: an unthrottle reschedules the CPU
-///   only when it is idle (unthrottle_cfs_rq), so on a CPU busy with other work the spinner
-///   runs again at the next tick, and that wait is in run_delay, not in the stop (this host
-///   during a CI build: +3.4 % over 40 stops at HZ=250, 2.7 ms a stop).
+/// Judges `held_ns`, the time `stops` stops held the spinner (its only wait), against `grown`,
+/// its run_delay growth over a window holding those stops whole (`edge_ns`: stops ended so
+/// close before it that their wait may be in it):
+/// - at least the held time, less 20 µs a stop (200 µs emulated) between the two clocks; the
+///   kprobe and fentry backends on 6.18+ date a wait from the throttle, not the park, so there
+///   only the 2 % bound holds (docs/design.md);
+/// - at most 2 % above it plus a tick a stop: an unthrottle reschedules only an idle CPU
+///   (unthrottle_cfs_rq), so on a busy one the spinner waits for the next tick, in run_delay.
 fn judge_run_delay(start: &Value, held_ns: u64, stops: u64, grown: u64, edge_ns: u64) {
     let slack = if common::emulated() { 200_000 } else { 20_000 };
     if start["backend"] == "tracepoint"
@@ -253,21 +249,15 @@ fn text_ns(value: &str, unit: &str) -> f64 {
     value * scale
 }
 
-/// The text summary of a `--pid` run: the cgroup's "held" block names the process and its
-/// spinning thread, and the `--pid` line ("pid N (comm): X stops, Y held, p99 Z") says the
-/// same, against the kernel's own figures. The quota (20 ms / 100 ms) is set only once the
-/// tracer runs, and removed before it stops (which ends the stop in progress at once), with
-/// the spinner's run_delay and the group's cpu.stat read just outside: every stop of the
-/// trace, whole, lies between the two readings. Then:
+/// The text summary of a `--pid` run (the "held" block and the `--pid` line) against the
+/// kernel's figures, the quota (20 ms / 100 ms) set after the tracer starts and removed before
+/// it stops, run_delay and cpu.stat read just outside, so every stop lies whole between them:
 /// - the held time is the run_delay growth as [`judge_run_delay`] judges it;
-/// - the stops are cpu.stat's throttled periods in the window within 2 % or one (each stop
-///   ends at the next refill; the last one, ended by the quota's removal, is in no period's
-///   count);
-/// - p99 is at most a period (+10 ms for a late refill timer): no stop outlasts the period it
-///   began in at this quota;
-/// - the comm is the spinner's own (/proc/PID/task/TID/comm): a process is named by the
-///   first of its threads held when its main thread never is (docs/ndjson.md), and the
-///   sleeping thread is never named.
+/// - the stops are the window's throttled periods within 2 % or one (the last, ended by the
+///   quota's removal, is in no period's count);
+/// - p99 is at most a period (+10 ms for a late refill timer);
+/// - the comm is the spinner's own: a process is named by its first thread held when its
+///   main thread never is (docs/ndjson.md), and the sleeper is never named.
 #[test]
 fn the_text_summary_and_the_pid_line_show_the_stops_and_the_wait_the_kernel_counted() {
     let Some(host) = common::require(common::host()) else {
@@ -396,11 +386,7 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     }) {
         return;
     }
-    let mut workload = common::spawn_in(
-        common::busy(12, 60).stdout(Stdio::piped()),
-        &group,
-        cpu,
-    );
+    let mut workload = common::spawn_in(common::busy(12, 60).stdout(Stdio::piped()), &group, cpu);
     let neighbour = common::spawn_in(&mut common::busy(1, 60), &outside, cpu);
     // The workload's own word for which threads spin and from when: a thread just created is
     // runnable (state R in /proc) before it has started to spin.

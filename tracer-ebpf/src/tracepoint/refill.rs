@@ -206,18 +206,15 @@ fn refill_exit(slot: u32, key: u64) -> Option<u64> {
     (p.cgroup != 0).then_some(p.cgroup)
 }
 
-/// One cfs_rq of [`refill_exit`]'s list, `t` the callback's exit, `timer` 1 for a timer's
-/// callback (0: a CSD's). Now unthrottled, it ends as a refill. Still throttled, it stays
-/// "being refilled" only if an async unthrottle is queued for it, and waits for its CSD's exit
-/// only if that is traced. Throttled again after an unthrottle seen during the callback, that
-/// stop ends (its kernel time is known only from 6.6) and a new one starts. A global function,
-/// as [`entering`] is.
+/// One cfs_rq of [`refill_exit`]'s list (`timer` 1 for a timer's callback, 0 for a CSD's):
+/// unthrottled, it ends as a refill; still throttled, it waits for a queued async unthrottle's
+/// CSD if that is traced; throttled again after an unthrottle, that stop ends and a new one
+/// starts. Global, as [`entering`] is.
 ///
-/// From 6.2 the period timer unthrottles only its own CPU's cfs_rq; the others are unthrottled
-/// by a CSD on their CPU, possibly while this exit runs, and `unthrottle_cfs_rq` clears
-/// `throttled` before it accounts the time (`throttled_clock_self_time`, in tg_unthrottle_up).
-/// Such a cfs_rq, read here without its rq lock, may look unthrottled and unaccounted: its end
-/// is left to the CSD's exit or to the next observation under its rq lock.
+/// From 6.2 other CPUs' cfs_rqs are unthrottled by a CSD, possibly while this runs, and
+/// `throttled` is cleared before the time is accounted (tg_unthrottle_up): read without the rq
+/// lock, such a cfs_rq may look unthrottled and unaccounted, so its end is left to the CSD's
+/// exit or the next observation under its rq lock.
 #[unsafe(export_name = "tp_refill_exited")]
 #[inline(never)]
 extern "C" fn exited(cfs_rq: u64, t: u64, timer: u32) -> i32 {

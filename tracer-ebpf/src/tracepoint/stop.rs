@@ -126,15 +126,12 @@ pub(super) fn episode_changed(o: &Offsets, cfs_rq: u64, st: &TpStop) -> bool {
 }
 
 /// `cfs_rq` is throttled and not yet open: open it (emit START unless it predates the trace).
-/// `task` is a task of the group seen at the observation; `how` says how it was seen:
-/// `TASK_PARKED`, `TASK_HELD` (the stop holds it from now, see `observe::holds`). One word,
-/// not two flags: BPF calls take at most five arguments. Two CPUs may see the same throttle at
-/// once: the first to insert it opens it.
+/// `task` is a task of the group seen at the observation, `how` how it was seen (`TASK_PARKED`,
+/// `TASK_HELD`: one word, as BPF calls take at most five arguments). Of two CPUs that see the
+/// same throttle at once, the first to insert it opens it.
 ///
-/// A global function (exported, and BTF says so): the verifier checks it once per program,
-/// with arguments it knows nothing of, instead of at every call with the caller's state. Its
-/// arguments are numbers to it, so everything is read through the helper. Returns 0: a global
-/// function must return a number.
+/// Global (exported, in BTF), so the verifier checks it once instead of at every call: its
+/// arguments are plain numbers to it, read through the helper, and it must return one (0).
 #[unsafe(export_name = "tp_start")]
 #[inline(never)]
 pub(super) extern "C" fn start(cfs_rq: u64, now: u64, task: u64, how: u32) -> i32 {
