@@ -138,8 +138,8 @@ pub fn pair(seconds: u32) -> Command {
 /// `throttle-workload spiky`: after a `synced` line, `rounds` rounds `every_ms` apart (a
 /// multiple of the period), each of `threads` threads burning `burn_ms` of its own CPU time;
 /// one `round I start_ns A end_ns B cpu_ns C wall_ms W` line each (C: the round's CPU by the
-/// process's clock; with `--usage-file`, also `group_ns G`: by the group's counter, up to just
-/// before the next round). It exits `every_ms` after the last round.
+/// process's clock; with `--usage-file`, also `group_ns G`: by the group's counter, from the
+/// previous round's close (the first: from the sync) to just before the next round). It exits `every_ms` after the last round.
 pub fn spiky(every_ms: u32, burn_ms: u32, rounds: u32, threads: u32) -> Command {
     let mut cmd = Command::new(workload());
     cmd.args(["spiky", "--every-ms", &every_ms.to_string()])

@@ -175,8 +175,9 @@ impl Run {
     /// Each round's demand as the trace measured it per period (Σ usage of the periods that
     /// overlap the round) between two truths, within 5 % of each: the CPU the round cost by
     /// its process's own clock, which misses the workload's own CPU around the round in the
-    /// same periods, and the group's usage counter from the round's start to just before the
-    /// next, which holds all of that.
+    /// same periods, and the group's usage counter from the previous round's close to just
+    /// before the next round, which holds all of that (a period whose timer idled before the
+    /// round spans the time since the group's last expiry).
     fn demand(&self, lines: &[Value]) -> String {
         let periods = self.of_type(lines, "period");
         assert!(!periods.is_empty(), "no `period` record");

@@ -308,12 +308,15 @@ fn spiky(
     group: Counters<impl Fn() -> u64, impl Fn() -> u64>,
 ) {
     let refill_ns = resume_after_stop();
+    // The group's counter runs on from one round's close to the next's: a period that spans
+    // the idle time before a round (its timer idled) holds the group's CPU since the last
+    // expiry, the wake-ups and prints between rounds too.
+    let mut usage_start = group.usage.as_ref().map(|read| read());
     println!("synced refill_ns {refill_ns}");
     let due_ns =
         |round: u32| refill_ns.saturating_add((u64::from(round) + 1).saturating_mul(every_ns));
     for round in 0..rounds {
         sleep_until_ns(due_ns(round));
-        let usage_start = group.usage.as_ref().map(|read| read());
         let throttled_start = group.throttled.as_ref().map(|read| read());
         let start_ns = clock_ns(libc::CLOCK_MONOTONIC);
         let cpu_start = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
@@ -331,7 +334,9 @@ fn spiky(
         // The round's threads finish exiting after the join, and the process's clock no longer
         // counts them then: the group's counter is read again just before the next round.
         sleep_until_ns(due_ns(round + 1).saturating_sub(GROUP_SETTLE_NS));
-        let group_ns = grown(usage_start, group.usage.as_ref());
+        let usage_end = group.usage.as_ref().map(|read| read());
+        let group_ns = usage_end.zip(usage_start).map(|(end, start)| end - start);
+        usage_start = usage_end;
         let throttled = grown(throttled_start, group.throttled.as_ref());
         println!(
             "{}",
