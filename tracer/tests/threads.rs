@@ -391,8 +391,12 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     let neighbour = common::spawn_in(&mut common::busy(1, 60), &outside, cpu);
     // The workload's own word for which threads spin and from when: a thread just created is
     // runnable (state R in /proc) before it has started to spin.
-    let (spinners, spinning) = spinning_threads(&mut workload);
+    let (spinners, from_ns) = spinning_threads(&mut workload);
     assert_eq!(spinners.len(), 12, "{spinners:?}");
+    // The stops of the first few hundred ms after that can count fewer queued at the throttle
+    // (a 6.12 guest: 10, 10, 10, 11, then 12 in every stop): the stops judged start a second
+    // later.
+    let spinning = from_ns + 1_000_000_000;
     let pid = workload.id();
     let outsiders: Vec<u64> = neighbour
         .thread_ids()
@@ -473,8 +477,8 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     );
     assert!(stops.len() >= 10, "{} stops", stops.len());
     // In VM guests an occasional stop finds fewer than the twelve queued at its throttle (7 to
-    // 11 of 12 in about one stop of 15), its other figures whole; why is not known yet, so
-    // those stops are bounded, not excused.
+    // 11 of 12), its other figures whole; why is not known yet, so those stops are bounded,
+    // not excused.
     assert!(
         short.len() * 5 <= stops.len(),
         "{} of {} stops held fewer than the 12 spinning threads (starting at {short:?}): \
