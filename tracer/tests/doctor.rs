@@ -56,6 +56,9 @@ fn doctor_agrees_with_the_machine() {
 
     let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     assert_eq!(v["kernel"], release.trim());
+    let machine = Command::new("uname").arg("-m").output().unwrap();
+    assert_eq!(v["arch"], String::from_utf8_lossy(&machine.stdout).trim());
+    assert!(!v["arch_notes"].as_array().unwrap().is_empty(), "{v}");
 
     let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
     assert_eq!(v["btf"]["present"], btf);

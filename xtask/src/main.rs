@@ -2,6 +2,7 @@
 //! bench-exporter | image | advise-check | soak | fuzz`.
 mod advise_check;
 mod apt;
+mod arch;
 mod bench;
 mod binaries;
 mod cgroup;
@@ -133,7 +134,7 @@ fn test() -> anyhow::Result<()> {
     // The tests' compile: the image, the host tests, the soak and the guests all run it.
     let binaries = timed("build", binaries::build_with_tests)?;
     // tracer/tests/image.rs runs the image this saves.
-    timed("image", || image::build(&binaries))?;
+    timed("image", || image::build(&[&binaries]))?;
     // CI's rules whoever runs it: a host test that cannot run for want of something this
     // machine could have (root, BTF, a cpu controller, Prometheus) fails instead of passing.
     timed("host tests", || {

@@ -1,6 +1,7 @@
 //! `cargo xtask vm-test`: every scenario on every kernel, and the host tests on the kernels that
 //! run them, in one boot per kernel, one VM at a time (or `--jobs`), then a table; with `--cost`,
 //! the kprobe and fentry programs' cost measured during one scenario each (bench/vm_cost.rs).
+use crate::arch::Arch;
 use crate::bench::vm_cost;
 use crate::checks::{self, Verdict};
 use crate::console::Console;
@@ -23,6 +24,10 @@ pub struct Args {
     /// Kernel series to boot, repeatable: 5.10, 6.1, 6.12, 7 (default: all of them).
     #[arg(long = "kernel", value_name = "SERIES")]
     kernels: Vec<String>,
+    /// The guests' architecture: Debian's kernels of that architecture, and the programs
+    /// cross-built for it (arm64 under emulation, several times slower than x86-64).
+    #[arg(long, value_enum, default_value_t)]
+    arch: Arch,
     /// Kernels booted at once (default 1: a VM that shares its host CPU sees its scheduler
     /// ticks stretched, and the quota arithmetic the scenarios check with them).
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -60,14 +65,19 @@ struct Row {
 /// Downloads every kernel of the matrix not yet in the cache ([`Kernel::fetch`]).
 pub fn fetch_kernels() -> Result<()> {
     for kernel in KERNELS {
-        kernel.fetch()?;
+        kernel.fetch(Arch::X86_64)?;
     }
     Ok(())
 }
 
 pub fn run(args: &Args) -> Result<()> {
     let started = Instant::now();
-    setup::run(&[setup::Part::Build, setup::Part::Vm])?;
+    let arch = args.arch;
+    let mut parts = vec![setup::Part::Build, setup::Part::Vm];
+    if arch == Arch::Arm64 {
+        parts.push(setup::Part::Arm64);
+    }
+    setup::run(&parts)?;
     let kernels: Vec<&Kernel> = if args.kernels.is_empty() {
         KERNELS.iter().collect()
     } else {
@@ -78,7 +88,7 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let mut fetched = Vec::new();
     for kernel in &kernels {
-        let f = kernel.fetch()?;
+        let f = kernel.fetch(arch)?;
         eprintln!("kernel {}: {} {}", kernel.series, f.package, f.version);
         fetched.push(f);
     }
@@ -88,10 +98,16 @@ pub fn run(args: &Args) -> Result<()> {
         args.backends.iter().map(String::as_str).collect()
     };
     let host_tests = !args.no_host_tests;
+    if host_tests && arch != Arch::HOST {
+        // guest_tests::select lists each test binary's tests by running it here.
+        bail!(
+            "the host tests run in {arch:?} guests only from this machine's; add --no-host-tests"
+        );
+    }
     let binaries = if host_tests {
         binaries::build_with_tests()?
     } else {
-        binaries::build()?
+        binaries::build(arch)?
     };
     let cost = args.cost;
     // One tracer per backend traces all its scenarios (a start takes seconds under TCG).
@@ -135,8 +151,8 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let init = guest::init_script(&format!("{GUEST_PART}\n{}", calls.join("\n")));
     let vm = paths::vm();
-    let initrd = vm.join("vm-test.cpio");
-    let xtask = cost.then(binaries::xtask).transpose()?;
+    let initrd = vm.join(format!("vm-test-{}.cpio", arch.debian()));
+    let xtask = cost.then(|| binaries::xtask(arch)).transpose()?;
     std::fs::write(
         &initrd,
         guest::initramfs(&init, &binaries, xtask.as_deref(), &[])?,
@@ -155,12 +171,13 @@ pub fn run(args: &Args) -> Result<()> {
                         let Some(kernel) = kernels.get(i) else {
                             return done;
                         };
-                        let mut tests = if kernel.host_tests {
+                        let matrix = kernel.matrix(arch);
+                        let mut tests = if matrix.host_tests {
                             selection.run.clone()
                         } else {
                             selection.every_kernel.clone()
                         };
-                        tests.extend(kernel.fault_backends.iter().flat_map(|b| {
+                        tests.extend(matrix.fault_backends.iter().flat_map(|b| {
                             selection
                                 .faults
                                 .iter()
@@ -169,6 +186,7 @@ pub fn run(args: &Args) -> Result<()> {
                         done.push((
                             i,
                             test_kernel(
+                                arch,
                                 kernel,
                                 &fetched[i],
                                 &initrd,
@@ -216,6 +234,7 @@ pub fn run(args: &Args) -> Result<()> {
 /// table rows and its failures. The kernel's own matrix leaves backends out unless they were
 /// `chosen` by `--backend`.
 fn test_kernel(
+    arch: Arch,
     kernel: &Kernel,
     fetched: &Fetched,
     initrd: &Path,
@@ -225,11 +244,12 @@ fn test_kernel(
     cost: bool,
 ) -> Result<(Vec<Row>, Vec<String>)> {
     let vm = paths::vm();
+    let matrix = kernel.matrix(arch);
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     let log = vm
         .join("logs")
-        .join(format!("vm-test-{}.log", kernel.series));
+        .join(format!("vm-test-{}-{}.log", arch.debian(), kernel.series));
     eprintln!(
         "booting {} ({}), console → {}",
         kernel.series,
@@ -247,17 +267,23 @@ fn test_kernel(
             eprintln!("  [{} +{at}s] {rest}", kernel.series);
         }
     };
+    let unable = |b: &&str| matrix.unable.iter().any(|(u, _)| u == b);
     let (run, left_out): (Vec<&str>, Vec<&str>) = backends
         .iter()
-        .partition(|b| chosen || kernel.backends.contains(b));
-    let mut append: Vec<String> = left_out.iter().map(|b| format!("tt.skip_{b}")).collect();
-    if kernel.host_tests && !tests.is_empty() {
+        .filter(|b| !unable(b))
+        .partition(|b| chosen || matrix.backends.contains(b));
+    let mut append: Vec<String> = backends
+        .iter()
+        .filter(|b| !run.contains(b))
+        .map(|b| format!("tt.skip_{b}"))
+        .collect();
+    if matrix.host_tests && !tests.is_empty() {
         append.push(guest_tests::CMDLINE_FLAG.to_owned());
     }
     // The fault tests' runs with a backend, where `tests` has them (`--host-test` may leave
     // them out).
     append.extend(
-        kernel
+        matrix
             .fault_backends
             .iter()
             .filter(|b| {
@@ -267,6 +293,7 @@ fn test_kernel(
             .map(|b| guest_tests::faults_flag(b)),
     );
     let boot = qemu::boot(
+        arch,
         &fetched.vmlinuz,
         initrd,
         &append.join(" "),
@@ -290,6 +317,9 @@ fn test_kernel(
         ));
     }
     rows.push(doctor_row(&console, &label, &mut failures));
+    for (backend, why) in matrix.unable.iter().filter(|(b, _)| backends.contains(b)) {
+        rows.push(unable_row(&console, &label, backend, why, &mut failures));
+    }
     rows.push(Row {
         kernel: label.clone(),
         scenario: "boot".to_owned(),
@@ -382,19 +412,55 @@ fn test_kernel(
     Ok((rows, failures))
 }
 
+/// A backend the kernel cannot run on this architecture (kernels.rs `unable`): a SKIP whose
+/// figures are the guest's doctor's reason, the kernel's refusal, and a failure if the doctor
+/// found it usable, or said nothing of it.
+fn unable_row(
+    console: &Console,
+    label: &str,
+    backend: &str,
+    why: &str,
+    failures: &mut Vec<String>,
+) -> Row {
+    let reason = doctor_report(console).and_then(|d| {
+        let check = d["backends"]
+            .as_array()?
+            .iter()
+            .find(|b| b["backend"] == backend)?
+            .clone();
+        Some(check["reason"].as_str().map(str::to_owned))
+    });
+    let (verdict, figures) = match reason {
+        Some(Some(reason)) => ("SKIP", format!("{why}; doctor: {reason}")),
+        Some(None) => {
+            failures.push(format!(
+                "{label}: kernels.rs says {backend} cannot run here ({why}), but the doctor \
+                 attached it: run its scenarios"
+            ));
+            ("FAIL", "the doctor found it usable".to_owned())
+        }
+        None => {
+            failures.push(format!("{label}: the doctor said nothing of {backend}"));
+            ("FAIL", "not in the doctor's report".to_owned())
+        }
+    };
+    Row {
+        kernel: label.to_owned(),
+        scenario: format!("{backend} scenarios"),
+        verdict,
+        figures,
+    }
+}
+
 /// The doctor must find a usable backend on every kernel; its choice goes in the table.
 fn doctor_row(console: &Console, label: &str, failures: &mut Vec<String>) -> Row {
     let report = console.section("doctor").unwrap_or_default();
-    let choice = report
-        .iter()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(serde_json::Value::is_object)
-        .map_or("no doctor --json output".to_owned(), |v| {
-            match v["auto"].as_str() {
-                Some(backend) => format!("would trace with {backend}"),
-                None => "no backend works".to_owned(),
-            }
-        });
+    let choice = doctor_report(console).map_or("no doctor --json output".to_owned(), |v| {
+        match v["auto"].as_str() {
+            Some(backend) => format!("would trace with {backend}"),
+            None => "no backend works".to_owned(),
+        }
+    });
     let ok = console.mark("DOCTOR", "") == Some("exit status 0");
     if !ok {
         failures.push(format!(
@@ -408,6 +474,15 @@ fn doctor_row(console: &Console, label: &str, failures: &mut Vec<String>) -> Row
         verdict: if ok { "PASS" } else { "FAIL" },
         figures: choice,
     }
+}
+
+/// The guest's `doctor --json` object, from its doctor section.
+fn doctor_report(console: &Console) -> Option<serde_json::Value> {
+    console
+        .section("doctor")?
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(serde_json::Value::is_object)
 }
 
 fn print_table(rows: &[Row]) {
