@@ -278,6 +278,36 @@ fn deb_version(deb: &Path) -> Result<String> {
 mod tests {
     use super::*;
 
+    /// The matrix on arm64: kprobe (the arch-specific backend) on every kernel, every
+    /// backend on the oldest and the newest, unless that kernel cannot run it (a SKIP row).
+    #[test]
+    fn arm64_runs_kprobe_everywhere_and_all_on_the_ends() {
+        for kernel in KERNELS {
+            assert!(kernel.arm64.backends.contains(&"kprobe"), "{}", kernel.series);
+        }
+        for kernel in [&KERNELS[0], &KERNELS[KERNELS.len() - 1]] {
+            let m = &kernel.arm64;
+            for backend in BACKENDS {
+                let unable = m.unable.iter().any(|(b, _)| b == backend);
+                assert!(m.backends.contains(backend) || unable, "{} {backend}", kernel.series);
+            }
+        }
+    }
+
+    #[test]
+    fn a_backend_that_cannot_run_is_never_run() {
+        for kernel in KERNELS {
+            for m in [&kernel.x86_64, &kernel.arm64] {
+                for (backend, why) in m.unable {
+                    assert!(BACKENDS.contains(backend) && !why.is_empty());
+                    assert!(!m.backends.contains(backend), "{} {backend}", kernel.series);
+                    assert!(!m.fault_backends.contains(backend), "{} {backend}", kernel.series);
+                }
+            }
+            assert!(kernel.package.contains("-ARCH"), "{}", kernel.series);
+        }
+    }
+
     #[test]
     fn newest_first() {
         let mut names = [

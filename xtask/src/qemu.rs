@@ -48,8 +48,7 @@ pub fn boot(
         // judged on two, and the one that takes a CPU offline while it is stopped brings CPUs 2
         // and 3 online for itself (guest/vm-test.sh `offline_cycles`). A vCPU that was never
         // brought up, or is offline, halts and costs the single TCG thread nothing. arm64
-        // keeps the one thread too, so that both architectures' scenarios run under the same
-        // timing.
+        // runs the same way: its scenarios' quota arithmetic is judged under the same timing.
         .args(["-accel", "tcg,thread=single"])
         .args(arch.machine())
         .args(["-smp", "4", "-m", "1024"])
