@@ -1,5 +1,7 @@
-//! The architectures the guests run: each one's Rust target, Debian name, emulator and serial
+//! The architectures the guests run: each one's Rust target, Debian name, emulators and serial
 //! console.
+use std::path::Path;
+use std::process::Command;
 
 /// What `--arch` takes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, clap::ValueEnum)]
@@ -39,6 +41,20 @@ impl Arch {
             Arch::X86_64 => 62,
             Arch::Arm64 => 183,
         }
+    }
+
+    /// `program`, built for this architecture, to run on this machine: itself on this machine's,
+    /// under QEMU's user-mode emulator (`cargo xtask setup arm64`) on another's.
+    pub fn command(self, program: &Path) -> Command {
+        if self == Arch::HOST {
+            return Command::new(program);
+        }
+        let mut emulated = Command::new(match self {
+            Arch::X86_64 => "qemu-x86_64-static",
+            Arch::Arm64 => "qemu-aarch64-static",
+        });
+        emulated.arg(program);
+        emulated
     }
 
     pub fn qemu(self) -> &'static str {

@@ -7,9 +7,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The host tests' architecture: they run on this machine (and in its architecture's guests).
-const TESTS_ARCH: Arch = Arch::HOST;
-
 pub struct Binaries {
     /// What they were built for.
     pub arch: Arch,
@@ -67,11 +64,12 @@ pub fn xtask(arch: Arch) -> Result<PathBuf> {
     Ok(xtask)
 }
 
-/// `cargo test --no-run` of [`tests`]: the programs and every test binary. The integration
-/// tests find the programs they run in [`bin_dir`]: the tracer at the path cargo compiled into
-/// them (`CARGO_BIN_EXE_*`), the workload beside it (its crate's own tests make cargo build it).
-pub fn build_with_tests() -> Result<Binaries> {
-    let mut cargo = tests();
+/// `cargo test --no-run` of [`tests`] for `arch`: the programs and every test binary. The
+/// integration tests find the programs they run in [`bin_dir`]: the tracer at the path cargo
+/// compiled into them (`CARGO_BIN_EXE_*`), the workload beside it (its crate's own tests make
+/// cargo build it). Another architecture's are cross-built, for its guests.
+pub fn build_with_tests(arch: Arch) -> Result<Binaries> {
+    let mut cargo = tests(arch);
     cargo.args(["--no-run", "--message-format=json"]);
     // Cargo's progress and errors stay on the terminal; stdout is its JSON.
     let json = cmd::stdout(cargo.stderr(Stdio::inherit()))?;
@@ -86,7 +84,7 @@ pub fn build_with_tests() -> Result<Binaries> {
                 message["executable"].as_str(),
             )
         {
-            ensure_static(file.as_ref(), TESTS_ARCH)?;
+            ensure_static(file.as_ref(), arch)?;
             tests.push((name.to_owned(), PathBuf::from(file)));
         }
     }
@@ -95,17 +93,17 @@ pub fn build_with_tests() -> Result<Binaries> {
     // unified in (proptest's rand with std, syn with `visit`: nothing the tracer calls), which
     // makes every crate above syn a second compile. One compile serves the image, the host
     // tests and the guests in `cargo xtask test` (3.5 minutes of CI's 20 on 2 cores).
-    built(TESTS_ARCH, tests)
+    built(arch, tests)
 }
 
 /// `cargo test` of the tracer's crates, built as the guests' binaries are (static, release):
 /// the host tests and the VM guests share one compile. [`build_with_tests`] selects exactly
 /// these packages and targets: the tracer's build script (the eBPF build, a minute) has one
 /// output directory, which another selection's features would make it run again into.
-pub fn tests() -> Command {
-    let mut cargo = static_cargo(TESTS_ARCH);
+pub fn tests(arch: Arch) -> Command {
+    let mut cargo = static_cargo(arch);
     cargo
-        .args(["test", "--release", "--target", TESTS_ARCH.target()])
+        .args(["test", "--release", "--target", arch.target()])
         .args([
             "-p",
             "tracer",

@@ -3,7 +3,6 @@
 use crate::apt::{Archive, PrivateApt};
 use crate::arch::Arch;
 use crate::cmd;
-use crate::scenarios::BACKENDS;
 use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,26 +27,22 @@ pub struct Kernel {
 
 /// What one kernel runs on one architecture.
 pub struct Matrix {
-    /// Whether vm-test runs the host tests on it too (guest_tests.rs): they add two to three
+    /// Whether vm-test runs the rest of the host tests on it too (guest_tests.rs): they add
     /// minutes per boot under TCG, and their v2 paths are the tracer's and the tests' own, the
-    /// same on every kernel, so on the newest only (the few that differ from kernel to kernel,
-    /// guest_tests.rs `EVERY_KERNEL`, run on each).
+    /// same on every kernel, so on the newest only (the ones that judge what differs from
+    /// kernel to kernel run on each: guest_tests.rs `EVERY_KERNEL`, `KERNEL_FACTS`).
     pub host_tests: bool,
-    /// The backends its scenarios run with. kprobe and fentry attach to the same kernel
-    /// functions, which change from version to version: kprobe on every kernel, fentry on the
-    /// oldest and the newest (5.10, 7.x), except kprobe's scenarios where the guest runs the
-    /// host tests, which trace with kprobe and check what the scenarios do (one thread's
-    /// stops, Σ kernel time = cpu.stat, burst spent, ancestors) and more. The tracepoint
-    /// backend's hooks are stable tracepoints; it runs on the oldest (before 6.2's CSD
-    /// unthrottle and 6.18's task-based throttle) and on the host's 6.18. That keeps `cargo
-    /// xtask test` inside CI's 20 minutes (each backend is about 30 s a boot under TCG).
-    /// `--backend` overrides it.
+    /// The backends its guest runs the kernel facts with (guest_tests.rs `KERNEL_FACTS`): on
+    /// x86-64 every backend on every kernel, as each attaches to its own hooks, which change
+    /// from version to version. On arm64, whose emulation is several times slower, kprobe (the
+    /// backend with arm64's own argument registers) on every kernel and every backend on the
+    /// oldest and the newest. `--backend` narrows it.
     pub backends: &'static [&'static str],
     /// The backends (other than the host tests' kprobe) with which its guest runs the fault
     /// tests (guest_tests.rs `FAULTS`): one kernel per backend, each run being a tracer start
-    /// more. fentry beside the host tests on the newest; the tracepoint backend on 6.12, whose
-    /// guest runs no tracepoint scenarios and which has what the host's 6.18 has but its
-    /// task-based throttle (the CSD unthrottle, the self-time clock).
+    /// more. fentry beside the host tests on the newest; the tracepoint backend on 6.12, which
+    /// has what the host's 6.18 has but its task-based throttle (the CSD unthrottle, the
+    /// self-time clock).
     pub fault_backends: &'static [&'static str],
     /// Backends this kernel cannot run on this architecture, and why. They never run, even
     /// when `--backend` names them: vm-test shows each as a SKIP with the reason the guest's
@@ -55,28 +50,31 @@ pub struct Matrix {
     pub unable: &'static [(&'static str, &'static str)],
 }
 
-/// 6.1's and 6.12's: between 5.10 and 7.x, which run fentry too, on the functions kprobe
-/// attaches to.
-const KPROBE: &[&str] = &["kprobe"];
-/// The newest kernel's: its host tests trace with kprobe, and the tracepoint backend's
-/// task-based throttle (6.18+) is the host's.
-const BESIDE_HOST_TESTS: &[&str] = &["fentry"];
+/// Every backend the tracer has, as `--backend` names them.
+pub const BACKENDS: &[&str] = &["kprobe", "fentry", "tracepoint"];
+
+/// x86-64 on a kernel that runs the kernel facts only.
+const X86_64_FACTS: Matrix = Matrix {
+    host_tests: false,
+    backends: BACKENDS,
+    fault_backends: &[],
+    unable: &[],
+};
+
+/// arm64 between the oldest and the newest kernel.
+const ARM64_KPROBE: Matrix = Matrix {
+    host_tests: false,
+    backends: &["kprobe"],
+    fault_backends: &[],
+    unable: &[],
+};
+
 /// fentry's trampoline is entered from the traced function's ftrace call site, through
-/// ftrace's direct calls: arm64 kernels have them from 6.4 (x86-64 from 5.5), and Debian's
-/// 5.10 and 6.1 arm64 builds lack CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS.
+/// ftrace's direct calls: arm64 kernels have them from 6.4 (x86-64 from 5.5).
 const NO_ARM64_TRAMPOLINE: &[(&str, &str)] = &[(
     "fentry",
     "arm64 attaches BPF trampolines to kernel functions through ftrace direct calls, from 6.4",
 )];
-
-/// arm64 on a kernel whose x86-64 matrix runs kprobe alone: kprobe reads the arguments and
-/// return values from arm64's own registers, the one arch-specific part of every backend.
-const ARM64_KPROBE: Matrix = Matrix {
-    host_tests: false,
-    backends: KPROBE,
-    fault_backends: &[],
-    unable: &[],
-};
 
 pub const KERNELS: &[Kernel] = &[
     Kernel {
@@ -86,12 +84,7 @@ pub const KERNELS: &[Kernel] = &[
             ("bullseye", Archive::Main),
         ],
         package: r"^linux-image-5\.10\.0-[0-9]+-cloud-ARCH-unsigned$",
-        x86_64: Matrix {
-            host_tests: false,
-            backends: BACKENDS,
-            fault_backends: &[],
-            unable: &[],
-        },
+        x86_64: X86_64_FACTS,
         arm64: Matrix {
             backends: &["kprobe", "tracepoint"],
             unable: NO_ARM64_TRAMPOLINE,
@@ -102,12 +95,7 @@ pub const KERNELS: &[Kernel] = &[
         series: "6.1",
         suites: &[("bookworm", Archive::Main)],
         package: r"^linux-image-6\.1\.0-[0-9]+-cloud-ARCH-unsigned$",
-        x86_64: Matrix {
-            host_tests: false,
-            backends: KPROBE,
-            fault_backends: &[],
-            unable: &[],
-        },
+        x86_64: X86_64_FACTS,
         arm64: Matrix {
             unable: NO_ARM64_TRAMPOLINE,
             ..ARM64_KPROBE
@@ -118,10 +106,8 @@ pub const KERNELS: &[Kernel] = &[
         suites: &[("bookworm-security", Archive::Security)],
         package: r"^linux-image-6\.12\.[0-9]+\+deb12-cloud-ARCH-unsigned$",
         x86_64: Matrix {
-            host_tests: false,
-            backends: KPROBE,
             fault_backends: &["tracepoint"],
-            unable: &[],
+            ..X86_64_FACTS
         },
         arm64: ARM64_KPROBE,
     },
@@ -132,13 +118,10 @@ pub const KERNELS: &[Kernel] = &[
         package: r"^linux-binary-7\.[0-9]+\.[0-9]+\+deb[0-9]+-cloud-ARCH$",
         x86_64: Matrix {
             host_tests: true,
-            backends: BESIDE_HOST_TESTS,
+            backends: BACKENDS,
             fault_backends: &["fentry"],
             unable: &[],
         },
-        // No host tests on arm64 yet (guest_tests.rs lists them by running their binaries on
-        // this machine), so every backend's scenarios, the tracepoint backend's too: no host
-        // kernel covers its task-based throttle on arm64.
         arm64: Matrix {
             backends: BACKENDS,
             ..ARM64_KPROBE
@@ -283,13 +266,21 @@ mod tests {
     #[test]
     fn arm64_runs_kprobe_everywhere_and_all_on_the_ends() {
         for kernel in KERNELS {
-            assert!(kernel.arm64.backends.contains(&"kprobe"), "{}", kernel.series);
+            assert!(
+                kernel.arm64.backends.contains(&"kprobe"),
+                "{}",
+                kernel.series
+            );
         }
         for kernel in [&KERNELS[0], &KERNELS[KERNELS.len() - 1]] {
             let m = &kernel.arm64;
             for backend in BACKENDS {
                 let unable = m.unable.iter().any(|(b, _)| b == backend);
-                assert!(m.backends.contains(backend) || unable, "{} {backend}", kernel.series);
+                assert!(
+                    m.backends.contains(backend) || unable,
+                    "{} {backend}",
+                    kernel.series
+                );
             }
         }
     }
@@ -301,7 +292,11 @@ mod tests {
                 for (backend, why) in m.unable {
                     assert!(BACKENDS.contains(backend) && !why.is_empty());
                     assert!(!m.backends.contains(backend), "{} {backend}", kernel.series);
-                    assert!(!m.fault_backends.contains(backend), "{} {backend}", kernel.series);
+                    assert!(
+                        !m.fault_backends.contains(backend),
+                        "{} {backend}",
+                        kernel.series
+                    );
                 }
             }
             assert!(kernel.package.contains("-ARCH"), "{}", kernel.series);

@@ -81,12 +81,15 @@ const HOST_TESTS: &[Package] = &[
 const BENCH: &[Package] = &[Package::new("linux-perf"), Package::new("bpftrace")];
 /// The cross linker and arm64 glibc (static, as the x86-64 guests' programs are; .cargo/config.toml
 /// names the linker and the flag) and the arm64 emulator, from the release of the x86 one's
-/// siblings for the reason [`VM`]'s qemu-system-x86 is. The arm64 busybox is downloaded, not
-/// installed (guest.rs).
+/// siblings for the reason [`VM`]'s qemu-system-x86 is. QEMU's user-mode emulator lists the
+/// arm64 test binaries' tests on this machine (guest_tests.rs `select`); a package of its own,
+/// which no qemu-system package breaks. The arm64 busybox is downloaded, not installed
+/// (guest.rs).
 const ARM64: &[Package] = &[
     Package::new("gcc-aarch64-linux-gnu"),
     Package::new("libc6-dev-arm64-cross"),
     Package::new("qemu-system-arm").release_of("qemu-utils"),
+    Package::new("qemu-user-static"),
 ];
 
 /// A Debian package a part needs.
