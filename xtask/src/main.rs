@@ -180,14 +180,14 @@ fn test(arm64: bool) -> anyhow::Result<()> {
         print_ignored()
     })?;
     kernels.join().expect("the kernel download panicked")?;
-    timed("vm-test", || vm_test::run(&vm_test::Args::ci()))?;
-    if arm64 {
-        // Its own compile (the cross-built tests, a few minutes) and its boots.
-        timed("vm-test --arch arm64", || {
-            vm_test::run(&vm_test::Args::ci_arm64())
-        })?;
-    }
-    Ok(())
+    // With arm64, its own compile (the cross-built tests) first, then both matrices' boots
+    // in one pool.
+    let vm_args = if arm64 {
+        vm_test::Args::ci_with_arm64()
+    } else {
+        vm_test::Args::ci()
+    };
+    timed("vm-test", || vm_test::run(&vm_args))
 }
 
 /// Runs one step of `test`, printing its wall time (for CI's 20-minute budget).

@@ -5,11 +5,12 @@
 use crate::arch::Arch;
 use crate::bench::vm_cost;
 use crate::console::Console;
+use crate::guest_tests::Selection;
 use crate::kernels::{self, BACKENDS, Fetched, KERNELS, Kernel, Matrix};
 use crate::qemu::{self, Ending};
 use crate::{binaries, guest, guest_tests, paths, setup};
 use anyhow::{Result, bail};
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The guest's test runner; the calls come from guest_tests.rs.
@@ -23,11 +24,12 @@ pub struct Args {
     /// Kernel series to boot, repeatable: 5.10, 6.1, 6.12, 7 (default: all of them).
     #[arg(long = "kernel", value_name = "SERIES")]
     kernels: Vec<String>,
-    /// The guests' architecture: Debian's kernels of that architecture, booted under its
-    /// emulator, and the tests and programs cross-built for it (kernels.rs names each
-    /// architecture's backends per kernel).
-    #[arg(long, value_enum, default_value_t)]
-    arch: Arch,
+    /// The guests' architecture, repeatable (default: x86-64): Debian's kernels of that
+    /// architecture, booted under its emulator, and the tests and programs cross-built for it
+    /// (kernels.rs names each architecture's backends per kernel). The boots of all of them
+    /// share the `--jobs`.
+    #[arg(long = "arch", value_enum, value_name = "ARCH")]
+    arches: Vec<Arch>,
     /// Kernels booted at once (default 1: a VM that shares its host CPU sees its scheduler
     /// ticks stretched, and the quota arithmetic the tests check with them; one per host CPU
     /// leaves each its own).
@@ -64,12 +66,11 @@ impl Args {
         }
     }
 
-    /// The arm64 matrix as `cargo xtask test --arm64` runs it: the kernel facts on every
-    /// kernel (kernels.rs `arm64`), two at a time.
-    pub fn ci_arm64() -> Self {
+    /// `cargo xtask test --arm64`'s: [`Args::ci`] and the arm64 matrix (kernels.rs `arm64`:
+    /// the kernel facts and the tests every kernel runs), their boots in one pool of two.
+    pub fn ci_with_arm64() -> Self {
         Self {
-            arch: Arch::Arm64,
-            facts_only: true,
+            arches: vec![Arch::X86_64, Arch::Arm64],
             ..Self::ci()
         }
     }
@@ -94,6 +95,8 @@ pub fn fetch_kernels(arch: Arch) -> Result<()> {
 /// them, the backends its kernel cannot run (SKIP rows) and those whose cost it measures.
 struct Plan<'a> {
     arch: Arch,
+    /// Its architecture's initramfs.
+    initrd: PathBuf,
     kernel: &'a Kernel,
     matrix: &'a Matrix,
     fetched: Fetched,
@@ -105,9 +108,13 @@ struct Plan<'a> {
 
 pub fn run(args: &Args) -> Result<()> {
     let started = Instant::now();
-    let arch = args.arch;
+    let arches = if args.arches.is_empty() {
+        vec![Arch::X86_64]
+    } else {
+        args.arches.clone()
+    };
     let mut parts = vec![setup::Part::Build, setup::Part::Vm];
-    if arch == Arch::Arm64 {
+    if arches.contains(&Arch::Arm64) {
         parts.push(setup::Part::Arm64);
     }
     setup::run(&parts)?;
@@ -119,6 +126,68 @@ pub fn run(args: &Args) -> Result<()> {
             .map(|s| kernels::by_series(s))
             .collect::<Result<_>>()?
     };
+    let mut plans = Vec::new();
+    let mut not_run = Vec::new();
+    for &arch in &arches {
+        let (arch_plans, selection) = plan(args, arch, &kernels)?;
+        plans.extend(arch_plans);
+        // The same tests on every architecture, from the same plan.
+        not_run = selection.not_run;
+    }
+
+    let jobs = args.jobs.clamp(1, plans.len().max(1));
+    // The longest boots first (the one that runs the rest of the host tests, then those with
+    // the most runs), so that two workers end together; the table keeps the matrix's order.
+    let mut order: Vec<usize> = (0..plans.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse((plans[i].matrix.host_tests, plans[i].runs.len())));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&i) = order.get(k) else {
+                            return done;
+                        };
+                        done.push((i, test_kernel(&plans[i])));
+                    }
+                })
+            })
+            .collect();
+        let mut all: Vec<_> = workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a vm-test worker panicked"))
+            .collect();
+        all.sort_by_key(|(i, _)| *i);
+        all
+    });
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for (_, result) in results {
+        let (kernel_rows, kernel_failures) = result?;
+        rows.extend(kernel_rows);
+        failures.extend(kernel_failures);
+    }
+
+    print_table(&rows);
+    for not_run in &not_run {
+        println!("host test not run in the guests: {not_run}");
+    }
+    for failure in &failures {
+        println!("FAIL {failure}");
+    }
+    println!("vm-test took {:.0} s", started.elapsed().as_secs_f64());
+    if !failures.is_empty() {
+        bail!("{} failure(s)", failures.len());
+    }
+    Ok(())
+}
+
+/// `arch`'s boots of `kernels`: its programs and tests built, the tests the guests run selected
+/// from their own lists, the initramfs written, and what each kernel's guest runs.
+fn plan<'a>(args: &Args, arch: Arch, kernels: &[&'a Kernel]) -> Result<(Vec<Plan<'a>>, Selection)> {
     let binaries = binaries::build_with_tests(arch)?;
     let mut selection = guest_tests::select(&binaries.tests, arch)?;
     if args.facts_only {
@@ -134,13 +203,18 @@ pub fn run(args: &Args) -> Result<()> {
             );
         }
     }
+    let vm = paths::vm();
+    let initrd = vm.join(format!("vm-test-{}.cpio", arch.debian()));
     let mut plans = Vec::new();
-    for kernel in kernels {
+    for &kernel in kernels {
         let fetched = kernel.fetch(arch)?;
         let matrix = kernel.matrix(arch);
         eprintln!(
-            "kernel {}: {} {}",
-            kernel.series, fetched.package, fetched.version
+            "kernel {} {}: {} {}",
+            arch.debian(),
+            kernel.series,
+            fetched.package,
+            fetched.version
         );
         let chosen = |b: &str| args.backends.iter().any(|c| c == b);
         // Those the kernel cannot run on this architecture are shown, never run.
@@ -171,6 +245,7 @@ pub fn run(args: &Args) -> Result<()> {
         flags.extend(cost.iter().map(|b| vm_cost::flag(b)));
         plans.push(Plan {
             arch,
+            initrd: initrd.clone(),
             kernel,
             matrix,
             fetched,
@@ -185,8 +260,6 @@ pub fn run(args: &Args) -> Result<()> {
     if args.cost {
         script += &format!("\n{}\n{}", vm_cost::GUEST_PART, vm_cost::guest_calls());
     }
-    let vm = paths::vm();
-    let initrd = vm.join(format!("vm-test-{}.cpio", arch.debian()));
     let xtask = args.cost.then(|| binaries::xtask(arch)).transpose()?;
     std::fs::write(
         &initrd,
@@ -198,61 +271,12 @@ pub fn run(args: &Args) -> Result<()> {
         )?,
     )?;
     std::fs::create_dir_all(vm.join("logs"))?;
-
-    let jobs = args.jobs.clamp(1, plans.len().max(1));
-    // The longest boots first (the one that runs the rest of the host tests), so that two
-    // workers end together; the table keeps the matrix's order.
-    let mut order: Vec<usize> = (0..plans.len()).collect();
-    order.sort_by_key(|&i| !plans[i].matrix.host_tests);
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<_> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..jobs)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&i) = order.get(k) else {
-                            return done;
-                        };
-                        let plan = &plans[i];
-                        done.push((i, test_kernel(plan, &initrd)));
-                    }
-                })
-            })
-            .collect();
-        let mut all: Vec<_> = workers
-            .into_iter()
-            .flat_map(|w| w.join().expect("a vm-test worker panicked"))
-            .collect();
-        all.sort_by_key(|(i, _)| *i);
-        all
-    });
-    let mut rows = Vec::new();
-    let mut failures = Vec::new();
-    for (_, result) in results {
-        let (kernel_rows, kernel_failures) = result?;
-        rows.extend(kernel_rows);
-        failures.extend(kernel_failures);
-    }
-
-    print_table(&rows);
-    for not_run in &selection.not_run {
-        println!("host test not run in the guests: {not_run}");
-    }
-    for failure in &failures {
-        println!("FAIL {failure}");
-    }
-    println!("vm-test took {:.0} s", started.elapsed().as_secs_f64());
-    if !failures.is_empty() {
-        bail!("{} failure(s)", failures.len());
-    }
-    Ok(())
+    Ok((plans, selection))
 }
 
-/// Boots one kernel with `initrd`, its guest running what `plan`'s command-line words select,
-/// and judges what it printed: its table rows and its failures.
-fn test_kernel(plan: &Plan, initrd: &Path) -> Result<(Vec<Row>, Vec<String>)> {
+/// Boots one kernel with its initramfs, its guest running what `plan`'s command-line words
+/// select, and judges what it printed: its table rows and its failures.
+fn test_kernel(plan: &Plan) -> Result<(Vec<Row>, Vec<String>)> {
     let (kernel, fetched) = (plan.kernel, &plan.fetched);
     let log = paths::vm().join("logs").join(format!(
         "vm-test-{}-{}.log",
@@ -260,7 +284,8 @@ fn test_kernel(plan: &Plan, initrd: &Path) -> Result<(Vec<Row>, Vec<String>)> {
         kernel.series
     ));
     eprintln!(
-        "booting {} ({}), console → {}",
+        "booting {} {} ({}), console → {}",
+        plan.arch.debian(),
         kernel.series,
         fetched.version,
         log.display()
@@ -273,13 +298,13 @@ fn test_kernel(plan: &Plan, initrd: &Path) -> Result<(Vec<Row>, Vec<String>)> {
                 .any(|k| rest.starts_with(k))
         {
             let at = booted.elapsed().as_secs();
-            eprintln!("  [{} +{at}s] {rest}", kernel.series);
+            eprintln!("  [{} {} +{at}s] {rest}", plan.arch.debian(), kernel.series);
         }
     };
     let boot = qemu::boot(
         plan.arch,
         &fetched.vmlinuz,
-        initrd,
+        &plan.initrd,
         &plan.flags.join(" "),
         &log,
         BOOT_LIMIT,
