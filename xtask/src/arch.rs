@@ -66,7 +66,7 @@ impl Arch {
 
     /// QEMU's machine and CPU. arm64: the virt board, and Neoverse N1 (Graviton 2, Ampere
     /// Altra) rather than `max`, whose pointer authentication and SVE the emulator runs
-    /// several times slower and which no scenario needs.
+    /// several times slower and which no test needs.
     pub fn machine(self) -> &'static [&'static str] {
         match self {
             Arch::X86_64 => &["-cpu", "max"],

@@ -34,7 +34,7 @@ pub struct Matrix {
     pub host_tests: bool,
     /// The backends its guest runs the kernel facts with (guest_tests.rs `KERNEL_FACTS`): on
     /// x86-64 every backend on every kernel, as each attaches to its own hooks, which change
-    /// from version to version. On arm64, whose emulation is several times slower, kprobe (the
+    /// from version to version. On arm64, a second matrix in the same CI minutes, kprobe (the
     /// backend with arm64's own argument registers) on every kernel and every backend on the
     /// oldest and the newest. `--backend` narrows it.
     pub backends: &'static [&'static str],
