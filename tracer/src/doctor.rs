@@ -1,4 +1,5 @@
-//! `throttle-tracer doctor`: one screen on what this machine allows. Kernel release, BTF and
+//! `throttle-tracer doctor`: one screen on what this machine allows. Kernel release and
+//! architecture (with what tracing does differently on it), BTF and
 //! the probe features it resolves, the cgroup mode and the cpu controller's hierarchy, the
 //! capabilities, and every backend tried for real: the tracer's own programs are loaded and
 //! attached exactly as tracing would, then detached. Nothing is guessed from kernel config.
@@ -13,7 +14,7 @@ use crate::{
     error::{Exit, Failure},
     privileges::Capabilities,
     probes::{self, Backend},
-    sys::kernel_release,
+    sys::{kernel_release, machine},
 };
 
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
@@ -39,6 +40,10 @@ const FEATURES: [Feature; 14] = [
 #[derive(Serialize)]
 struct Diagnosis {
     kernel: String,
+    /// The kernel's machine, as `uname -m` names it.
+    arch: String,
+    /// What tracing does differently on this architecture, one sentence each.
+    arch_notes: &'static [&'static str],
     btf: BtfCheck,
     cgroups: CgroupCheck,
     privileges: Privileges,
@@ -196,8 +201,11 @@ fn diagnose() -> Diagnosis {
         })
         .collect();
 
+    let arch = machine();
     Diagnosis {
         kernel: kernel_release(),
+        arch_notes: arch_notes(&arch),
+        arch,
         btf,
         cgroups: cgroup_check(),
         privileges: Privileges {
@@ -210,6 +218,26 @@ fn diagnose() -> Diagnosis {
         },
         backends,
         auto,
+    }
+}
+
+/// The kprobe backend reads the function's argument and return value from the registers of
+/// the architecture its eBPF object was built for (aya's `pt_regs` accessors), and fentry
+/// needs the kernel to attach BPF trampolines to kernel functions, which each architecture
+/// gained in its own release.
+fn arch_notes(machine: &str) -> &'static [&'static str] {
+    match machine {
+        "x86_64" => &[
+            "kprobe reads the cfs_rq argument from rdi and return values from rax",
+            "fentry: BPF trampolines on kernel functions since 5.5",
+        ],
+        "aarch64" => &[
+            "kprobe reads the cfs_rq argument and return values from x0 (pt_regs regs[0])",
+            "fentry: BPF trampolines on kernel functions only from 6.4, through ftrace direct \
+             calls (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS); older arm64 kernels refuse the \
+             attach",
+        ],
+        _ => &["not an architecture throttle-tracer is built and tested for (x86_64, aarch64)"],
     }
 }
 
@@ -245,6 +273,10 @@ fn render(d: &Diagnosis) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "throttle-tracer doctor");
     let _ = writeln!(out, "kernel      {}", d.kernel);
+    let _ = writeln!(out, "arch        {}", d.arch);
+    for note in d.arch_notes {
+        let _ = writeln!(out, "  {note}");
+    }
     match &d.btf.error {
         None => {
             let _ = writeln!(
@@ -349,9 +381,24 @@ mod tests {
     }
 
     #[test]
+    fn every_architecture_built_for_has_notes() {
+        for machine in ["x86_64", "aarch64"] {
+            let notes = arch_notes(machine);
+            assert!(
+                notes.iter().any(|n| n.starts_with("kprobe reads")),
+                "{machine}"
+            );
+            assert!(notes.iter().any(|n| n.starts_with("fentry:")), "{machine}");
+        }
+        assert!(arch_notes("riscv64")[0].contains("not an architecture"));
+    }
+
+    #[test]
     fn render_says_why_each_backend_is_not_usable() {
         let d = Diagnosis {
             kernel: "6.18.44".into(),
+            arch: "aarch64".into(),
+            arch_notes: arch_notes("aarch64"),
             btf: BtfCheck {
                 path: BTF_PATH,
                 present: true,
@@ -397,6 +444,8 @@ mod tests {
         let text = render(&d);
         for needle in [
             "kernel      6.18.44",
+            "arch        aarch64\n  kprobe reads the cfs_rq argument and return values from x0",
+            "fentry: BPF trampolines on kernel functions only from 6.4",
             "burst                                     off: struct cfs_bandwidth has no burst",
             "cgroups     hybrid; cpu controller: cgroup v1 at /sys/fs/cgroup/cpu",
             "CAP_BPF yes",

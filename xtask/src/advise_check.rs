@@ -5,6 +5,7 @@
 //! arrivals, a sample printed with its 95 % interval). Fails when an advised value does not do
 //! it, or is more than 10 % above the smallest. Each rerun is a fresh cgroup at the most CPU
 //! weight, judged by the kernel's cpu.stat: minutes, too slow for `cargo xtask test`. Root.
+use crate::arch::Arch;
 use crate::cgroup;
 use crate::process::{die_with_parent, signal, wait_timeout};
 use crate::{binaries, results, setup};
@@ -205,7 +206,7 @@ impl Outcome {
 
 pub fn run(args: &Args) -> Result<()> {
     setup::run(&[setup::Part::Build])?;
-    let binaries = binaries::build()?;
+    let binaries = binaries::build(Arch::HOST)?;
     let runner = Runner {
         workload_bin: &binaries.workload,
         rounds: args.rounds,

@@ -1,9 +1,10 @@
 //! apt for Debian suites the system does not list (bullseye-security, sid, backports, ...).
 //!
 //! The archive URIs come from the system's own deb822 sources, so no mirror is named here.
-//! [`PrivateApt`] downloads from one suite with its lists, cache and sources under
-//! target/vm/apt/<suite>/ and never touches the system's apt state; [`WithSuite`] installs
+//! [`PrivateApt`] downloads one architecture's packages from one suite with its lists, cache
+//! and sources under target/vm/apt/<architecture>/<suite>/ and never touches the system's apt state; [`WithSuite`] installs
 //! into the system from its own sources plus one more suite, with only the lists kept apart.
+use crate::arch::Arch;
 use crate::cmd;
 use anyhow::{Context as _, Result};
 use std::path::{Path, PathBuf};
@@ -20,14 +21,19 @@ pub enum Archive {
     Security,
 }
 
-/// apt restricted to one suite of one archive.
+/// apt restricted to one suite of one archive, and to one architecture's packages (the
+/// guest's, which need not be this machine's).
 pub struct PrivateApt {
     dir: PathBuf,
+    arch: Arch,
 }
 
 impl PrivateApt {
-    pub fn new(suite: &str, archive: Archive) -> Result<Self> {
-        let dir = crate::paths::vm().join("apt").join(suite);
+    pub fn new(suite: &str, archive: Archive, arch: Arch) -> Result<Self> {
+        let dir = crate::paths::vm()
+            .join("apt")
+            .join(arch.debian())
+            .join(suite);
         for sub in ["lists/partial", "cache/archives/partial"] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
@@ -38,7 +44,7 @@ impl PrivateApt {
         };
         let line = format!("deb {options}{} {suite} main\n", source.uri);
         std::fs::write(dir.join("sources.list"), line)?;
-        Ok(Self { dir })
+        Ok(Self { dir, arch })
     }
 
     /// Downloads the package lists unless a previous run already did.
@@ -93,6 +99,8 @@ impl PrivateApt {
             ("Dir::Cache", dir("cache")),
             ("Dir::State::status", "/dev/null".to_owned()),
             ("Acquire::Languages", "none".to_owned()),
+            ("APT::Architecture", self.arch.debian().to_owned()),
+            ("APT::Architectures", self.arch.debian().to_owned()),
             // Files go to target/, which apt's unprivileged _apt user may not write.
             ("APT::Sandbox::User", "root".to_owned()),
         ] {

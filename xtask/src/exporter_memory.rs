@@ -8,6 +8,7 @@
 //! its native histogram buckets) and has its series; then one scrape, and the tracer's resident
 //! memory (VmRSS, and its peak VmHWM) from /proc. The difference over the extra cgroups is the
 //! cost of one exported cgroup. Figures only; needs root.
+use crate::arch::Arch;
 use crate::bench::procfs::Memory;
 use crate::bench::procs::Workload;
 use crate::bench::scrape::{self, Serve};
@@ -38,7 +39,7 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("--cgroups must be at least 2: one is the reference");
     }
     setup::run(&[setup::Part::Build])?;
-    let binaries = binaries::build()?;
+    let binaries = binaries::build(Arch::HOST)?;
     let tree = Tree::create(PARENT, args.cgroups, QUOTA_US, PERIOD_US)?;
     let busy = Workload::busy(&binaries.workload, 1, 3600)?;
     let one = measure(&binaries.tracer, &tree, 1, busy.pid())?;

@@ -3,12 +3,12 @@
 //! kernel does. Which tests run there and why the others do not, which of them judge a kernel
 //! fact (run with every backend on every kernel), the guest's calls, and what each test's run
 //! says.
+use crate::arch::Arch;
 use crate::cmd;
 use crate::console::Console;
-use crate::kernels::{BACKENDS, Kernel};
+use crate::kernels::{BACKENDS, Matrix};
 use anyhow::{Result, bail};
 use std::path::PathBuf;
-use std::process::Command;
 
 /// What one test binary (tracer/tests/NAME.rs) does in the guest.
 enum Plan {
@@ -269,10 +269,10 @@ pub struct Selection {
     pub not_run: Vec<String>,
 }
 
-/// Which tests of `tests` (name, file: the binaries cargo built) the guest runs, from each
-/// binary's own list of its tests. A binary or an excluded test [`PLANS`] does not know (or
+/// Which tests of `tests` (name, file: the binaries cargo built for `arch`) the guest runs, from
+/// each binary's own list of its tests. A binary or an excluded test [`PLANS`] does not know (or
 /// knows but cargo did not build) is an error: the plan must follow the tests.
-pub fn select(tests: &[(String, PathBuf)]) -> Result<Selection> {
+pub fn select(tests: &[(String, PathBuf)], arch: Arch) -> Result<Selection> {
     let mut selection = Selection::default();
     let mut run = Vec::new();
     for (name, file) in tests {
@@ -289,7 +289,7 @@ pub fn select(tests: &[(String, PathBuf)]) -> Result<Selection> {
             }
             Plan::Run(except) => except,
         };
-        let list = cmd::stdout(Command::new(file).args(["--list", "--format", "terse"]))?;
+        let list = cmd::stdout(arch.command(file).args(["--list", "--format", "terse"]))?;
         let names: Vec<&str> = list
             .lines()
             .filter_map(|l| l.strip_suffix(": test"))
@@ -349,20 +349,20 @@ impl Selection {
         self.every_kernel.is_empty() && self.facts.is_empty() && self.rest.is_empty()
     }
 
-    /// What a guest of `kernel` runs: the runs to judge, by name ([`with_backend`]), and the
-    /// kernel command-line words that make its guest run them ([`Selection::guest_calls`]):
-    /// the facts with `backends`, the rest where it runs the host tests, the faults with its
-    /// `fault_backends`.
-    pub fn for_kernel(&self, kernel: &Kernel, backends: &[&str]) -> (Vec<String>, Vec<String>) {
+    /// What a guest of a kernel of `matrix` (its architecture's) runs: the runs to judge, by
+    /// name ([`with_backend`]), and the kernel command-line words that make its guest run them
+    /// ([`Selection::guest_calls`]): the facts with `backends`, the rest where it runs the host
+    /// tests, the faults with its `fault_backends`.
+    pub fn for_kernel(&self, matrix: &Matrix, backends: &[&str]) -> (Vec<String>, Vec<String>) {
         let mut parts: Vec<(&[String], Option<&str>, String)> = backends
             .iter()
             .map(|b| (&self.facts[..], Some(*b), flag("facts", b)))
             .collect();
-        if kernel.host_tests {
+        if matrix.host_tests {
             parts.push((&self.rest, None, CMDLINE_FLAG.to_owned()));
         }
         parts.extend(
-            kernel
+            matrix
                 .fault_backends
                 .iter()
                 .map(|b| (&self.faults[..], Some(*b), flag("faults", b))),
@@ -554,8 +554,8 @@ mod tests {
             calls.contains("tt.faults_fentry /proc/cmdline; then\n    host_test removed r fentry")
         );
         assert!(!calls.contains("tt.faults_kprobe"), "{calls}");
-        let kernel = &crate::kernels::KERNELS[0];
-        let (runs, flags) = selection.for_kernel(kernel, &["fentry"]);
+        let matrix = crate::kernels::KERNELS[0].matrix(Arch::X86_64);
+        let (runs, flags) = selection.for_kernel(matrix, &["fentry"]);
         assert_eq!(runs[..2], ["doctor::d", "host_tracepoint::f@fentry"]);
         assert_eq!(flags[0], "tt.facts_fentry");
         // The runs' markers are apart: the fentry run's is not the plain one's.

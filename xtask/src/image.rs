@@ -1,9 +1,13 @@
 //! `cargo xtask image`: the container image `throttle-tracer:<version>` from the project's own
-//! static build and deploy/Dockerfile (`FROM scratch`: the binary and /etc/passwd), built with
+//! static builds and deploy/Dockerfile (`FROM scratch`: the binary and /etc/passwd), built with
 //! no registry into the Docker daemon `docker` reaches, or, when none answers, into a private
-//! dockerd started for the build (no bridge, no iptables rules) and stopped after it. Either
-//! way the image is also saved as target/image/throttle-tracer-<version>.tar (`docker save`),
-//! which `docker load` and `ctr image import` take and tracer/tests/image.rs runs.
+//! dockerd started for the build (no bridge, no iptables rules) and stopped after it. One image
+//! per architecture, each saved as target/image/throttle-tracer-<version>[-arm64].tar (`docker
+//! save`), which `docker load` and `ctr image import` take and tracer/tests/image.rs runs (this
+//! machine's); then both under one tag, a multi-architecture OCI index, as
+//! target/image/throttle-tracer-<version>.oci.tar, put together by podman (Docker 20.10 makes
+//! such an index only by pushing to a registry).
+use crate::arch::Arch;
 use crate::binaries::{self, Binaries};
 use crate::{cmd, paths};
 use anyhow::{Context as _, Result, bail};
@@ -13,26 +17,52 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn run() -> Result<()> {
-    build(&binaries::build()?)
+    crate::setup::run(&[crate::setup::Part::Build, crate::setup::Part::Arm64])?;
+    let host = binaries::build(Arch::HOST)?;
+    let arm64 = binaries::build(Arch::Arm64)?;
+    build(&[&host, &arm64])
 }
 
-/// The image of `binaries`' tracer (`cargo xtask test` passes its tests' compile).
-pub fn build(binaries: &Binaries) -> Result<()> {
+/// The image of each of `builds`' tracers (`cargo xtask test` passes its tests' compile), and,
+/// with more than one, their index.
+pub fn build(builds: &[&Binaries]) -> Result<()> {
     let version = tracer_version()?;
-    let tag = format!("throttle-tracer:{version}");
     let dir = paths::target().join("image");
-    let context = dir.join("context");
+    let daemon = Daemon::reachable_or_private(&dir)?;
+    let mut archives = Vec::new();
+    for binaries in builds {
+        archives.push(image(&daemon, binaries, &version, &dir)?);
+    }
+    daemon.stop()?;
+    if archives.len() > 1 {
+        index(&archives, &version, &dir)?;
+    }
+    Ok(())
+}
+
+/// `binaries`' image, tagged `throttle-tracer:<version>` for this machine's architecture and
+/// `…-<architecture>` for another, saved; returns the archive.
+fn image(daemon: &Daemon, binaries: &Binaries, version: &str, dir: &Path) -> Result<PathBuf> {
+    let arch = binaries.arch;
+    let suffix = if arch == Arch::HOST {
+        String::new()
+    } else {
+        format!("-{}", arch.debian())
+    };
+    let tag = format!("throttle-tracer:{version}{suffix}");
+    let context = dir.join(format!("context{suffix}"));
     let _ = fs::remove_dir_all(&context);
     fs::create_dir_all(&context).with_context(|| format!("creating {}", context.display()))?;
     fs::copy(&binaries.tracer, context.join("throttle-tracer")).context("copying the binary")?;
     fs::copy(paths::root().join("deploy/passwd"), context.join("passwd"))
         .context("copying deploy/passwd")?;
 
-    let daemon = Daemon::reachable_or_private(&dir)?;
     let docker = || daemon.docker();
+    // FROM scratch and COPY only: another architecture's image needs no emulator to build.
     cmd::run(
         docker()
-            .args(["build", "-t", &tag, "-f"])
+            .args(["build", "--platform", &format!("linux/{}", arch.debian())])
+            .args(["-t", &tag, "-f"])
             .arg(paths::root().join("deploy/Dockerfile"))
             .arg(&context),
     )?;
@@ -40,28 +70,92 @@ pub fn build(binaries: &Binaries) -> Result<()> {
         .trim()
         .parse()
         .context("docker image inspect's size")?;
-    let tar = dir.join(format!("throttle-tracer-{version}.tar"));
+    let tar = dir.join(format!("throttle-tracer-{version}{suffix}.tar"));
     cmd::run(docker().args(["save", "-o"]).arg(&tar).arg(&tag))?;
-    // Docker's default privileges hold no CAP_BPF: doctor runs and says what is missing.
-    let doctor = docker()
-        .args(["run", "--rm", "--network", "none", &tag, "doctor"])
-        .output()
-        .context("docker run … doctor")?;
-    println!(
-        "docker run --rm {tag} doctor ({}):\n{}{}",
-        doctor.status,
-        String::from_utf8_lossy(&doctor.stdout),
-        String::from_utf8_lossy(&doctor.stderr)
-    );
-    if doctor.status.code().is_none_or(|c| c > 1) {
-        bail!("doctor in the image did not run: {}", doctor.status);
+    if arch == Arch::HOST {
+        // Docker's default privileges hold no CAP_BPF: doctor runs and says what is missing.
+        let doctor = docker()
+            .args(["run", "--rm", "--network", "none", &tag, "doctor"])
+            .output()
+            .context("docker run … doctor")?;
+        println!(
+            "docker run --rm {tag} doctor ({}):\n{}{}",
+            doctor.status,
+            String::from_utf8_lossy(&doctor.stdout),
+            String::from_utf8_lossy(&doctor.stderr)
+        );
+        if doctor.status.code().is_none_or(|c| c > 1) {
+            bail!("doctor in the image did not run: {}", doctor.status);
+        }
     }
     println!(
         "{tag}: {size} bytes ({:.1} MiB); saved as {}",
         size as f64 / (1 << 20) as f64,
         tar.display()
     );
-    daemon.stop()
+    Ok(tar)
+}
+
+/// The `docker save` archives as one OCI image index, `throttle-tracer:<version>`, each image
+/// under its platform: what a registry serves to nodes of either architecture once `skopeo
+/// copy --all` or `podman manifest push --all` has put it there. podman keeps the list in a
+/// storage of its own under target/image/podman, removed after.
+fn index(archives: &[PathBuf], version: &str, dir: &Path) -> Result<()> {
+    let storage = dir.join("podman");
+    let _ = fs::remove_dir_all(&storage);
+    fs::create_dir_all(&storage)?;
+    let conf = storage.join("storage.conf");
+    fs::write(
+        &conf,
+        format!(
+            "[storage]\ndriver = \"vfs\"\nrunroot = \"{0}/run\"\ngraphroot = \"{0}/graph\"\n",
+            storage.display()
+        ),
+    )?;
+    let podman = || {
+        let mut podman = Command::new("podman");
+        podman.env("CONTAINERS_STORAGE_CONF", &conf);
+        podman
+    };
+    let list = format!("localhost/throttle-tracer:{version}");
+    cmd::run(podman().args(["manifest", "create", &list]))?;
+    for archive in archives {
+        cmd::run(
+            podman()
+                .args(["manifest", "add", &list])
+                .arg(format!("docker-archive:{}", archive.display())),
+        )?;
+    }
+    let manifest: serde_json::Value =
+        serde_json::from_str(&cmd::stdout(podman().args(["manifest", "inspect", &list]))?)
+            .context("podman manifest inspect's JSON")?;
+    let platforms: Vec<String> = manifest["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| format!("{}/{}", m["platform"]["os"], m["platform"]["architecture"]))
+        .map(|p| p.replace('"', ""))
+        .collect();
+    if platforms.len() != archives.len() {
+        bail!("the index holds {platforms:?}, not one image per archive");
+    }
+    let oci = dir.join(format!("throttle-tracer-{version}.oci.tar"));
+    let _ = fs::remove_file(&oci);
+    cmd::run(
+        podman()
+            .args(["manifest", "push", "--all", &list])
+            .arg(format!(
+                "oci-archive:{}:throttle-tracer:{version}",
+                oci.display()
+            )),
+    )?;
+    fs::remove_dir_all(&storage)?;
+    println!(
+        "throttle-tracer:{version} for {}: an OCI index saved as {}",
+        platforms.join(", "),
+        oci.display()
+    );
+    Ok(())
 }
 
 /// The tracer package's version, from tracer/Cargo.toml.

@@ -1,27 +1,42 @@
 //! The Debian kernels the VM tests boot, and fetching one: newest package first, older ones
-//! when a download fails; cached under target/vm/kernels/<series>/.
+//! when a download fails; cached under target/vm/kernels/<architecture>/<series>/.
 use crate::apt::{Archive, PrivateApt};
+use crate::arch::Arch;
 use crate::cmd;
 use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// One kernel series and where Debian keeps its cloud flavour.
+/// One kernel series, where Debian keeps its cloud flavour, and what vm-test runs on it per
+/// architecture.
 pub struct Kernel {
     /// What `--kernel` takes.
     pub series: &'static str,
-    suite: &'static str,
-    archive: Archive,
-    /// Package names, as an extended regular expression for `apt-cache search`.
+    /// The suites that carry it, tried in order: a suite none of whose packages downloads gives
+    /// way to the next (bullseye-security lists 5.10's arm64 packages that Debian's archive no
+    /// longer serves, where bullseye's last point release still has its own).
+    suites: &'static [(&'static str, Archive)],
+    /// Package names, as an extended regular expression for `apt-cache search`, with `ARCH`
+    /// for Debian's architecture. The cloud flavour on both architectures: the smallest
+    /// image, built for virtual machines (virtio, the PL011 console of QEMU's arm64 board),
+    /// with kprobes, BTF and CFS bandwidth like the generic one.
     package: &'static str,
+    x86_64: Matrix,
+    arm64: Matrix,
+}
+
+/// What one kernel runs on one architecture.
+pub struct Matrix {
     /// Whether vm-test runs the rest of the host tests on it too (guest_tests.rs): they add
     /// minutes per boot under TCG, and their v2 paths are the tracer's and the tests' own, the
     /// same on every kernel, so on the newest only (the ones that judge what differs from
     /// kernel to kernel run on each: guest_tests.rs `EVERY_KERNEL`, `KERNEL_FACTS`).
     pub host_tests: bool,
-    /// The backends its guest runs the kernel facts with (guest_tests.rs `KERNEL_FACTS`): every
-    /// backend on every kernel, as each attaches to its own hooks, which change from version to
-    /// version. `--backend` narrows it.
+    /// The backends its guest runs the kernel facts with (guest_tests.rs `KERNEL_FACTS`): on
+    /// x86-64 every backend on every kernel, as each attaches to its own hooks, which change
+    /// from version to version. On arm64, a second matrix in the same CI minutes, kprobe (the
+    /// backend with arm64's own argument registers) on every kernel and every backend on the
+    /// oldest and the newest. `--backend` narrows it.
     pub backends: &'static [&'static str],
     /// The backends (other than the host tests' kprobe) with which its guest runs the fault
     /// tests (guest_tests.rs `FAULTS`): one kernel per backend, each run being a tracer start
@@ -29,48 +44,88 @@ pub struct Kernel {
     /// has what the host's 6.18 has but its task-based throttle (the CSD unthrottle, the
     /// self-time clock).
     pub fault_backends: &'static [&'static str],
+    /// Backends this kernel cannot run on this architecture, and why. They never run, even
+    /// when `--backend` names them: vm-test shows each as a SKIP with the reason the guest's
+    /// own doctor gives (the kernel's refusal), and fails if the doctor finds it usable.
+    pub unable: &'static [(&'static str, &'static str)],
 }
 
 /// Every backend the tracer has, as `--backend` names them.
 pub const BACKENDS: &[&str] = &["kprobe", "fentry", "tracepoint"];
 
+/// x86-64 on a kernel that runs the kernel facts only.
+const X86_64_FACTS: Matrix = Matrix {
+    host_tests: false,
+    backends: BACKENDS,
+    fault_backends: &[],
+    unable: &[],
+};
+
+/// arm64 between the oldest and the newest kernel.
+const ARM64_KPROBE: Matrix = Matrix {
+    host_tests: false,
+    backends: &["kprobe"],
+    fault_backends: &[],
+    unable: &[],
+};
+
+/// fentry's trampoline is entered from the traced function's ftrace call site, through
+/// ftrace's direct calls: arm64 kernels have them from 6.4 (x86-64 from 5.5).
+const NO_ARM64_TRAMPOLINE: &[(&str, &str)] = &[(
+    "fentry",
+    "arm64 attaches BPF trampolines to kernel functions through ftrace direct calls, from 6.4",
+)];
+
 pub const KERNELS: &[Kernel] = &[
     Kernel {
         series: "5.10",
-        suite: "bullseye-security",
-        archive: Archive::Security,
-        package: r"^linux-image-5\.10\.0-[0-9]+-cloud-amd64-unsigned$",
-        host_tests: false,
-        backends: BACKENDS,
-        fault_backends: &[],
+        suites: &[
+            ("bullseye-security", Archive::Security),
+            ("bullseye", Archive::Main),
+        ],
+        package: r"^linux-image-5\.10\.0-[0-9]+-cloud-ARCH-unsigned$",
+        x86_64: X86_64_FACTS,
+        arm64: Matrix {
+            backends: &["kprobe", "tracepoint"],
+            unable: NO_ARM64_TRAMPOLINE,
+            ..ARM64_KPROBE
+        },
     },
     Kernel {
         series: "6.1",
-        suite: "bookworm",
-        archive: Archive::Main,
-        package: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
-        host_tests: false,
-        backends: BACKENDS,
-        fault_backends: &[],
+        suites: &[("bookworm", Archive::Main)],
+        package: r"^linux-image-6\.1\.0-[0-9]+-cloud-ARCH-unsigned$",
+        x86_64: X86_64_FACTS,
+        arm64: Matrix {
+            unable: NO_ARM64_TRAMPOLINE,
+            ..ARM64_KPROBE
+        },
     },
     Kernel {
         series: "6.12",
-        suite: "bookworm-security",
-        archive: Archive::Security,
-        package: r"^linux-image-6\.12\.[0-9]+\+deb12-cloud-amd64-unsigned$",
-        host_tests: false,
-        backends: BACKENDS,
-        fault_backends: &["tracepoint"],
+        suites: &[("bookworm-security", Archive::Security)],
+        package: r"^linux-image-6\.12\.[0-9]+\+deb12-cloud-ARCH-unsigned$",
+        x86_64: Matrix {
+            fault_backends: &["tracepoint"],
+            ..X86_64_FACTS
+        },
+        arm64: ARM64_KPROBE,
     },
     // sid's linux-image-7.* is a small meta package; the image is in linux-binary-*.
     Kernel {
         series: "7",
-        suite: "sid",
-        archive: Archive::Main,
-        package: r"^linux-binary-7\.[0-9]+\.[0-9]+\+deb[0-9]+-cloud-amd64$",
-        host_tests: true,
-        backends: BACKENDS,
-        fault_backends: &["fentry"],
+        suites: &[("sid", Archive::Main)],
+        package: r"^linux-binary-7\.[0-9]+\.[0-9]+\+deb[0-9]+-cloud-ARCH$",
+        x86_64: Matrix {
+            host_tests: true,
+            backends: BACKENDS,
+            fault_backends: &["fentry"],
+            unable: &[],
+        },
+        arm64: Matrix {
+            backends: BACKENDS,
+            ..ARM64_KPROBE
+        },
     },
 ];
 
@@ -93,9 +148,19 @@ pub struct Fetched {
 }
 
 impl Kernel {
+    pub fn matrix(&self, arch: Arch) -> &Matrix {
+        match arch {
+            Arch::X86_64 => &self.x86_64,
+            Arch::Arm64 => &self.arm64,
+        }
+    }
+
     /// Returns the cached kernel, or downloads the newest one that downloads.
-    pub fn fetch(&self) -> Result<Fetched> {
-        let dir = crate::paths::vm().join("kernels").join(self.series);
+    pub fn fetch(&self, arch: Arch) -> Result<Fetched> {
+        let dir = crate::paths::vm()
+            .join("kernels")
+            .join(arch.debian())
+            .join(self.series);
         let vmlinuz = dir.join("vmlinuz");
         let about = dir.join("package");
         if let Ok(text) = std::fs::read_to_string(&about)
@@ -109,46 +174,51 @@ impl Kernel {
             });
         }
 
-        let apt = PrivateApt::new(self.suite, self.archive)?;
-        apt.update_once()?;
-        let mut candidates = apt.search(self.package)?;
-        if candidates.is_empty() {
-            // Lists from an earlier run may be stale; try once with fresh ones.
-            apt.update()?;
-            candidates = apt.search(self.package)?;
-        }
-        candidates.sort_by_key(|name| std::cmp::Reverse(numbers(name)));
-
+        let package = self.package.replace("ARCH", arch.debian());
         let download_dir = dir.join("download");
-        std::fs::create_dir_all(&download_dir)?;
-        for package in &candidates {
-            let deb = match apt.download(package, &download_dir) {
-                Ok(deb) => deb,
-                Err(e) => {
-                    eprintln!("warning: {package}: {e:#}; trying an older one");
-                    continue;
-                }
-            };
-            let version = deb_version(&deb)?;
-            let unpacked = dir.join("unpacked");
-            if unpacked.exists() {
-                std::fs::remove_dir_all(&unpacked)?;
+        let mut tried = Vec::new();
+        for &(suite, archive) in self.suites {
+            let apt = PrivateApt::new(suite, archive, arch)?;
+            apt.update_once()?;
+            let mut candidates = apt.search(&package)?;
+            if candidates.is_empty() {
+                // Lists from an earlier run may be stale; try once with fresh ones.
+                apt.update()?;
+                candidates = apt.search(&package)?;
             }
-            cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
-            std::fs::copy(find_vmlinuz(&unpacked)?, &vmlinuz)?;
-            std::fs::remove_dir_all(&unpacked)?;
-            std::fs::remove_dir_all(&download_dir)?;
-            std::fs::write(&about, format!("{package} {version}\n"))?;
-            return Ok(Fetched {
-                package: package.clone(),
-                version,
-                vmlinuz,
-            });
+            candidates.sort_by_key(|name| std::cmp::Reverse(numbers(name)));
+            std::fs::create_dir_all(&download_dir)?;
+            for package in &candidates {
+                let deb = match apt.download(package, &download_dir) {
+                    Ok(deb) => deb,
+                    Err(e) => {
+                        eprintln!("warning: {package}: {e:#}; trying an older one");
+                        continue;
+                    }
+                };
+                let version = deb_version(&deb)?;
+                let unpacked = dir.join("unpacked");
+                if unpacked.exists() {
+                    std::fs::remove_dir_all(&unpacked)?;
+                }
+                cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
+                std::fs::copy(find_vmlinuz(&unpacked)?, &vmlinuz)?;
+                std::fs::remove_dir_all(&unpacked)?;
+                std::fs::remove_dir_all(&download_dir)?;
+                std::fs::write(&about, format!("{package} {version}\n"))?;
+                return Ok(Fetched {
+                    package: package.clone(),
+                    version,
+                    vmlinuz,
+                });
+            }
+            tried.push(format!("{suite}: {candidates:?}"));
         }
         bail!(
-            "no {} kernel could be downloaded from {} (candidates: {candidates:?})",
+            "no {} {} kernel could be downloaded (candidates: {})",
             self.series,
-            self.suite
+            arch.debian(),
+            tried.join("; ")
         )
     }
 }
@@ -190,6 +260,48 @@ fn deb_version(deb: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The issue's matrix on arm64: kprobe (the arch-specific backend) on every kernel, every
+    /// backend on the oldest and the newest, unless that kernel cannot run it (a SKIP row).
+    #[test]
+    fn arm64_runs_kprobe_everywhere_and_all_on_the_ends() {
+        for kernel in KERNELS {
+            assert!(
+                kernel.arm64.backends.contains(&"kprobe"),
+                "{}",
+                kernel.series
+            );
+        }
+        for kernel in [&KERNELS[0], &KERNELS[KERNELS.len() - 1]] {
+            let m = &kernel.arm64;
+            for backend in BACKENDS {
+                let unable = m.unable.iter().any(|(b, _)| b == backend);
+                assert!(
+                    m.backends.contains(backend) || unable,
+                    "{} {backend}",
+                    kernel.series
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_backend_that_cannot_run_is_never_run() {
+        for kernel in KERNELS {
+            for m in [&kernel.x86_64, &kernel.arm64] {
+                for (backend, why) in m.unable {
+                    assert!(BACKENDS.contains(backend) && !why.is_empty());
+                    assert!(!m.backends.contains(backend), "{} {backend}", kernel.series);
+                    assert!(
+                        !m.fault_backends.contains(backend),
+                        "{} {backend}",
+                        kernel.series
+                    );
+                }
+            }
+            assert!(kernel.package.contains("-ARCH"), "{}", kernel.series);
+        }
+    }
 
     #[test]
     fn newest_first() {

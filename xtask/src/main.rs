@@ -2,6 +2,7 @@
 //! bench-exporter | image | advise-check | soak | fuzz`.
 mod advise_check;
 mod apt;
+mod arch;
 mod bench;
 mod binaries;
 mod cgroup;
@@ -26,6 +27,7 @@ mod soak;
 mod vm_demo;
 mod vm_test;
 
+use arch::Arch;
 use clap::Parser;
 
 #[derive(Parser)]
@@ -44,7 +46,12 @@ enum Cli {
     /// The kprobe backend on a Debian 6.12 kernel in QEMU: a throttled workload, traced.
     VmDemo,
     /// Formatting, lints and unit tests, then vm-test on every kernel.
-    Test,
+    Test {
+        /// Also the arm64 matrix (`vm-test --arch arm64 --facts-only`): its cross-built tests
+        /// and its boots under emulation.
+        #[arg(long)]
+        arm64: bool,
+    },
     /// What the tracer costs on this host, next to bpftrace and an empty program, in one table
     /// (and target/bench/bench.json): kernel cost, slowdown, startup, ingest, memory, load.
     Bench(bench::Args),
@@ -80,7 +87,7 @@ fn main() -> std::process::ExitCode {
         Cli::VmTest(args) => vm_test::run(&args),
         Cli::Demo => demo::run(),
         Cli::VmDemo => vm_demo::run(),
-        Cli::Test => test(),
+        Cli::Test { arm64 } => test(arm64),
         Cli::Bench(args) => bench::run(&args),
         Cli::Image => image::run(),
         Cli::BenchExporter(args) => exporter_memory::run(&args),
@@ -99,17 +106,22 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// The README's test command: everything CI checks, host first, then the kernels.
-fn test() -> anyhow::Result<()> {
+/// The README's test command: everything CI checks, host first, then the kernels; with `arm64`,
+/// the arm64 kernels after them.
+fn test(arm64: bool) -> anyhow::Result<()> {
     use setup::Part;
-    timed("setup", || {
-        setup::run(&[Part::Build, Part::Vm, Part::HostTests, Part::Bench])
-    })?;
+    let mut parts = vec![Part::Build, Part::Vm, Part::HostTests, Part::Bench];
+    let mut arches = vec![Arch::X86_64];
+    if arm64 {
+        parts.push(Part::Arm64);
+        arches.push(Arch::Arm64);
+    }
+    timed("setup", || setup::run(&parts))?;
     // The VM matrix's kernels (apt lists, downloads, unpacking: 14 s from a fresh clone, some
     // of it waiting on the network) come beside the lints and the build, not after the soak.
-    let kernels = std::thread::spawn(|| {
+    let kernels = std::thread::spawn(move || {
         let started = std::time::Instant::now();
-        let fetched = vm_test::fetch_kernels();
+        let fetched = arches.into_iter().try_for_each(vm_test::fetch_kernels);
         eprintln!(
             "kernels fetched beside the build in {:.0} s",
             started.elapsed().as_secs_f64()
@@ -129,18 +141,18 @@ fn test() -> anyhow::Result<()> {
         ]))
     })?;
     // The tests' compile: the image, the host tests, the soak and the guests all run it.
-    let binaries = timed("build", binaries::build_with_tests)?;
+    let binaries = timed("build", || binaries::build_with_tests(Arch::HOST))?;
     // tracer/tests/image.rs runs the image this saves.
-    timed("image", || image::build(&binaries))?;
+    timed("image", || image::build(&[&binaries]))?;
     // CI's rules whoever runs it: a host test that cannot run for want of something this
     // machine could have (root, BTF, a cpu controller, Prometheus) fails instead of passing.
     timed("host tests", || {
         // The churn test runs beside the soak instead, for its minute (see soak.rs).
-        cmd::run(
-            binaries::tests()
-                .env("CI", "true")
-                .args(["--", "--skip", soak::CHURN_TEST]),
-        )
+        cmd::run(binaries::tests(Arch::HOST).env("CI", "true").args([
+            "--",
+            "--skip",
+            soak::CHURN_TEST,
+        ]))
     })?;
     // After the host tests, whose timings a bench beside them would disturb, and on the
     // programs they ran: that every figure can still be taken.
@@ -168,7 +180,14 @@ fn test() -> anyhow::Result<()> {
         print_ignored()
     })?;
     kernels.join().expect("the kernel download panicked")?;
-    vm_test::run(&vm_test::Args::ci())
+    // With arm64, its own compile (the cross-built tests) first, then both matrices' boots
+    // in one pool.
+    let vm_args = if arm64 {
+        vm_test::Args::ci_with_arm64()
+    } else {
+        vm_test::Args::ci()
+    };
+    timed("vm-test", || vm_test::run(&vm_args))
 }
 
 /// Runs one step of `test`, printing its wall time (for CI's 20-minute budget).
@@ -181,7 +200,7 @@ fn timed<T>(step: &str, run: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Resu
 
 /// Names the tests that `#[ignore]` kept from running, so that none is forgotten.
 fn print_ignored() -> anyhow::Result<()> {
-    let mut list = cmd::stdout(binaries::tests().args(["--", "--list", "--ignored"]))?;
+    let mut list = cmd::stdout(binaries::tests(Arch::HOST).args(["--", "--list", "--ignored"]))?;
     list +=
         &cmd::stdout(paths::cargo().args(["test", "-p", "xtask", "--", "--list", "--ignored"]))?;
     let ignored: Vec<&str> = list

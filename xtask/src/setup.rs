@@ -4,6 +4,7 @@
 //! and the benchmark each add their own Debian packages, so `cargo xtask demo` installs no
 //! emulator and no server. apt is asked for a plan first (`apt-get -s`) and nothing is
 //! installed when the plan removes a package the machine had: a set-up must not uninstall.
+use crate::arch::Arch;
 use crate::{apt, cmd, paths};
 use anyhow::{Context as _, Result, bail};
 use std::path::PathBuf;
@@ -24,10 +25,19 @@ pub enum Part {
     HostTests,
     /// `cargo xtask bench`.
     Bench,
+    /// Building the tracer for arm64 on this machine and booting arm64 kernels
+    /// (`vm-test --arch arm64`, the arm64 image).
+    Arm64,
 }
 
 impl Part {
-    pub const ALL: [Part; 4] = [Part::Build, Part::Vm, Part::HostTests, Part::Bench];
+    pub const ALL: [Part; 5] = [
+        Part::Build,
+        Part::Vm,
+        Part::HostTests,
+        Part::Bench,
+        Part::Arm64,
+    ];
 
     fn packages(self) -> &'static [Package] {
         match self {
@@ -35,6 +45,7 @@ impl Part {
             Part::Vm => VM,
             Part::HostTests => HOST_TESTS,
             Part::Bench => BENCH,
+            Part::Arm64 => ARM64,
         }
     }
 }
@@ -68,6 +79,18 @@ const HOST_TESTS: &[Package] = &[
 ];
 /// `perf bench sched pipe` / `messaging`, and bpftrace, the peer the bench compares with.
 const BENCH: &[Package] = &[Package::new("linux-perf"), Package::new("bpftrace")];
+/// The cross linker and arm64 glibc (static, as the x86-64 guests' programs are; .cargo/config.toml
+/// names the linker and the flag) and the arm64 emulator, from the release of the x86 one's
+/// siblings for the reason [`VM`]'s qemu-system-x86 is. QEMU's user-mode emulator lists the
+/// arm64 test binaries' tests on this machine (guest_tests.rs `select`); a package of its own,
+/// which no qemu-system package breaks. The arm64 busybox is downloaded, not installed
+/// (guest.rs).
+const ARM64: &[Package] = &[
+    Package::new("gcc-aarch64-linux-gnu"),
+    Package::new("libc6-dev-arm64-cross"),
+    Package::new("qemu-system-arm").release_of("qemu-utils"),
+    Package::new("qemu-user-static"),
+];
 
 /// A Debian package a part needs.
 struct Package {
@@ -130,6 +153,9 @@ pub fn run(parts: &[Part]) -> Result<()> {
     }
     if parts.contains(&Part::HostTests) {
         grafana_schema()?;
+    }
+    if parts.contains(&Part::Arm64) {
+        rust_target(Arch::Arm64.target())?;
     }
     Ok(())
 }
@@ -358,6 +384,21 @@ fn rust_src() -> Result<()> {
         "--toolchain",
         TOOLCHAIN,
     ]))
+}
+
+/// The standard library of a target the guests' programs are cross-built for.
+fn rust_target(target: &str) -> Result<()> {
+    let installed = cmd::stdout(Command::new("rustup").args([
+        "target",
+        "list",
+        "--installed",
+        "--toolchain",
+        TOOLCHAIN,
+    ]))?;
+    if installed.lines().any(|t| t == target) {
+        return Ok(());
+    }
+    cmd::run(Command::new("rustup").args(["target", "add", target, "--toolchain", TOOLCHAIN]))
 }
 
 /// bpf-linker must load a libLLVM of rustc's own LLVM major. Every rustup toolchain ships one,

@@ -8,6 +8,7 @@
 //! of every cgroup, which must trace its two living groups whole (Σ kernel_ns = cpu.stat),
 //! keep its maps bounded with their evictions counted, and its memory flat. `cargo xtask test`
 //! runs it for one minute; needs root.
+use crate::arch::Arch;
 use crate::bench::procfs::{self, Memory};
 use crate::bench::procs::{Traced, Workload};
 use crate::binaries::{self, Binaries};
@@ -57,7 +58,7 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("--minutes and --every must be at least 1");
     }
     setup::run(&[setup::Part::Build])?;
-    soak(&binaries::build_with_tests()?, args)
+    soak(&binaries::build_with_tests(Arch::HOST)?, args)
 }
 
 /// [`CHURN_TEST`] for `minutes`, on a thread of its own, as CI runs the tests (`CI=true`: a

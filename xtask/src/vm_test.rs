@@ -2,13 +2,15 @@
 //! backend, and the rest of the host tests on the kernels that run them (guest_tests.rs), in
 //! one boot per kernel, one VM at a time (or `--jobs`), then a table; with `--cost`, the kprobe
 //! and fentry programs' cost measured beside a throttled load (bench/vm_cost.rs).
+use crate::arch::Arch;
 use crate::bench::vm_cost;
 use crate::console::Console;
-use crate::kernels::{self, BACKENDS, Fetched, KERNELS, Kernel};
+use crate::guest_tests::Selection;
+use crate::kernels::{self, BACKENDS, Fetched, KERNELS, Kernel, Matrix};
 use crate::qemu::{self, Ending};
 use crate::{binaries, guest, guest_tests, paths, setup};
 use anyhow::{Result, bail};
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The guest's test runner; the calls come from guest_tests.rs.
@@ -22,6 +24,12 @@ pub struct Args {
     /// Kernel series to boot, repeatable: 5.10, 6.1, 6.12, 7 (default: all of them).
     #[arg(long = "kernel", value_name = "SERIES")]
     kernels: Vec<String>,
+    /// The guests' architecture, repeatable (default: x86-64): Debian's kernels of that
+    /// architecture, booted under its emulator, and the tests and programs cross-built for it
+    /// (kernels.rs names each architecture's backends per kernel). The boots of all of them
+    /// share the `--jobs`.
+    #[arg(long = "arch", value_enum, value_name = "ARCH")]
+    arches: Vec<Arch>,
     /// Kernels booted at once (default 1: a VM that shares its host CPU sees its scheduler
     /// ticks stretched, and the quota arithmetic the tests check with them; one per host CPU
     /// leaves each its own).
@@ -57,6 +65,15 @@ impl Args {
             ..Self::default()
         }
     }
+
+    /// `cargo xtask test --arm64`'s: [`Args::ci`] and the arm64 matrix (kernels.rs `arm64`:
+    /// the kernel facts and the tests every kernel runs), their boots in one pool of two.
+    pub fn ci_with_arm64() -> Self {
+        Self {
+            arches: vec![Arch::X86_64, Arch::Arm64],
+            ..Self::ci()
+        }
+    }
 }
 
 struct Row {
@@ -66,19 +83,24 @@ struct Row {
     figures: String,
 }
 
-/// Downloads every kernel of the matrix not yet in the cache ([`Kernel::fetch`]).
-pub fn fetch_kernels() -> Result<()> {
+/// Downloads every kernel of `arch`'s matrix not yet in the cache ([`Kernel::fetch`]).
+pub fn fetch_kernels(arch: Arch) -> Result<()> {
     for kernel in KERNELS {
-        kernel.fetch()?;
+        kernel.fetch(arch)?;
     }
     Ok(())
 }
 
 /// What one boot runs: the host tests' runs to judge and the command-line words that select
-/// them, and the backends whose cost it measures.
+/// them, the backends its kernel cannot run (SKIP rows) and those whose cost it measures.
 struct Plan<'a> {
+    arch: Arch,
+    /// Its architecture's initramfs.
+    initrd: PathBuf,
     kernel: &'a Kernel,
+    matrix: &'a Matrix,
     fetched: Fetched,
+    unable: Vec<(&'static str, &'static str)>,
     runs: Vec<String>,
     flags: Vec<String>,
     cost: Vec<&'static str>,
@@ -86,7 +108,16 @@ struct Plan<'a> {
 
 pub fn run(args: &Args) -> Result<()> {
     let started = Instant::now();
-    setup::run(&[setup::Part::Build, setup::Part::Vm])?;
+    let arches = if args.arches.is_empty() {
+        vec![Arch::X86_64]
+    } else {
+        args.arches.clone()
+    };
+    let mut parts = vec![setup::Part::Build, setup::Part::Vm];
+    if arches.contains(&Arch::Arm64) {
+        parts.push(setup::Part::Arm64);
+    }
+    setup::run(&parts)?;
     let kernels: Vec<&Kernel> = if args.kernels.is_empty() {
         KERNELS.iter().collect()
     } else {
@@ -95,78 +126,20 @@ pub fn run(args: &Args) -> Result<()> {
             .map(|s| kernels::by_series(s))
             .collect::<Result<_>>()?
     };
-    let binaries = binaries::build_with_tests()?;
-    let mut selection = guest_tests::select(&binaries.tests)?;
-    if args.facts_only {
-        selection.rest.clear();
-        selection.faults.clear();
-    }
-    if !args.host_test.is_empty() {
-        selection.retain(&args.host_test);
-        if selection.is_empty() {
-            bail!(
-                "no host test the guest runs starts with {}: see `cargo test -p tracer -- --list`",
-                args.host_test.join(" or ")
-            );
-        }
-    }
     let mut plans = Vec::new();
-    for kernel in kernels {
-        let fetched = kernel.fetch()?;
-        eprintln!(
-            "kernel {}: {} {}",
-            kernel.series, fetched.package, fetched.version
-        );
-        let backends: Vec<&'static str> = BACKENDS
-            .iter()
-            .copied()
-            .filter(|b| {
-                if args.backends.is_empty() {
-                    kernel.backends.contains(b)
-                } else {
-                    args.backends.iter().any(|chosen| chosen == b)
-                }
-            })
-            .collect();
-        let (runs, mut flags) = selection.for_kernel(kernel, &backends);
-        let cost: Vec<&'static str> = backends
-            .iter()
-            .copied()
-            .filter(|b| args.cost && vm_cost::BACKENDS.contains(b))
-            .collect();
-        flags.extend(cost.iter().map(|b| vm_cost::flag(b)));
-        plans.push(Plan {
-            kernel,
-            fetched,
-            runs,
-            flags,
-            cost,
-        });
+    let mut not_run = Vec::new();
+    for &arch in &arches {
+        let (arch_plans, selection) = plan(args, arch, &kernels)?;
+        plans.extend(arch_plans);
+        // The same tests on every architecture, from the same plan.
+        not_run = selection.not_run;
     }
-
-    let mut script = format!("{GUEST_PART}\n{}", selection.guest_calls());
-    if args.cost {
-        script += &format!("\n{}\n{}", vm_cost::GUEST_PART, vm_cost::guest_calls());
-    }
-    let vm = paths::vm();
-    let initrd = vm.join("vm-test.cpio");
-    let xtask = args.cost.then(binaries::xtask).transpose()?;
-    std::fs::write(
-        &initrd,
-        guest::initramfs(
-            &guest::init_script(&script),
-            &binaries,
-            xtask.as_deref(),
-            &[],
-        )?,
-    )?;
-    std::fs::create_dir_all(vm.join("logs"))?;
 
     let jobs = args.jobs.clamp(1, plans.len().max(1));
-    // The longest boots first (the one that runs the rest of the host tests), so that two
-    // workers end together; the table keeps the matrix's order.
+    // The longest boots first (the one that runs the rest of the host tests, then those with
+    // the most runs), so that two workers end together; the table keeps the matrix's order.
     let mut order: Vec<usize> = (0..plans.len()).collect();
-    order.sort_by_key(|&i| !plans[i].kernel.host_tests);
+    order.sort_by_key(|&i| std::cmp::Reverse((plans[i].matrix.host_tests, plans[i].runs.len())));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<_> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..jobs)
@@ -178,8 +151,7 @@ pub fn run(args: &Args) -> Result<()> {
                         let Some(&i) = order.get(k) else {
                             return done;
                         };
-                        let plan = &plans[i];
-                        done.push((i, test_kernel(plan, &initrd)));
+                        done.push((i, test_kernel(&plans[i])));
                     }
                 })
             })
@@ -200,7 +172,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
 
     print_table(&rows);
-    for not_run in &selection.not_run {
+    for not_run in &not_run {
         println!("host test not run in the guests: {not_run}");
     }
     for failure in &failures {
@@ -213,15 +185,107 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Boots one kernel with `initrd`, its guest running what `plan`'s command-line words select,
-/// and judges what it printed: its table rows and its failures.
-fn test_kernel(plan: &Plan, initrd: &Path) -> Result<(Vec<Row>, Vec<String>)> {
+/// `arch`'s boots of `kernels`: its programs and tests built, the tests the guests run selected
+/// from their own lists, the initramfs written, and what each kernel's guest runs.
+fn plan<'a>(args: &Args, arch: Arch, kernels: &[&'a Kernel]) -> Result<(Vec<Plan<'a>>, Selection)> {
+    let binaries = binaries::build_with_tests(arch)?;
+    let mut selection = guest_tests::select(&binaries.tests, arch)?;
+    if args.facts_only {
+        selection.rest.clear();
+        selection.faults.clear();
+    }
+    if !args.host_test.is_empty() {
+        selection.retain(&args.host_test);
+        if selection.is_empty() {
+            bail!(
+                "no host test the guest runs starts with {}: see `cargo test -p tracer -- --list`",
+                args.host_test.join(" or ")
+            );
+        }
+    }
+    let vm = paths::vm();
+    let initrd = vm.join(format!("vm-test-{}.cpio", arch.debian()));
+    let mut plans = Vec::new();
+    for &kernel in kernels {
+        let fetched = kernel.fetch(arch)?;
+        let matrix = kernel.matrix(arch);
+        eprintln!(
+            "kernel {} {}: {} {}",
+            arch.debian(),
+            kernel.series,
+            fetched.package,
+            fetched.version
+        );
+        let chosen = |b: &str| args.backends.iter().any(|c| c == b);
+        // Those the kernel cannot run on this architecture are shown, never run.
+        let unable: Vec<_> = matrix
+            .unable
+            .iter()
+            .copied()
+            .filter(|(b, _)| args.backends.is_empty() || chosen(b))
+            .collect();
+        let backends: Vec<&'static str> = BACKENDS
+            .iter()
+            .copied()
+            .filter(|b| {
+                if args.backends.is_empty() {
+                    matrix.backends.contains(b)
+                } else {
+                    chosen(b)
+                }
+            })
+            .filter(|b| !unable.iter().any(|(u, _)| u == b))
+            .collect();
+        let (runs, mut flags) = selection.for_kernel(matrix, &backends);
+        let cost: Vec<&'static str> = backends
+            .iter()
+            .copied()
+            .filter(|b| args.cost && vm_cost::BACKENDS.contains(b))
+            .collect();
+        flags.extend(cost.iter().map(|b| vm_cost::flag(b)));
+        plans.push(Plan {
+            arch,
+            initrd: initrd.clone(),
+            kernel,
+            matrix,
+            fetched,
+            unable,
+            runs,
+            flags,
+            cost,
+        });
+    }
+
+    let mut script = format!("{GUEST_PART}\n{}", selection.guest_calls());
+    if args.cost {
+        script += &format!("\n{}\n{}", vm_cost::GUEST_PART, vm_cost::guest_calls());
+    }
+    let xtask = args.cost.then(|| binaries::xtask(arch)).transpose()?;
+    std::fs::write(
+        &initrd,
+        guest::initramfs(
+            &guest::init_script(&script),
+            &binaries,
+            xtask.as_deref(),
+            &[],
+        )?,
+    )?;
+    std::fs::create_dir_all(vm.join("logs"))?;
+    Ok((plans, selection))
+}
+
+/// Boots one kernel with its initramfs, its guest running what `plan`'s command-line words
+/// select, and judges what it printed: its table rows and its failures.
+fn test_kernel(plan: &Plan) -> Result<(Vec<Row>, Vec<String>)> {
     let (kernel, fetched) = (plan.kernel, &plan.fetched);
-    let log = paths::vm()
-        .join("logs")
-        .join(format!("vm-test-{}.log", kernel.series));
+    let log = paths::vm().join("logs").join(format!(
+        "vm-test-{}-{}.log",
+        plan.arch.debian(),
+        kernel.series
+    ));
     eprintln!(
-        "booting {} ({}), console → {}",
+        "booting {} {} ({}), console → {}",
+        plan.arch.debian(),
         kernel.series,
         fetched.version,
         log.display()
@@ -234,12 +298,13 @@ fn test_kernel(plan: &Plan, initrd: &Path) -> Result<(Vec<Row>, Vec<String>)> {
                 .any(|k| rest.starts_with(k))
         {
             let at = booted.elapsed().as_secs();
-            eprintln!("  [{} +{at}s] {rest}", kernel.series);
+            eprintln!("  [{} {} +{at}s] {rest}", plan.arch.debian(), kernel.series);
         }
     };
     let boot = qemu::boot(
+        plan.arch,
         &fetched.vmlinuz,
-        initrd,
+        &plan.initrd,
         &plan.flags.join(" "),
         &log,
         BOOT_LIMIT,
@@ -285,6 +350,10 @@ fn test_kernel(plan: &Plan, initrd: &Path) -> Result<(Vec<Row>, Vec<String>)> {
             ),
         ),
     ];
+    for (backend, why) in &plan.unable {
+        let (verdict, figures) = unable(&console, &label, backend, why, &mut failures);
+        rows.push(row(format!("{backend}: kernel facts"), verdict, figures));
+    }
     for test in &plan.runs {
         let outcome = guest_tests::judge(&console, test);
         if !outcome.passed {
@@ -321,16 +390,12 @@ fn test_kernel(plan: &Plan, initrd: &Path) -> Result<(Vec<Row>, Vec<String>)> {
 /// The doctor must find a usable backend on every kernel; its choice goes in the table.
 fn doctor(console: &Console, label: &str, failures: &mut Vec<String>) -> (&'static str, String) {
     let report = console.section("doctor").unwrap_or_default();
-    let choice = report
-        .iter()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(serde_json::Value::is_object)
-        .map_or("no doctor --json output".to_owned(), |v| {
-            match v["auto"].as_str() {
-                Some(backend) => format!("would trace with {backend}"),
-                None => "no backend works".to_owned(),
-            }
-        });
+    let choice = doctor_report(console).map_or("no doctor --json output".to_owned(), |v| {
+        match v["auto"].as_str() {
+            Some(backend) => format!("would trace with {backend}"),
+            None => "no backend works".to_owned(),
+        }
+    });
     let ok = console.mark("DOCTOR", "") == Some("exit status 0");
     if !ok {
         failures.push(format!(
@@ -339,6 +404,48 @@ fn doctor(console: &Console, label: &str, failures: &mut Vec<String>) -> (&'stat
         ));
     }
     (if ok { "PASS" } else { "FAIL" }, choice)
+}
+
+/// A backend the kernel cannot run on this architecture (kernels.rs `unable`): a SKIP whose
+/// figures are the guest's doctor's reason, the kernel's refusal; a failure if the doctor
+/// found it usable, or said nothing of it.
+fn unable(
+    console: &Console,
+    label: &str,
+    backend: &str,
+    why: &str,
+    failures: &mut Vec<String>,
+) -> (&'static str, String) {
+    let check = doctor_report(console).and_then(|d| {
+        d["backends"]
+            .as_array()?
+            .iter()
+            .find(|b| b["backend"] == backend)
+            .cloned()
+    });
+    match check.as_ref().map(|c| c["reason"].as_str()) {
+        Some(Some(reason)) => ("SKIP", format!("{why}; doctor: {reason}")),
+        Some(None) => {
+            failures.push(format!(
+                "{label}: kernels.rs says {backend} cannot run here ({why}), but the doctor \
+                 attached it: run its kernel facts"
+            ));
+            ("FAIL", "the doctor found it usable".to_owned())
+        }
+        None => {
+            failures.push(format!("{label}: the doctor said nothing of {backend}"));
+            ("FAIL", "not in the doctor's report".to_owned())
+        }
+    }
+}
+
+/// The guest's `doctor --json` object, from its doctor section.
+fn doctor_report(console: &Console) -> Option<serde_json::Value> {
+    console
+        .section("doctor")?
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(serde_json::Value::is_object)
 }
 
 fn print_table(rows: &[Row]) {

@@ -74,8 +74,13 @@ pub fn attach(ebpf: &mut Ebpf, btf: &KernelBtf) -> Result<Attached, Failure> {
         spent
             .attach(|| attach_program(ebpf, program, side, function))
             .map_err(|e| {
+                // The errno is the kernel's own reason; aya's message does not carry it.
+                let errno = errno::of(&e).map(|n| format!(": {}", errno::describe(n)));
                 Failure::environment(
-                    format!("cannot attach {program} to {function}: {e}"),
+                    format!(
+                        "cannot attach {program} to {function}: {e}{}",
+                        errno.unwrap_or_default()
+                    ),
                     "this kernel loads fentry programs but does not attach them; \
                  use --backend kprobe or tracepoint",
                 )

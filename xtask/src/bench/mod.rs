@@ -35,6 +35,7 @@ mod table;
 pub mod vm_cost;
 pub mod vm_startup;
 
+use crate::arch::Arch;
 use crate::binaries::{self, Binaries};
 use crate::{cmd, paths, results, setup};
 use anyhow::{Context as _, Result, bail};
@@ -163,7 +164,7 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         setup::run(&[setup::Part::Build, setup::Part::Bench, setup::Part::Vm])?;
     }
-    let mut binaries = binaries::build()?;
+    let mut binaries = binaries::build(Arch::HOST)?;
     if let Some(tracer) = &args.tracer {
         binaries.tracer.clone_from(tracer);
     }

@@ -11,6 +11,7 @@
 use super::Bench;
 use super::startup::{self, Measured};
 use super::table::Row;
+use crate::arch::Arch;
 use crate::binaries::{self, Binaries};
 use crate::console::Console;
 use crate::kernels::{self, KERNELS, Kernel};
@@ -47,11 +48,12 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
     };
     let runs = bench.runs.min(MAX_RUNS);
     let binaries = Binaries {
+        arch: Arch::X86_64,
         tracer: bench.tracer.clone(),
         workload: bench.workload.clone(),
         tests: Vec::new(),
     };
-    let xtask = binaries::xtask()?;
+    let xtask = binaries::xtask(Arch::X86_64)?;
     // The measurement, its exit status and its JSON line; its progress on the console.
     // bpftrace 0.17 finds no BTF on 5.10 by itself (`bpftrace --info`: "btf: no"; it then
     // wants the kernel headers, which the guest does not have): there the file is named in
@@ -102,7 +104,7 @@ pub fn rows(bench: &Bench) -> Result<Vec<Row>> {
 
 /// One boot of `kernel` with the measurement: the kernel's label and what was measured.
 fn boot(kernel: &Kernel, initrd: &std::path::Path) -> Result<(String, Measured)> {
-    let fetched = kernel.fetch()?;
+    let fetched = kernel.fetch(Arch::X86_64)?;
     let log = paths::vm()
         .join("logs")
         .join(format!("vm-startup-{}.log", kernel.series));
@@ -119,7 +121,15 @@ fn boot(kernel: &Kernel, initrd: &std::path::Path) -> Result<(String, Measured)>
             eprintln!("  [{} +{at}s] {line}", kernel.series);
         }
     };
-    let boot = qemu::boot(&fetched.vmlinuz, initrd, "", &log, BOOT_LIMIT, &progress)?;
+    let boot = qemu::boot(
+        Arch::X86_64,
+        &fetched.vmlinuz,
+        initrd,
+        "",
+        &log,
+        BOOT_LIMIT,
+        &progress,
+    )?;
     let console = Console::parse(&boot.console);
     if boot.ending != Ending::Finished || !console.kernel_trouble().is_empty() {
         bail!(
