@@ -34,7 +34,8 @@ use crate::{
     report::{
         Ndjson, Sink, Text,
         prometheus::{
-            AdviceConfig, Config, Exporter, PROTOBUF_CONTENT_TYPE, REFRESH_EVERY, Scraper,
+            AdviceConfig, Config, Exporter, PROTOBUF_CONTENT_TYPE, REFRESH_EVERY, SWEEP_EVERY,
+            Scraper,
         },
     },
     sampler::Sampler,
@@ -81,13 +82,20 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     });
     let scraper = exporter.scraper();
     session.add_sink(Box::new(exporter));
+    // The exporter's rolling windows hold the demand; the whole run's is kept only for the
+    // recording's `advice` lines.
+    if args.record.is_none() {
+        session.without_demand();
+    }
     // Only the first set counts; there is no other.
     let _ = attached.set((scraper.clone(), session.sampler()));
 
     let mut interrupts = Interrupts::new()?;
-    loop {
-        // The exporter's tick: the kernel's lost-record count and the tracked cgroups' cpu.stat.
-        if session.tick(scraper.targets(), &mut interrupts).await? == Ended::Interrupted {
+    for ticks in 0.. {
+        // The exporter's tick: the kernel's lost-record count and the tracked cgroups' cpu.stat
+        // (those whose counters can have moved, and every one at a sweep).
+        let due = scraper.due(ticks % SWEEP_EVERY == 0);
+        if session.tick(due, &mut interrupts).await? == Ended::Interrupted {
             break;
         }
         session.forget(scraper.take_gone());

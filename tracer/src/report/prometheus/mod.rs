@@ -71,6 +71,9 @@ const NS_PER_S: f64 = 1e9;
 /// How often `serve`'s run loop ticks the exporter: its bookkeeping (lost records, removed
 /// cgroups, cpu.stat) and its share of the advice.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// Every this many ticks the run loop reads every tracked cgroup's cpu.stat, not only those
+/// whose records say it can have changed ([`Scraper::due`]).
+pub const SWEEP_EVERY: u64 = 10;
 
 /// The `Content-Type` of [`Scraper::encode`]'s OpenMetrics text.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -103,6 +106,9 @@ struct Tracked {
     /// Its cpu.stat at the sampler's last reading (each scrape's, and the run loop's once a
     /// second); `None` before the first or if unreadable.
     stat: Option<CpuStat>,
+    /// A record of it came since its cpu.stat was last asked for: its counters can have
+    /// changed (they move only at its period timer's expiry and its stops, each a record).
+    changed: bool,
     /// When the sampler first found it missing.
     gone_since: Option<Instant>,
     /// Its demand and advice, once a period of its quota was measured.
@@ -229,6 +235,7 @@ impl Exporter {
                 labels: labels.clone(),
                 path,
                 stat: None,
+                changed: true,
                 gone_since: None,
                 measured: None,
             },
@@ -288,8 +295,16 @@ impl Exporter {
         }
     }
 
-    /// Takes the sampler's reading of the tracked cgroups, which scrapes then serve, and drops
-    /// the cgroups missing from it (no path, or no directory) for longer than `gone_after`.
+    /// Marks `cgroup`'s cpu.stat as due for a reading, if it is tracked.
+    fn changed(&self, cgroup: &CgroupRef) {
+        if let Some(t) = lock(&self.shared).cgroups.get_mut(&cgroup.id) {
+            t.changed = true;
+        }
+    }
+
+    /// Takes the sampler's reading of the tracked cgroups it read ([`Scraper::due`]), which
+    /// scrapes then serve, and drops the cgroups found missing (no path, or no directory) for
+    /// longer than `gone_after`. A cgroup not read keeps its last reading.
     fn update(&mut self, snapshot: &Snapshot, now: Instant) {
         let mut shared = lock(&self.shared);
         let mut gone = Vec::new();
@@ -306,23 +321,28 @@ impl Exporter {
             (measured as f64 / ticks).ceil() as usize + 1
         });
         for (id, t) in &mut shared.cgroups {
-            match snapshot.get(id).filter(|s| s.exists) {
-                Some(sample) => {
+            let present = match snapshot.get(id) {
+                Some(sample) if sample.exists => {
                     t.stat.clone_from(&sample.stat);
                     t.gone_since = None;
-                    if let (Some(m), Some(advice)) = (&mut t.measured, &self.config.advice) {
-                        m.read(t.stat.as_ref(), now, advice);
-                        if advice_budget > 0 && m.refresh(now, self.slice_ns, advice) {
-                            advice_budget -= 1;
-                        }
+                    true
+                }
+                // Not read this time: its counters are as last read.
+                None => t.path.is_some(),
+                Some(_) => false,
+            };
+            if present {
+                if let (Some(m), Some(advice)) = (&mut t.measured, &self.config.advice) {
+                    m.read(t.stat.as_ref(), now, advice);
+                    if advice_budget > 0 && m.refresh(now, self.slice_ns, advice) {
+                        advice_budget -= 1;
                     }
                 }
-                None => {
-                    t.stat = None;
-                    let since = *t.gone_since.get_or_insert(now);
-                    if now.duration_since(since) >= self.config.gone_after {
-                        gone.push(*id);
-                    }
+            } else {
+                t.stat = None;
+                let since = *t.gone_since.get_or_insert(now);
+                if now.duration_since(since) >= self.config.gone_after {
+                    gone.push(*id);
                 }
             }
         }
@@ -349,6 +369,7 @@ impl Sink for Exporter {
                 return;
             }
             Line::Period(p) => {
+                self.changed(&p.cgroup);
                 self.period(&p.cgroup, &p.period);
                 return;
             }
@@ -372,6 +393,7 @@ impl Sink for Exporter {
         let Some(labels) = self.track(cgroup) else {
             return;
         };
+        self.changed(cgroup);
         let f = &self.families;
         if let Some(ns) = stop_ns {
             let seconds = ns as f64 / NS_PER_S;
@@ -446,7 +468,7 @@ pub(crate) mod tests {
         at: Instant,
     ) -> Vec<u64> {
         let sampler = crate::sampler::Sampler::at(h, None);
-        let snapshot = sampler.read_now(&scraper.targets());
+        let snapshot = sampler.read_now(&scraper.due(true));
         report
             .tick(&Tick {
                 at,
@@ -689,6 +711,62 @@ pub(crate) mod tests {
         );
     }
 
+    /// Between sweeps, a tick reads only the cgroups with a record since their last reading:
+    /// an idle cgroup's counters cannot have moved.
+    #[test]
+    fn only_cgroups_with_a_record_since_their_last_reading_are_due_between_sweeps() {
+        let (dir, mut h, demo) = tree();
+        std::fs::create_dir(dir.path().join("idle")).unwrap();
+        std::fs::write(
+            dir.path().join("idle/cpu.stat"),
+            "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n",
+        )
+        .unwrap();
+        let idle = h.id_of("/idle").unwrap();
+        let (mut report, scraper) = reporting(Exporter::new(Config {
+            named: [demo, idle]
+                .map(|id| CgroupRef::new(id, h.path_of(id)))
+                .to_vec(),
+            ..config(10)
+        }));
+        let due = |all| {
+            let mut ids: Vec<u64> = scraper.due(all).iter().map(|t| t.id).collect();
+            ids.sort_unstable();
+            ids
+        };
+        let mut both = vec![demo, idle];
+        both.sort_unstable();
+        assert_eq!(due(false), both, "never read: both");
+        ticked(&mut report, &scraper, &h, 0, Instant::now());
+        assert_eq!(due(false), Vec::<u64>::new());
+        feed(&mut report, &mut h, demo);
+        assert_eq!(due(false), [demo]);
+        assert_eq!(due(false), Vec::<u64>::new(), "asked for once");
+        assert_eq!(due(true), both);
+        // Not read, not gone: /idle keeps its series and its reading.
+        ticked(&mut report, &scraper, &h, 0, Instant::now());
+        let snapshot = crate::sampler::Sampler::at(&h, None).read_now(&scraper.due(false));
+        assert!(snapshot.is_empty());
+        report
+            .tick(&Tick {
+                at: Instant::now() + Duration::from_secs(3600),
+                snapshot: &snapshot,
+                intervals: Vec::new(),
+                paths: &HashMap::new(),
+                lost: 0,
+            })
+            .unwrap();
+        let (_, text) = scraper.encode(false).unwrap();
+        assert_eq!(
+            sample(
+                &text,
+                r#"throttle_tracer_cpustat_nr_periods_total{cgroup="/idle"}"#
+            ),
+            0.0
+        );
+        assert_eq!(sample(&text, "throttle_tracer_cgroups_tracked"), 2.0);
+    }
+
     /// Every family of the module doc, with its type, in the order of the exposition and the
     /// same in the three encodings (OpenMetrics names a counter's family without `_total`).
     #[test]
@@ -719,6 +797,8 @@ pub(crate) mod tests {
             ("advice_target_ratio", "gauge"),
             ("advice_window_seconds", "gauge"),
             ("advice_missing", "gauge"),
+            ("unfinished_run_demand_seconds", "gauge"),
+            ("unfinished_run_periods", "gauge"),
             ("advice_stopped_ratio", "gauge"),
             ("cpustat_throttled_ratio", "gauge"),
         ]
