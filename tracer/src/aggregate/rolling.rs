@@ -53,6 +53,10 @@ pub struct Rolling {
     bandwidth: Bandwidth,
     /// Runs that left before their end left the window, for the bound.
     pub dropped_runs: u64,
+    /// The end of the last run that left for the bound: the window's summary counts the
+    /// periods of the slices after its slice only, so that the periods whose runs are gone do
+    /// not dilute the share of those kept.
+    dropped_until_ns: u64,
 }
 
 impl Rolling {
@@ -67,6 +71,7 @@ impl Rolling {
             calm: Calm::default(),
             bandwidth: Bandwidth::default(),
             dropped_runs: 0,
+            dropped_until_ns: 0,
         }
     }
 
@@ -141,13 +146,29 @@ impl Rolling {
 
     fn trim(&mut self) {
         while self.runs.len() > self.max_runs {
+            if let Some(run) = self.runs.front() {
+                self.dropped_until_ns = self.dropped_until_ns.max(run.end_ns);
+            }
             self.pop();
             self.dropped_runs += 1;
         }
     }
 
+    /// The slices the summary counts: those after the last run dropped for the bound.
+    fn counted(&self) -> impl Iterator<Item = &Slice> {
+        let after = (self.dropped_runs > 0).then(|| self.dropped_until_ns / self.slice_ns);
+        self.slices
+            .iter()
+            .filter(move |s| after.is_none_or(|a| s.index > a))
+    }
+
     fn periods(&self) -> u64 {
-        self.slices.iter().map(|s| s.periods).sum()
+        self.counted().map(|s| s.periods).sum()
+    }
+
+    /// The run still going, if it has usage (its demand so far a lower bound).
+    pub fn unfinished(&self) -> Option<Run> {
+        self.making.unfinished()
     }
 
     /// The settings of the last period taken.
@@ -163,7 +184,7 @@ impl Rolling {
         let mut largest: Vec<Run> = self.runs.iter().copied().collect();
         largest.sort_by_key(|r| std::cmp::Reverse(r.demand_ns));
         largest.truncate(LARGEST);
-        let sum = |f: fn(&Slice) -> u64| self.slices.iter().map(f).sum::<u64>();
+        let sum = |f: fn(&Slice) -> u64| self.counted().map(f).sum::<u64>();
         DemandSummary {
             periods: sum(|s| s.periods),
             unknown_periods: sum(|s| s.unknown_periods),
@@ -175,11 +196,10 @@ impl Rolling {
             runs_in_order: self.runs.iter().copied().collect(),
             broken_runs: self.making.broken_runs,
             unfinished: self.making.unfinished(),
-            max_cpus: self.slices.iter().map(|s| s.max_cpus).max().unwrap_or(0),
+            max_cpus: self.counted().map(|s| s.max_cpus).max().unwrap_or(0),
             bandwidth: self.bandwidth,
             burst_spent_ns: self
-                .slices
-                .iter()
+                .counted()
                 .filter_map(|s| s.burst_spent_ns)
                 .reduce(u64::saturating_add),
             waiting: Durations::default().summary(),
@@ -246,6 +266,9 @@ mod tests {
         let s = rolling.summary(None);
         assert_eq!(s.runs_in_order.len(), 50);
         assert!(rolling.dropped_runs > 0);
+        // The periods counted are those of the kept runs' time, not the whole window's: 50
+        // runs of one 100 ms period, the last 5 s, about 46 of them.
+        assert!((40..=50).contains(&s.periods), "{}", s.periods);
     }
 
     #[test]
