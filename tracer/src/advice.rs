@@ -678,19 +678,27 @@ impl Replay<'_> {
 
     /// The smallest quota (1 ms steps) whose replay `meets(stopped, periods)`, plus
     /// [`Replay::slices`]. A bisection: more quota never stops more, and the CPUs cannot use
-    /// more than their time, which stops nothing.
+    /// more than their time, which stops nothing. It starts below that where it can: a quota
+    /// above every period's arrived demand stops nothing either, which for a load far below
+    /// its CPUs' time (most of a node's cgroups) leaves a few steps, not eight.
     fn quota(&self, meets: impl Fn(u64, u64) -> bool) -> u64 {
         let works = |quota_ms: u64| {
             let (stopped, periods) =
                 replay_stops(self.arrived, self.period, self.cpus, quota_ms * MS);
             meets(stopped, periods)
         };
-        let (mut stops, mut works_ms) = (
-            0,
-            (u64::from(self.cpus.max(1)) * self.period).div_ceil(MS) + 1,
-        );
+        let all_ms = (u64::from(self.cpus.max(1)) * self.period).div_ceil(MS) + 1;
+        let most_ms = self
+            .arrived
+            .iter()
+            .max()
+            .map_or(0, |&ns| ns.div_ceil(MS) + 1);
+        let (mut stops, mut works_ms) = (0, all_ms);
         if works(0) {
             return 0;
+        }
+        if most_ms < all_ms && works(most_ms) {
+            works_ms = most_ms;
         }
         while works_ms > stops + 1 {
             let mid = stops + (works_ms - stops) / 2;
