@@ -41,7 +41,15 @@ use crate::{
     sampler::Sampler,
 };
 
+/// Allocations from this size up are mapped apart and given back when freed. glibc's default
+/// threshold rises to the largest block freed, so after the first scrape (megabytes of text)
+/// every later body came from the heap and its pages stayed resident: the agent's memory grew
+/// with its scrapes' size instead of staying flat.
+const MMAP_THRESHOLD: libc::c_int = 1 << 20;
+
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
+    // SAFETY: mallopt only sets a parameter of the allocator, under its own lock.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) };
     if args.max_cgroups == 0 {
         return Err(Failure::usage(
             "--max-cgroups 0 would export no cgroup at all",
