@@ -287,6 +287,11 @@ impl Exporter {
         };
         let arrived = m.period(period);
         drop(shared);
+        // No series before the first period whose demand is known: a group stopped in every
+        // period has none until its run ends, and 115 lines of zeros would say nothing.
+        if arrived.is_empty() {
+            return;
+        }
         let histogram = self.families.period_demand.get_or_create(&labels);
         for (ns, n) in arrived {
             for _ in 0..n {
