@@ -132,8 +132,12 @@ impl Cgroup {
         self.cpu.stat(&self.dir)
     }
 
-    pub fn local_throttled_ns(&self) -> u64 {
-        self.cpu.local_throttled_ns(&self.dir)
+    /// cpu.stat.local's throttled time, ns; `None` where the kernel has no cpu.stat.local
+    /// (before 6.6).
+    pub fn local_throttled_ns(&self) -> Option<u64> {
+        self.cpu
+            .has_local(&self.dir)
+            .then(|| self.cpu.local_throttled_ns(&self.dir))
     }
 
     /// CPU time its tasks used, in ns: v2 cpu.stat `usage_usec`; v1 `cpuacct.usage` of the same

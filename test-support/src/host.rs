@@ -92,10 +92,8 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// The backend the tests trace with: `TT_TEST_BACKEND` if set, else tracepoint, the one this
-/// host's kernel allows (6.18: no kprobes, fentry refused). vm-test's guests set kprobe: under
-/// emulation the tracepoint programs take 30-40 s to load (the verifier), kprobe's 3 s, and
-/// the VM scenarios run each backend themselves; the fault tests run again with fentry and
-/// with tracepoint there (xtask/src/guest_tests.rs `FAULTS`).
+/// host's kernel allows (6.18: no kprobes, fentry refused). vm-test's guests set each backend
+/// for the kernel facts, and kprobe for the rest (xtask/src/guest_tests.rs).
 pub fn backend() -> String {
     std::env::var("TT_TEST_BACKEND").unwrap_or_else(|_| "tracepoint".into())
 }

@@ -166,6 +166,44 @@ pub fn last_cpu() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
 }
 
+/// Every CPU of the machine but `cpu`: where the tests keep the tracer and themselves when the
+/// work they judge is pinned to `cpu`, so that neither takes that CPU's time from it (under
+/// emulation, where the two vCPUs take turns, milliseconds a period). All CPUs on a machine of
+/// one.
+fn all_but(cpu: usize) -> libc::cpu_set_t {
+    // SAFETY: a plain bit set, filled by the libc macros.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for other in (0..cpus).filter(|&c| c != cpu || cpus == 1) {
+            libc::CPU_SET(other, &mut set);
+        }
+        set
+    }
+}
+
+/// Runs `cmd` (and the threads it starts) on every CPU but `cpu` ([`all_but`]).
+pub fn away_from(cmd: &mut Command, cpu: usize) -> &mut Command {
+    let set = all_but(cpu);
+    // SAFETY: sched_setaffinity between fork and exec, on a set prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Moves the calling thread to every CPU but `cpu` ([`all_but`]).
+pub fn move_away_from(cpu: usize) {
+    let set = all_but(cpu);
+    // SAFETY: a whole cpu_set_t for the calling thread (0).
+    let status = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    assert_eq!(status, 0, "{}", std::io::Error::last_os_error());
+}
+
 /// Starts `cmd` inside `cgroup`, pinned to `cpu` if given (as `taskset -c cpu` would).
 pub fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Running {
     let procs: Vec<CString> = cgroup

@@ -1,6 +1,6 @@
 //! One round of `throttle-workload spiky`, as the workload prints it and as its readers (the
-//! advise tests, vm-test's checks of the guests' output) parse it: `round I start_ns A end_ns B
-//! cpu_ns C wall_ms W`, and with `--usage-file` a last ` group_ns G`.
+//! advise and burst tests) parse it: `round I start_ns A end_ns B cpu_ns C wall_ms W`, then
+//! ` group_ns G` with `--usage-file` and ` throttled T` with `--stat-file`.
 use core::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,6 +14,9 @@ pub struct Round {
     /// The cgroup's usage counter's growth from just before the round to just before the next
     /// (with `--usage-file`).
     pub group_ns: Option<u64>,
+    /// The periods the kernel counted throttled (cpu.stat `nr_throttled`) over the same span
+    /// (with `--stat-file`): whether the kernel stopped the round.
+    pub throttled: Option<u64>,
 }
 
 impl Round {
@@ -25,17 +28,22 @@ impl Round {
         let end_ns = field(&mut words, "end_ns")?.parse().ok()?;
         let cpu_ns = field(&mut words, "cpu_ns")?.parse().ok()?;
         field(&mut words, "wall_ms")?.parse::<f64>().ok()?;
-        let group_ns = match words.next() {
-            None => None,
-            Some("group_ns") => Some(words.next()?.parse().ok()?),
-            Some(_) => return None,
-        };
-        words.next().is_none().then_some(Self {
+        let (mut group_ns, mut throttled) = (None, None);
+        while let Some(key) = words.next() {
+            let value = Some(words.next()?.parse().ok()?);
+            match key {
+                "group_ns" if group_ns.is_none() && throttled.is_none() => group_ns = value,
+                "throttled" if throttled.is_none() => throttled = value,
+                _ => return None,
+            }
+        }
+        Some(Self {
             index,
             start_ns,
             end_ns,
             cpu_ns,
             group_ns,
+            throttled,
         })
     }
 }
@@ -56,8 +64,11 @@ impl fmt::Display for Round {
             self.cpu_ns,
             self.end_ns.saturating_sub(self.start_ns) as f64 / 1e6
         )?;
-        match self.group_ns {
-            Some(g) => write!(f, " group_ns {g}"),
+        if let Some(g) = self.group_ns {
+            write!(f, " group_ns {g}")?;
+        }
+        match self.throttled {
+            Some(t) => write!(f, " throttled {t}"),
             None => Ok(()),
         }
     }
@@ -77,15 +88,18 @@ mod tests {
             end_ns: 90_000_000,
             cpu_ns: 80_000_000,
             group_ns: Some(81_000_000),
+            throttled: Some(1),
         };
         let line = r.to_string();
         assert_eq!(
             line,
-            "round 2 start_ns 10000000 end_ns 90000000 cpu_ns 80000000 wall_ms 80.0 group_ns 81000000"
+            "round 2 start_ns 10000000 end_ns 90000000 cpu_ns 80000000 wall_ms 80.0 group_ns \
+             81000000 throttled 1"
         );
         assert_eq!(Round::parse(&line), Some(r));
         let without = Round {
             group_ns: None,
+            throttled: None,
             ..r
         };
         assert_eq!(
@@ -96,6 +110,7 @@ mod tests {
             "synced refill_ns 5",
             "round 2 start_ns 1 end_ns 2",
             "round 2 start_ns 1 end_ns 2 cpu_ns 3 wall_ms 0.0 group_ns 4 more",
+            "round 2 start_ns 1 end_ns 2 cpu_ns 3 wall_ms 0.0 throttled 1 group_ns 4",
             "round x start_ns 1 end_ns 2 cpu_ns 3 wall_ms 0.0",
         ] {
             assert_eq!(Round::parse(other), None, "{other}");

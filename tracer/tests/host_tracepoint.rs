@@ -65,13 +65,6 @@ impl Scene {
         rx
     }
 
-    /// Runs the busy workload inside the cgroup (optionally pinned to one CPU) until it exits.
-    fn run_workload(&mut self, threads: u32, seconds: u32, cpu: Option<usize>) {
-        let mut workload = common::spawn_in(&mut common::busy(threads, seconds), &self.cgroup, cpu);
-        let status = workload.wait().expect("wait workload");
-        assert!(status.success(), "workload: {status}");
-    }
-
     /// Runs of the tracer's programs the kernel skipped so far: `recursion_misses` in the
     /// fdinfo of each of its program fds, summed; `None` where the kernel does not count them.
     fn missed_runs(&self) -> Option<u64> {
@@ -116,8 +109,98 @@ fn median_i64(v: &mut [i64]) -> i64 {
     v[v.len() / 2]
 }
 
-/// One busy thread at 20 ms / 100 ms that logs its own CLOCK_REALTIME around each time it is
-/// held (`throttle-workload held`): each stop is the rest of its period, judged by two truths
+/// The stops of one busy thread at 20 ms / 100 ms, after the first (cut short by the phase at
+/// which the thread joined): their median within `rest_ms` (period − quota) ± 3 ms, and 95 %
+/// held one thread of the workload, alone or beside its main thread, for 80 – 100 % of the stop
+/// (the whole stop before 6.18; from its park, a few ms after the throttle, on the task-based
+/// throttle). No band is asserted on each stop's own length: under emulation on a loaded host
+/// it moves with the host's scheduling of the emulator (53 to 92 ms in a 6.1 guest), as the
+/// workload's own clock does, against which the caller judges each stop's edges instead.
+fn assert_lengths_are_the_rest_of_the_period(stops: &[&Value], rest_ms: f64) {
+    let first = stops.iter().filter_map(|s| s["start_ns"].as_u64()).min();
+    let steady: Vec<&Value> = stops
+        .iter()
+        .copied()
+        .filter(|s| s["start_ns"].as_u64() != first)
+        .collect();
+    let mut lengths: Vec<f64> = steady
+        .iter()
+        .map(|s| s["duration_ns"].as_u64().unwrap() as f64 / 1e6)
+        .collect();
+    lengths.sort_by(f64::total_cmp);
+    let median = lengths[lengths.len() / 2];
+    let held = held_its_thread(&steady);
+    println!(
+        "figure: median stop after the first {median:.1} ms; {held} of {} held one thread of \
+         the workload",
+        steady.len()
+    );
+    assert!(
+        (median - rest_ms).abs() <= 3.0,
+        "median stop {median:.1} ms, expected {rest_ms} ± 3 ms: {lengths:.1?}"
+    );
+    assert!(
+        held * 100 >= steady.len() * 95,
+        "{held} of {} stops held one thread of the workload for 80 – 100 % of the stop",
+        steady.len()
+    );
+}
+
+/// How many of `stops` name threads of one process only, the one most stops name, each held
+/// for 80 – 100 % of the stop.
+fn held_its_thread(stops: &[&Value]) -> usize {
+    let pid_of = |s: &Value| {
+        let threads = s["threads"].as_array()?;
+        let pid = threads.first()?["pid"].as_u64()?;
+        threads
+            .iter()
+            .all(|t| t["pid"].as_u64() == Some(pid))
+            .then_some(pid)
+    };
+    let mut counts = std::collections::HashMap::<u64, usize>::new();
+    for pid in stops.iter().filter_map(|s| pid_of(s)) {
+        *counts.entry(pid).or_default() += 1;
+    }
+    let Some((&workload, _)) = counts.iter().max_by_key(|(_, n)| **n) else {
+        return 0;
+    };
+    stops
+        .iter()
+        .filter(|s| {
+            let length = s["duration_ns"].as_u64().unwrap();
+            pid_of(s) == Some(workload)
+                && s["threads"].as_array().into_iter().flatten().all(|t| {
+                    let held = t["held_ns"].as_u64().unwrap_or(0);
+                    held <= length && held * 5 >= length * 4
+                })
+        })
+        .count()
+}
+
+/// The summary's group stops against the cpu.stat nr_throttled delta `throttled` read around
+/// the workload: 2 % or one stop, besides the periods that a stop outlasted. A refill too
+/// small for a runqueue's debt, or a period timer that fired a whole period late (its overrun
+/// is added to nr_throttled, do_sched_cfs_period_timer), counts a period that ended no stop.
+fn assert_group_stops_are_the_throttled_periods(lines: &[Value], throttled: u64) {
+    let group = of_type(lines, "summary")[0]["group_stops"]
+        .as_u64()
+        .unwrap();
+    let spans: u64 = of_type(lines, "stop")
+        .iter()
+        .map(|s| s["duration_ns"].as_u64().unwrap() / s["period_ns"].as_u64().unwrap().max(1))
+        .sum();
+    let tolerance = (throttled / 50).max(1);
+    println!("group stops {group} vs nr_throttled {throttled} ({spans} period(s) outlasted)");
+    assert!(
+        group <= throttled + tolerance && throttled.saturating_sub(group) <= spans + tolerance,
+        "group stops {group} vs nr_throttled delta {throttled} (± {tolerance}, + {spans} \
+         outlasted)"
+    );
+}
+
+/// One busy thread at 20 ms / 100 ms for 4 s (about 40 stops: the 95 % below needs more
+/// than 20 to judge) that logs its own CLOCK_REALTIME around each time it is held
+/// (`throttle-workload held`): each stop is the rest of its period, judged by two truths
 /// the tracer does not make. Refills come one period apart (a stop plus the span the thread ran
 /// before it is 100 ms); pinned to one CPU at the most weight, the group spends its quota alone.
 /// A stop's own length moves with the host's ticks and steal, so it is judged against the
@@ -129,9 +212,15 @@ fn one_thread_stops_last_the_rest_of_the_period() {
         return;
     };
     let mut scene = Scene::new(&host.cpu, "one", 20_000, 100_000);
-    let rx = scene.start_tracer();
+    // The tracer and this test off the workload's CPU: what they ran there would delay the
+    // throttle and shorten the stop.
+    common::move_away_from(common::last_cpu());
+    let mut tracer = common::tracer::command();
+    common::away_from(&mut tracer, common::last_cpu());
+    let rx = scene.start_tracer_as(tracer);
+    let before = scene.cgroup.stat();
     let mut workload = common::spawn_in(
-        common::held(2).stdout(Stdio::piped()),
+        common::held(4).stdout(Stdio::piped()),
         &scene.cgroup,
         Some(common::last_cpu()),
     );
@@ -139,12 +228,16 @@ fn one_thread_stops_last_the_rest_of_the_period() {
     std::io::Read::read_to_string(&mut workload.stdout.take().unwrap(), &mut out).unwrap();
     assert!(workload.wait().expect("wait workload").success());
     scene.cgroup.wait_refilled();
+    let after = scene.cgroup.stat();
     let missed = scene.missed_runs();
     let lines = scene.stop_tracer(rx);
 
     let stops = of_type(&lines, "stop");
     assert!(stops.len() >= 10, "{} stops: {lines:#?}", stops.len());
     assert_each_stop_once(&stops);
+    assert_eq!(of_type(&lines, "end")[0]["lost"], 0, "records lost");
+    assert_lengths_are_the_rest_of_the_period(&stops, 80.0);
+    assert_group_stops_are_the_throttled_periods(&lines, after.nr_throttled - before.nr_throttled);
     let int = |v: &Value, key: &str| v[key].as_i64().unwrap_or_else(|| panic!("no {key}: {v}"));
     for s in &stops {
         assert_eq!(s["cgroup"], scene.cgroup.path());
@@ -386,7 +479,15 @@ fn kernel_time_matches_cpu_stat(
     let tracer = tracer(&scene.cgroup);
     let rx = scene.start_tracer_with(tracer, backend);
     let before = scene.cgroup.stat();
-    scene.run_workload(2, 3, None);
+    // One busy thread pinned to each of two CPUs: every throttled period stops both (unpinned,
+    // two threads sometimes share a CPU and a period stops one).
+    let mut workloads: Vec<Running> = [0, 1]
+        .map(|cpu| common::spawn_in(&mut common::busy(1, 3), &scene.cgroup, Some(cpu)))
+        .into();
+    for w in &mut workloads {
+        let status = w.wait().expect("wait workload");
+        assert!(status.success(), "workload: {status}");
+    }
     scene.cgroup.wait_refilled();
     let after = scene.cgroup.stat();
     let lines = scene.stop_tracer(rx);
@@ -408,12 +509,11 @@ fn kernel_time_matches_cpu_stat(
     let traced = kernel + unseen;
     let truth = after.throttled_ns - before.throttled_ns;
     let periods = after.nr_throttled - before.nr_throttled;
-    let group_stops = summary["group_stops"].as_u64().unwrap();
     let error = (traced as f64 - truth as f64) / truth as f64;
     let refills = stops.iter().filter(|s| s["end"] == "refill").count();
     println!(
         "stops {} ({refills} ended by a refill) Σkernel {traced} ns vs cpu.stat {truth} ns \
-         ({:+.4}%); group stops {group_stops} vs nr_throttled {periods}; open {}",
+         ({:+.4}%); open {}",
         stops.len(),
         error * 100.0,
         summary["open"]
@@ -436,11 +536,35 @@ fn kernel_time_matches_cpu_stat(
         assert_eq!(first["end"], "refill", "CPU {cpu:?}'s first stop: {first}");
     }
     assert!(error.abs() <= 0.01, "Σ kernel {traced} vs cpu.stat {truth}");
-    let tolerance = (periods as f64 * 0.02).max(1.0);
+    assert_group_stops_are_the_throttled_periods(&lines, periods);
+    // Every throttled period stops one CPU or both, give or take the two edge periods; no
+    // tighter count follows from the kernel's figures (a late period timer adds its overrun
+    // to nr_throttled for one refill; under single-threaded emulation a vCPU not run until
+    // the refill is never stopped in that period).
+    let cpus: std::collections::BTreeSet<u64> =
+        stops.iter().filter_map(|s| s["cpu"].as_u64()).collect();
     assert!(
-        (group_stops as f64 - periods as f64).abs() <= tolerance,
-        "group stops {group_stops} vs nr_throttled {periods}"
+        cpus.contains(&0) && cpus.contains(&1),
+        "stops on CPUs {cpus:?}, expected on 0 and 1"
     );
+    let count = stops.len() as u64;
+    assert!(
+        count + 2 >= periods && count <= 2 * periods + 2,
+        "{count} stops in {periods} throttled periods"
+    );
+    // Both CPUs stopped, mostly together: cpu.stat's figure (the per-CPU sum) is about twice
+    // the time the group was stopped on any CPU (docs/definitions.md, "overcount").
+    let wall = summary["wall_stop_ns"].as_u64().unwrap();
+    let overcount = truth as f64 / wall as f64;
+    println!(
+        "figure: {} stops on CPUs {cpus:?} in {periods} throttled periods; Σ kernel {:.1} ms vs \
+         cpu.stat {:.1} ms ({:+.3}%); overcount {overcount:.2}",
+        stops.len(),
+        traced as f64 / 1e6,
+        truth as f64 / 1e6,
+        error * 100.0
+    );
+    assert!(overcount >= 1.5, "overcount {overcount}, expected ≥ 1.5");
     Some((lines, truth))
 }
 

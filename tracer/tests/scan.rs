@@ -159,8 +159,7 @@ fn rows_hold_the_cgroups_own_counters_and_children_show_the_parents_limit() {
     assert_eq!(tight["quota_ns"], 10 * MS, "{tight}");
     assert_counts(busy, busy_stat);
     assert!(busy["quota_ns"].is_null(), "{busy}");
-    if host.cpu.has_local(pod.busy.dir()) {
-        let local = pod.busy.local_throttled_ns();
+    if let Some(local) = pod.busy.local_throttled_ns() {
         assert!(local > 0, "the parent's quota stopped the busy child");
         assert_eq!(busy["cpu_stat"]["throttled_local_ns"], local, "{busy}");
     }
@@ -201,7 +200,7 @@ fn an_interval_has_the_windows_deltas_and_marks_what_came_and_went() {
     let before = (
         pod.parent.stat(),
         pod.busy.stat(),
-        local(&host.cpu, &pod.busy),
+        pod.busy.local_throttled_ns(),
     );
     let scan = Running::spawn(
         common::tracer::command()
@@ -218,7 +217,7 @@ fn an_interval_has_the_windows_deltas_and_marks_what_came_and_went() {
     let after = (
         pod.parent.stat(),
         pod.busy.stat(),
-        local(&host.cpu, &pod.busy),
+        pod.busy.local_throttled_ns(),
     );
     let rows = rows(scan.wait_with_output());
     assert_eq!(
@@ -341,11 +340,6 @@ fn a_burst_and_the_burst_spent_are_the_cgroups_own() {
         ),
         "{line}"
     );
-}
-
-fn local(cpu: &CpuHierarchy, cgroup: &Cgroup) -> Option<u64> {
-    cpu.has_local(cgroup.dir())
-        .then(|| cgroup.local_throttled_ns())
 }
 
 #[test]

@@ -373,8 +373,8 @@ fn the_text_summary_and_the_pid_line_show_the_stops_and_the_wait_the_kernel_coun
 /// More of the group's threads held in one stop than a stop lists: twelve spinning threads
 /// pinned to the last CPU in a group at 20 ms / 100 ms, next to a spinning process outside the
 /// group on the same CPU. Every stop lists at most 8 threads, each one of the twelve (none
-/// of the neighbour's, none twice), and its listed plus `threads_unlisted` are at least the
-/// 12 the test knows were runnable there.
+/// of the neighbour's, none twice) held for 80 – 100 % of the stop, and its listed plus
+/// `threads_unlisted` are at least the 12 the test knows were runnable there.
 #[test]
 fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     let Some(host) = common::require(common::host()) else {
@@ -383,21 +383,8 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     let cpu = Some(common::last_cpu());
     let group = Cgroup::throttled(&host.cpu, "threads-twelve", 20_000, 100_000);
     let outside = Cgroup::new(&host.cpu, "threads-outside");
-    let workload = common::spawn_in(&mut common::busy(12, 60), &group, cpu);
-    let neighbour = common::spawn_in(&mut common::busy(1, 60), &outside, cpu);
-    common::wait_until(Duration::from_secs(10), "twelve spinning threads", || {
-        workload.running_threads() == 12
-    });
-    let pid = workload.id();
-    let spinners: Vec<u64> = workload.thread_ids().into_iter().map(u64::from).collect();
-    assert_eq!(spinners.len(), 12, "{spinners:?}");
-    let outsiders: Vec<u64> = neighbour
-        .thread_ids()
-        .into_iter()
-        .chain([neighbour.id()])
-        .map(u64::from)
-        .collect();
-
+    // The tracer first: started beside a CPU the spinners hold, it would start at half speed
+    // under emulation, where one emulator thread runs both vCPUs.
     let mut tracer = Tracer::start(&["--cgroup", group.path()]);
     let blind = tracer.start["disabled_features"]
         .as_array()
@@ -409,15 +396,36 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     }) {
         return;
     }
+    let mut workload = common::spawn_in(
+        common::busy(12, 60).stdout(Stdio::piped()),
+        &group,
+        cpu,
+    );
+    let neighbour = common::spawn_in(&mut common::busy(1, 60), &outside, cpu);
+    // The workload's own word for which threads spin and from when: a thread just created is
+    // runnable (state R in /proc) before it has started to spin.
+    let (spinners, spinning) = spinning_threads(&mut workload);
+    assert_eq!(spinners.len(), 12, "{spinners:?}");
+    let pid = workload.id();
+    let outsiders: Vec<u64> = neighbour
+        .thread_ids()
+        .into_iter()
+        .chain([neighbour.id()])
+        .map(u64::from)
+        .collect();
     let mut seen = 0;
     tracer.wait_for(Duration::from_secs(30), "ten stops", |l| {
-        seen += usize::from(l["type"] == "stop");
+        seen += usize::from(l["type"] == "stop" && l["start_ns"].as_u64() > Some(spinning));
         seen >= 10
     });
     let lines = tracer.stop();
     let stops: Vec<&Value> = lines
         .iter()
-        .filter(|l| l["type"] == "stop" && l["cgroup"] == group.path())
+        .filter(|l| {
+            l["type"] == "stop"
+                && l["cgroup"] == group.path()
+                && l["start_ns"].as_u64() > Some(spinning)
+        })
         .collect();
     // A stop first seen at its refill cannot name what it held: the refill's walk sees no
     // task of the group, and the record says so (no `pid`, `tasks` 0). On 6.18 a stop can be
@@ -441,22 +449,57 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
             "fewer than the 12 runnable threads held: {stop}"
         );
         let mut tids: Vec<u64> = threads.iter().map(|t| t["tid"].as_u64().unwrap()).collect();
+        let length = stop["duration_ns"].as_u64().unwrap();
         for (t, tid) in threads.iter().zip(&tids) {
             assert_eq!(t["pid"], pid, "{stop}");
+            // The main thread too, runnable between printing the spinners' ids and its join.
             assert!(
-                spinners.contains(tid) && !outsiders.contains(tid),
-                "tid {tid} is none of the group's spinners: {stop}"
+                (spinners.contains(tid) || *tid == u64::from(pid)) && !outsiders.contains(tid),
+                "tid {tid} is none of the workload's threads: {stop}"
+            );
+            // Runnable throughout, each waits from the throttle (on 6.18+, from its park, a
+            // few ms later) to the refill.
+            let held = t["held_ns"].as_u64().unwrap_or(0);
+            assert!(
+                held <= length && held * 5 >= length * 4,
+                "tid {tid} held for {held} ns of the {length} ns stop: {stop}"
             );
         }
+        // The task running at the throttle, if seen, is the group's.
+        assert!(
+            stop["pid"].is_null() || stop["pid"] == pid,
+            "the running task is not the group's: {stop}"
+        );
         tids.sort_unstable();
         tids.dedup();
         assert_eq!(tids.len(), threads.len(), "a thread listed twice: {stop}");
     }
     println!(
-        "{} stops: listed {:?}, unlisted {:?}",
+        "figure: {} stops: listed {:?}, unlisted {:?}",
         stops.len(),
         listed,
         unlisted
     );
     assert!(stops.len() >= 10, "{} stops", stops.len());
+}
+
+/// The `tids …` and `spinning from_ns …` lines `throttle-workload busy` prints once every
+/// thread spins: the spinners' ids, and the CLOCK_MONOTONIC time from which all of them do.
+fn spinning_threads(workload: &mut Running) -> (Vec<u64>, u64) {
+    let stdout = workload.stdout.take().expect("workload stdout");
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let tids = lines.next().expect("the workload's tids line");
+    let from = lines.next().expect("the workload's spinning line");
+    let spinners = tids
+        .strip_prefix("tids ")
+        .expect("tids …")
+        .split(' ')
+        .map(|t| t.parse().expect("a tid"))
+        .collect();
+    let from_ns = from
+        .split(' ')
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("spinning from_ns N …: {from}"));
+    (spinners, from_ns)
 }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! throttle-workload busy --threads N --seconds S
-//! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K] [--usage-file F]
+//! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K] [--usage-file F] [--stat-file F]
 //! throttle-workload arrivals --rate R --cost-ms D --threads K --seconds S [--seed N] [--delay-us US]
 //! throttle-workload held --seconds S
 //! throttle-workload pair --seconds S
@@ -63,6 +63,9 @@ enum Mode {
         /// `usage_usec`), read around each round.
         #[arg(long, value_name = "FILE")]
         usage_file: Option<std::path::PathBuf>,
+        /// The group's cpu.stat (v1 or v2), whose `nr_throttled` is read around each round.
+        #[arg(long, value_name = "FILE")]
+        stat_file: Option<std::path::PathBuf>,
     },
     /// Requests of D ms of CPU arriving at random (Poisson, R per second) for K workers, for S
     /// seconds; one line per request.
@@ -116,16 +119,20 @@ fn main() -> ExitCode {
             rounds,
             threads,
             usage_file,
+            stat_file,
         } => {
             let usage = usage_file
                 .as_deref()
                 .map(|file| move || group_usage_ns(file));
+            let throttled = stat_file
+                .as_deref()
+                .map(|file| move || group_throttled(file));
             spiky(
                 ms_to_ns(every_ms),
                 ms_to_ns(burn_ms),
                 rounds,
                 threads,
-                usage,
+                Counters { usage, throttled },
             )
         }
         Mode::Arrivals {
@@ -298,7 +305,7 @@ fn spiky(
     burn_ns: u64,
     rounds: u32,
     threads: u32,
-    group_usage: Option<impl Fn() -> u64>,
+    group: Counters<impl Fn() -> u64, impl Fn() -> u64>,
 ) {
     let refill_ns = resume_after_stop();
     println!("synced refill_ns {refill_ns}");
@@ -306,7 +313,8 @@ fn spiky(
         |round: u32| refill_ns.saturating_add((u64::from(round) + 1).saturating_mul(every_ns));
     for round in 0..rounds {
         sleep_until_ns(due_ns(round));
-        let usage_start = group_usage.as_ref().map(|read| read());
+        let usage_start = group.usage.as_ref().map(|read| read());
+        let throttled_start = group.throttled.as_ref().map(|read| read());
         let start_ns = clock_ns(libc::CLOCK_MONOTONIC);
         let cpu_start = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
         if threads <= 1 {
@@ -323,10 +331,8 @@ fn spiky(
         // The round's threads finish exiting after the join, and the process's clock no longer
         // counts them then: the group's counter is read again just before the next round.
         sleep_until_ns(due_ns(round + 1).saturating_sub(GROUP_SETTLE_NS));
-        let group_ns = match (usage_start, group_usage.as_ref()) {
-            (Some(start), Some(read)) => Some(read() - start),
-            _ => None,
-        };
+        let group_ns = grown(usage_start, group.usage.as_ref());
+        let throttled = grown(throttled_start, group.throttled.as_ref());
         println!(
             "{}",
             Round {
@@ -335,6 +341,7 @@ fn spiky(
                 end_ns,
                 cpu_ns,
                 group_ns,
+                throttled,
             }
         );
     }
@@ -343,6 +350,29 @@ fn spiky(
     if rounds > 0 {
         sleep_until_ns(due_ns(rounds));
     }
+}
+
+/// The group's counters a round is read against: its CPU usage and its throttled periods.
+struct Counters<U, T> {
+    usage: Option<U>,
+    throttled: Option<T>,
+}
+
+/// How much a counter read at the start (`start`) has grown since, if it is read at all.
+fn grown(start: Option<u64>, read: Option<&impl Fn() -> u64>) -> Option<u64> {
+    Some(read?() - start?)
+}
+
+/// The group's throttled periods, cpu.stat `nr_throttled` (v1 and v2 alike), from `file`. A
+/// file that cannot be read ends the workload with that said.
+fn group_throttled(file: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("nr_throttled ")?.trim().parse().ok())
+        .unwrap_or_else(|| {
+            eprintln!("throttle-workload: no nr_throttled in {}", file.display());
+            std::process::exit(1)
+        })
 }
 
 /// How long before the next round the group's counter closes a round: the wake-up's margin.

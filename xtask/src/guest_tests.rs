@@ -1,8 +1,11 @@
 //! The host tests (tracer/tests) inside the VM guests, on their cgroup v2 cpu controller, which
-//! this host cannot mount (its v1 hierarchy holds the controller): which tests run there and why
-//! the others do not, the guest's calls, and what each test's run says.
+//! this host cannot mount (its v1 hierarchy holds the controller): the one judge of what a
+//! kernel does. Which tests run there and why the others do not, which of them judge a kernel
+//! fact (run with every backend on every kernel), the guest's calls, and what each test's run
+//! says.
 use crate::cmd;
 use crate::console::Console;
+use crate::kernels::{BACKENDS, Kernel};
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 use std::process::Command;
@@ -27,24 +30,21 @@ const PLANS: &[(&str, Plan)] = &[
             (
                 "advise_prints_only_the_advice_and_measures_the_rounds",
                 "the `advise` subcommand's output, the same userspace on every kernel; the \
-                 per-period demand it reads is checked against the group's usage counter by the \
-                 s3 scenarios on every guest kernel and backend (10 s of CI's 20 minutes)",
-            ),
-            (
-                "a_burst_below_demand_minus_quota_is_flagged_as_buying_nothing",
-                "the flag is quota arithmetic in userspace; that such a burst buys nothing in the \
-                 kernel is s3-burst-25ms's check on every guest kernel with burst (10 s)",
+                 per-period demand it reads is checked against the workload's clocks and the \
+                 group's usage counter by burst.rs on every guest kernel and backend (10 s a \
+                 boot)",
             ),
             (
                 "random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_percent_of_periods",
                 "a statistical check over a hundred periods (24 s under TCG), of the same \
-                 advice arithmetic; the demand it is built on is the s3 scenarios' on every \
-                 guest kernel and backend, and the advised quota and burst are applied here by \
-                 a_spiky_burn_is_measured_and_the_advice_stops_it_no_more",
+                 advice arithmetic; the demand it is built on is burst.rs's on every guest \
+                 kernel and backend, and the advised quota, burst and period are applied here \
+                 by a_spiky_burn_is_measured_and_the_advice_stops_it_no_more",
             ),
         ]),
     ),
     ("ancestor", Plan::Run(&[])),
+    ("burst", Plan::Run(&[])),
     (
         "containers",
         Plan::HostOnly(
@@ -86,7 +86,8 @@ const PLANS: &[(&str, Plan)] = &[
             (
                 "fentry_refusal_is_one_line_with_the_cause_and_a_hint",
                 "applies where fentry is refused (this host); every VM kernel attaches it (the \
-                 doctor row, the fentry scenarios), so it would only say \"not applicable\"",
+                 doctor row, the kernel facts with fentry), so it would only say \"not \
+                 applicable\"",
             ),
             (
                 "doctor_agrees_with_the_machine",
@@ -147,7 +148,7 @@ const PLANS: &[(&str, Plan)] = &[
         "fleet",
         Plan::HostOnly(
             "starts dockerd and a Prometheus server, which the initramfs does not hold; the \
-             demand it exports is the advise tests' and the scenarios' on every guest kernel",
+             demand it exports is burst.rs's and the advise tests' in the guests",
         ),
     ),
     (
@@ -185,6 +186,7 @@ const PLANS: &[(&str, Plan)] = &[
              not hold; the exporter renders what every guest test's tracing records",
         ),
     ),
+    ("offline", Plan::Run(&[])),
     (
         "overflow",
         Plan::Run(&[(
@@ -213,18 +215,37 @@ const PLANS: &[(&str, Plan)] = &[
     ("threads", Plan::Run(&[])),
 ];
 
-/// The tests every kernel's guest runs, not only the one that runs the host tests (kernels.rs
-/// `host_tests`): what differs from kernel to kernel. deploy/daemonset.yaml's two capabilities
-/// must trace with every backend root can use, and which backends a kernel lets them use is the
-/// kernel's (Debian's 5.10, 6.1, 6.12 and 7.2 refuse the kprobe backend's perf events to them;
-/// 5.10 charges maps to RLIMIT_MEMLOCK); 8 to 16 s a boot under TCG.
+/// The tests every kernel's guest runs once, not only the one that runs the host tests (kernels.rs
+/// `host_tests`), whatever the backends: deploy/daemonset.yaml's two capabilities must trace
+/// with every backend root can use, and which backends a kernel lets them use is the kernel's
+/// (Debian's 5.10, 6.1, 6.12 and 7.2 refuse the kprobe backend's perf events to them; 5.10
+/// charges maps to RLIMIT_MEMLOCK); the test tries each backend itself.
 const EVERY_KERNEL: &[&str] = &["doctor::bpf_and_perfmon_alone_use_every_backend_root_can"];
+
+/// The kernel facts: what a backend must see of the kernel's bandwidth control, judged against
+/// cpu.stat, cpu.stat.local, the workload's own clocks and quota arithmetic. Every guest runs
+/// each of them with every backend of its kernel (kernels.rs `backends`): the hooks, the
+/// offsets and the end reasons are each backend's own code on each kernel.
+pub const KERNEL_FACTS: &[&str] = &[
+    // One busy thread: a stop of period − quota each period, the thread held, group stops.
+    "host_tracepoint::one_thread_stops_last_the_rest_of_the_period",
+    // A busy thread on each CPU: Σ kernel time = cpu.stat, stops per period, wall < per-CPU.
+    "host_tracepoint::kernel_accounted_time_matches_cpu_stat",
+    // Spiky rounds at burst 0, 25 and 50 ms: quota + burst the ceiling, stopped time within
+    // each round's wait, demand = the round's clock and the counter, burst spent = cpu.stat.
+    "burst::quota_plus_burst_is_the_most_a_period_runs",
+    // The quota on a parent: every stop credits the children queued, = cpu.stat.local.
+    "ancestor::every_parent_stop_credits_both_children",
+    // The threads each stop held, listed (at most 8) and counted.
+    "threads::a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest",
+    // A CPU taken offline and back while stopped.
+    "offline::a_stop_open_when_its_cpu_goes_offline_ends_with_it_and_the_cpu_is_traced_after",
+];
 
 /// The fault tests (issue 10) that the guests also run with the other backends than the host
 /// tests' kprobe, each backend on the kernel whose `fault_backends` (kernels.rs) names it: what
 /// a quota write, a cgroup's removal and a start in the middle of an incident end or count is
-/// each backend's own code. Each run is a tracer start more: the tracepoint backend's takes 30
-/// to 40 s under TCG, so one kernel per backend.
+/// each backend's own code. One kernel per backend: each run is a tracer start more.
 const FAULTS: &[&str] = &[
     "host_tracepoint::a_quota_written_while_stopped_ends_the_stop_as_a_quota_change",
     "host_tracepoint::started_in_the_middle_of_an_incident_the_cross_check_is_exact",
@@ -234,13 +255,15 @@ const FAULTS: &[&str] = &[
 /// The tests the guest runs, and the ones it does not with why.
 #[derive(Default)]
 pub struct Selection {
-    /// `binary::test`, in the order the guest runs them.
-    pub run: Vec<String>,
-    /// Those of `run` that every kernel's guest runs ([`EVERY_KERNEL`]); the rest run where the
-    /// kernel's command line has [`CMDLINE_FLAG`].
+    /// `binary::test` that every kernel's guest runs once ([`EVERY_KERNEL`]).
     pub every_kernel: Vec<String>,
-    /// Those of `run` that kernels with `fault_backends` run again with each of them
-    /// ([`FAULTS`]); [`with_backend`] names such a run.
+    /// The [`KERNEL_FACTS`], run with each backend of each kernel.
+    pub facts: Vec<String>,
+    /// The rest, in the order the guest runs them, where the kernel runs the host tests (with
+    /// [`HOST_TESTS_BACKEND`]).
+    pub rest: Vec<String>,
+    /// Those of `rest` that kernels with `fault_backends` run again with each of them
+    /// ([`FAULTS`]).
     pub faults: Vec<String>,
     /// `binary::test: why`, or `binary: why` for a whole binary.
     pub not_run: Vec<String>,
@@ -251,6 +274,7 @@ pub struct Selection {
 /// knows but cargo did not build) is an error: the plan must follow the tests.
 pub fn select(tests: &[(String, PathBuf)]) -> Result<Selection> {
     let mut selection = Selection::default();
+    let mut run = Vec::new();
     for (name, file) in tests {
         let Some((_, plan)) = PLANS.iter().find(|(n, _)| n == name) else {
             bail!(
@@ -276,7 +300,7 @@ pub fn select(tests: &[(String, PathBuf)]) -> Result<Selection> {
             }
             selection.not_run.push(format!("{name}::{test}: {why}"));
         }
-        selection.run.extend(
+        run.extend(
             names
                 .iter()
                 .filter(|t| !except.iter().any(|(e, _)| e == *t))
@@ -290,77 +314,130 @@ pub fn select(tests: &[(String, PathBuf)]) -> Result<Selection> {
             );
         }
     }
-    for test in EVERY_KERNEL {
-        if !selection.run.iter().any(|t| t == test) {
-            bail!("xtask/src/guest_tests.rs runs {test} on every kernel, but not in the guests");
-        }
-    }
-    selection.every_kernel = EVERY_KERNEL.iter().map(|t| (*t).to_owned()).collect();
-    for test in FAULTS {
-        if !selection.run.iter().any(|t| t == test) {
-            bail!("xtask/src/guest_tests.rs runs {test} with every backend, but not in the guests");
-        }
-    }
-    selection.faults = FAULTS.iter().map(|t| (*t).to_owned()).collect();
+    let listed = |list: &[&str], what: &str| -> Result<Vec<String>> {
+        list.iter()
+            .map(|test| {
+                if run.iter().any(|t| t == test) {
+                    Ok((*test).to_owned())
+                } else {
+                    bail!("xtask/src/guest_tests.rs runs {test} {what}, but not in the guests")
+                }
+            })
+            .collect()
+    };
+    selection.every_kernel = listed(EVERY_KERNEL, "on every kernel")?;
+    selection.facts = listed(KERNEL_FACTS, "with every backend")?;
+    selection.faults = listed(FAULTS, "with other backends")?;
+    selection.rest = run
+        .into_iter()
+        .filter(|t| !selection.every_kernel.contains(t) && !selection.facts.contains(t))
+        .collect();
     Ok(selection)
 }
 
-/// The name of `test`'s run with `backend` (not the host tests' kprobe): `binary::test@backend`,
-/// its table row and its markers on the console.
+impl Selection {
+    /// Keeps only the tests whose `binary::test` starts with one of `prefixes`.
+    pub fn retain(&mut self, prefixes: &[String]) {
+        let wanted = |t: &String| prefixes.iter().any(|p| t.starts_with(p.as_str()));
+        self.every_kernel.retain(wanted);
+        self.facts.retain(wanted);
+        self.rest.retain(wanted);
+        self.faults.retain(wanted);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.every_kernel.is_empty() && self.facts.is_empty() && self.rest.is_empty()
+    }
+
+    /// What a guest of `kernel` runs: the runs to judge, by name ([`with_backend`]), and the
+    /// kernel command-line words that make its guest run them ([`Selection::guest_calls`]):
+    /// the facts with `backends`, the rest where it runs the host tests, the faults with its
+    /// `fault_backends`.
+    pub fn for_kernel(&self, kernel: &Kernel, backends: &[&str]) -> (Vec<String>, Vec<String>) {
+        let mut parts: Vec<(&[String], Option<&str>, String)> = backends
+            .iter()
+            .map(|b| (&self.facts[..], Some(*b), flag("facts", b)))
+            .collect();
+        if kernel.host_tests {
+            parts.push((&self.rest, None, CMDLINE_FLAG.to_owned()));
+        }
+        parts.extend(
+            kernel
+                .fault_backends
+                .iter()
+                .map(|b| (&self.faults[..], Some(*b), flag("faults", b))),
+        );
+        let mut runs = self.every_kernel.clone();
+        let mut flags = Vec::new();
+        for (tests, backend, word) in parts.into_iter().filter(|(t, _, _)| !t.is_empty()) {
+            runs.extend(tests.iter().map(|t| match backend {
+                Some(b) => with_backend(t, b),
+                None => t.clone(),
+            }));
+            flags.push(word);
+        }
+        (runs, flags)
+    }
+
+    /// The guest's calls (guest/vm-test.sh `host_test BINARY TEST [BACKEND]`): those of every
+    /// kernel, then each flagged part where the kernel's command line has its word: the facts
+    /// with each backend, the rest, the faults with each other backend.
+    pub fn guest_calls(&self) -> String {
+        let call = |t: &String, backend: Option<&str>| {
+            let (binary, test) = t.split_once("::").expect("binary::test");
+            format!("host_test {binary} {test} {}", backend.unwrap_or(""))
+                .trim_end()
+                .to_owned()
+        };
+        let block = |word: String, tests: &[String], backend: Option<&str>| {
+            let calls: Vec<String> = tests
+                .iter()
+                .map(|t| format!("    {}", call(t, backend)))
+                .collect();
+            format!(
+                "if grep -qw {word} /proc/cmdline; then\n{}\n    :\nfi",
+                calls.join("\n")
+            )
+        };
+        let mut parts: Vec<String> = self.every_kernel.iter().map(|t| call(t, None)).collect();
+        parts.extend(
+            BACKENDS
+                .iter()
+                .map(|b| block(flag("facts", b), &self.facts, Some(b))),
+        );
+        parts.push(block(CMDLINE_FLAG.to_owned(), &self.rest, None));
+        parts.extend(
+            BACKENDS
+                .iter()
+                .filter(|b| **b != HOST_TESTS_BACKEND)
+                .map(|b| block(flag("faults", b), &self.faults, Some(b))),
+        );
+        parts.join("\n")
+    }
+}
+
+/// The name of `test`'s run with `backend`: `binary::test@backend`, its table row and its
+/// markers on the console.
 pub fn with_backend(test: &str, backend: &str) -> String {
     format!("{test}@{backend}")
 }
 
-/// The kernel command-line word that makes the guest run the fault tests with `backend`.
-pub fn faults_flag(backend: &str) -> String {
-    format!("tt.faults_{backend}")
+/// The kernel command-line word that makes the guest run the `part` (facts, faults) with
+/// `backend`.
+fn flag(part: &str, backend: &str) -> String {
+    format!("tt.{part}_{backend}")
 }
 
-/// The guest's calls (guest/vm-test.sh `host_test BINARY TEST [BACKEND]`): those of every
-/// kernel, then the rest where the kernel's command line asks for them, then the fault tests
-/// with each backend whose flag ([`faults_flag`]) it has.
-pub fn guest_calls(selection: &Selection) -> String {
-    let call = |t: &String| {
-        let (binary, test) = t.split_once("::").expect("binary::test");
-        format!("host_test {binary} {test}")
-    };
-    let faults: String = crate::scenarios::BACKENDS
-        .iter()
-        .filter(|b| !selection.faults.is_empty() && **b != HOST_TESTS_BACKEND)
-        .map(|b| {
-            let calls: Vec<String> = selection
-                .faults
-                .iter()
-                .map(|t| format!("    {} {b}", call(t)))
-                .collect();
-            format!(
-                "\nif grep -qw {} /proc/cmdline; then\n{}\nfi",
-                faults_flag(b),
-                calls.join("\n")
-            )
-        })
-        .collect();
-    let (every, flagged): (Vec<&String>, Vec<&String>) = selection
-        .run
-        .iter()
-        .partition(|t| selection.every_kernel.contains(t));
-    let every: Vec<String> = every.into_iter().map(call).collect();
-    let flagged: Vec<String> = flagged
-        .into_iter()
-        .map(|t| format!("    {}", call(t)))
-        .collect();
-    format!(
-        "{}\nif grep -qw {CMDLINE_FLAG} /proc/cmdline; then\n{}\n:\nfi{faults}",
-        every.join("\n"),
-        flagged.join("\n")
-    )
-}
-
-/// The backend the host tests trace with in the guests (guest/vm-test.sh `host_test`).
+/// The backend the rest of the host tests trace with in the guests (guest/vm-test.sh
+/// `host_test`).
 pub const HOST_TESTS_BACKEND: &str = "kprobe";
 
-/// The kernel command-line word that makes the guest run the host tests.
-pub const CMDLINE_FLAG: &str = "tt.host_tests";
+/// The kernel command-line word that makes the guest run the rest of the host tests.
+const CMDLINE_FLAG: &str = "tt.host_tests";
+
+/// How a test's output line starts that the table shows beside its verdict (a kernel fact's
+/// measure against its truth).
+const FIGURE: &str = "figure: ";
 
 /// What the console says of one test.
 pub struct Outcome {
@@ -388,6 +465,10 @@ pub fn judge(console: &Console, test: &str) -> Outcome {
         .find_map(|l| l.split_once(": not applicable here: "))
     {
         figures += &format!(", not applicable here: {}", why.1);
+    }
+    // The test's own account of what it measured against which truth.
+    for figure in output.iter().filter_map(|l| l.strip_prefix(FIGURE)) {
+        figures += &format!("; {figure}");
     }
     let problem = if passed {
         Vec::new()
@@ -451,26 +532,47 @@ mod tests {
     }
 
     #[test]
-    fn the_fault_tests_run_again_with_each_other_backend_under_its_flag() {
-        let test = "removed::a_test".to_owned();
+    fn each_part_runs_under_its_flag_and_each_backend_run_is_named_apart() {
         let selection = Selection {
-            run: vec![test.clone()],
-            faults: vec![test.clone()],
-            ..Selection::default()
+            every_kernel: vec!["doctor::d".to_owned()],
+            facts: vec!["host_tracepoint::f".to_owned()],
+            rest: vec!["removed::r".to_owned()],
+            faults: vec!["removed::r".to_owned()],
+            not_run: Vec::new(),
         };
-        let calls = guest_calls(&selection);
-        for backend in ["fentry", "tracepoint"] {
+        let calls = selection.guest_calls();
+        assert!(calls.starts_with("host_test doctor d\n"), "{calls}");
+        for backend in BACKENDS {
             let block = format!(
-                "if grep -qw {} /proc/cmdline; then\n    host_test removed a_test {backend}\nfi",
-                faults_flag(backend)
+                "if grep -qw tt.facts_{backend} /proc/cmdline; then\n    host_test \
+                 host_tracepoint f {backend}\n    :\nfi"
             );
             assert!(calls.contains(&block), "{calls}");
         }
-        assert!(!calls.contains("a_test kprobe"), "{calls}");
-        // The runs' markers are apart: the kprobe run's is not the fentry run's.
-        let run = with_backend(&test, "fentry");
+        assert!(calls.contains("tt.host_tests /proc/cmdline; then\n    host_test removed r\n"));
+        assert!(
+            calls.contains("tt.faults_fentry /proc/cmdline; then\n    host_test removed r fentry")
+        );
+        assert!(!calls.contains("tt.faults_kprobe"), "{calls}");
+        let kernel = &crate::kernels::KERNELS[0];
+        let (runs, flags) = selection.for_kernel(kernel, &["fentry"]);
+        assert_eq!(runs[..2], ["doctor::d", "host_tracepoint::f@fentry"]);
+        assert_eq!(flags[0], "tt.facts_fentry");
+        // The runs' markers are apart: the fentry run's is not the plain one's.
+        let run = with_backend("removed::r", "fentry");
         let console = console(&run, 0, "test result: ok. 1 passed; finished in 1.00s");
         assert!(judge(&console, &run).passed);
-        assert!(!judge(&console, &test).passed);
+        assert!(!judge(&console, "removed::r").passed);
+    }
+
+    #[test]
+    fn figures_the_test_printed_go_in_its_row() {
+        let output = "figure: Σ kernel 12.0 ms vs cpu.stat 12.0 ms\n\
+                      test result: ok. 1 passed; 0 failed; finished in 2.00s";
+        let outcome = judge(&console("x::t", 0, output), "x::t");
+        assert_eq!(
+            outcome.figures,
+            "2.00s; Σ kernel 12.0 ms vs cpu.stat 12.0 ms"
+        );
     }
 }

@@ -2,7 +2,6 @@
 //! when a download fails; cached under target/vm/kernels/<series>/.
 use crate::apt::{Archive, PrivateApt};
 use crate::cmd;
-use crate::scenarios::BACKENDS;
 use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,35 +14,25 @@ pub struct Kernel {
     archive: Archive,
     /// Package names, as an extended regular expression for `apt-cache search`.
     package: &'static str,
-    /// Whether vm-test runs the host tests on it too (guest_tests.rs): they add two to three
+    /// Whether vm-test runs the rest of the host tests on it too (guest_tests.rs): they add
     /// minutes per boot under TCG, and their v2 paths are the tracer's and the tests' own, the
-    /// same on every kernel, so on the newest only (the few that differ from kernel to kernel,
-    /// guest_tests.rs `EVERY_KERNEL`, run on each).
+    /// same on every kernel, so on the newest only (the ones that judge what differs from
+    /// kernel to kernel run on each: guest_tests.rs `EVERY_KERNEL`, `KERNEL_FACTS`).
     pub host_tests: bool,
-    /// The backends its scenarios run with. kprobe and fentry attach to the same kernel
-    /// functions, which change from version to version: kprobe on every kernel, fentry on the
-    /// oldest and the newest (5.10, 7.x), except kprobe's scenarios where the guest runs the
-    /// host tests, which trace with kprobe and check what the scenarios do (one thread's
-    /// stops, Σ kernel time = cpu.stat, burst spent, ancestors) and more. The tracepoint
-    /// backend's hooks are stable tracepoints; it runs on the oldest (before 6.2's CSD
-    /// unthrottle and 6.18's task-based throttle) and on the host's 6.18. That keeps `cargo
-    /// xtask test` inside CI's 20 minutes (each backend is about 30 s a boot under TCG).
-    /// `--backend` overrides it.
+    /// The backends its guest runs the kernel facts with (guest_tests.rs `KERNEL_FACTS`): every
+    /// backend on every kernel, as each attaches to its own hooks, which change from version to
+    /// version. `--backend` narrows it.
     pub backends: &'static [&'static str],
     /// The backends (other than the host tests' kprobe) with which its guest runs the fault
     /// tests (guest_tests.rs `FAULTS`): one kernel per backend, each run being a tracer start
-    /// more. fentry beside the host tests on the newest; the tracepoint backend on 6.12, whose
-    /// guest runs no tracepoint scenarios and which has what the host's 6.18 has but its
-    /// task-based throttle (the CSD unthrottle, the self-time clock).
+    /// more. fentry beside the host tests on the newest; the tracepoint backend on 6.12, which
+    /// has what the host's 6.18 has but its task-based throttle (the CSD unthrottle, the
+    /// self-time clock).
     pub fault_backends: &'static [&'static str],
 }
 
-/// 6.1's and 6.12's: between 5.10 and 7.x, which run fentry too, on the functions kprobe
-/// attaches to.
-const KPROBE: &[&str] = &["kprobe"];
-/// The newest kernel's: its host tests trace with kprobe, and the tracepoint backend's
-/// task-based throttle (6.18+) is the host's.
-const BESIDE_HOST_TESTS: &[&str] = &["fentry"];
+/// Every backend the tracer has, as `--backend` names them.
+pub const BACKENDS: &[&str] = &["kprobe", "fentry", "tracepoint"];
 
 pub const KERNELS: &[Kernel] = &[
     Kernel {
@@ -61,7 +50,7 @@ pub const KERNELS: &[Kernel] = &[
         archive: Archive::Main,
         package: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
         host_tests: false,
-        backends: KPROBE,
+        backends: BACKENDS,
         fault_backends: &[],
     },
     Kernel {
@@ -70,7 +59,7 @@ pub const KERNELS: &[Kernel] = &[
         archive: Archive::Security,
         package: r"^linux-image-6\.12\.[0-9]+\+deb12-cloud-amd64-unsigned$",
         host_tests: false,
-        backends: KPROBE,
+        backends: BACKENDS,
         fault_backends: &["tracepoint"],
     },
     // sid's linux-image-7.* is a small meta package; the image is in linux-binary-*.
@@ -80,7 +69,7 @@ pub const KERNELS: &[Kernel] = &[
         archive: Archive::Main,
         package: r"^linux-binary-7\.[0-9]+\.[0-9]+\+deb[0-9]+-cloud-amd64$",
         host_tests: true,
-        backends: BESIDE_HOST_TESTS,
+        backends: BACKENDS,
         fault_backends: &["fentry"],
     },
 ];

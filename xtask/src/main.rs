@@ -5,7 +5,6 @@ mod apt;
 mod bench;
 mod binaries;
 mod cgroup;
-mod checks;
 mod cmd;
 mod console;
 mod cpio;
@@ -22,7 +21,6 @@ mod qemu;
 #[cfg(test)]
 mod readme;
 mod results;
-mod scenarios;
 mod setup;
 mod soak;
 mod vm_demo;
@@ -170,7 +168,7 @@ fn test() -> anyhow::Result<()> {
         print_ignored()
     })?;
     kernels.join().expect("the kernel download panicked")?;
-    vm_test::run(&vm_test::Args::default())
+    vm_test::run(&vm_test::Args::ci())
 }
 
 /// Runs one step of `test`, printing its wall time (for CI's 20-minute budget).

@@ -42,10 +42,10 @@ pub fn boot(
         // tracepoint attach and detach does) and the guest dies: "Oops: int3" at the sched_wakeup
         // site in ttwu_do_activate (6.12), a soft lockup at detach (6.1). Real CPUs serialize
         // cross-modified code as the kernel's protocol expects; the emulator does not always.
-        // Four vCPUs, of which the kernel brings up two (`maxcpus=2` below): the scenarios are
+        // Four vCPUs, of which the kernel brings up two (`maxcpus=2` below): the tests are
         // judged on two, and the one that takes a CPU offline while it is stopped brings CPUs 2
-        // and 3 online for itself (guest/vm-test.sh `offline_cycles`). A vCPU that was never
-        // brought up, or is offline, halts and costs the single TCG thread nothing.
+        // and 3 online for itself (tracer/tests/offline.rs). A vCPU that was never brought up,
+        // or is offline, halts and costs the single TCG thread nothing.
         .args([
             "-accel",
             "tcg,thread=single",

@@ -1,22 +1,21 @@
-//! `cargo xtask vm-test`: every scenario on every kernel, and the host tests on the kernels that
-//! run them, in one boot per kernel, one VM at a time (or `--jobs`), then a table; with `--cost`,
-//! the kprobe and fentry programs' cost measured during one scenario each (bench/vm_cost.rs).
+//! `cargo xtask vm-test`: the host tests that judge kernel facts on every kernel with every
+//! backend, and the rest of the host tests on the kernels that run them (guest_tests.rs), in
+//! one boot per kernel, one VM at a time (or `--jobs`), then a table; with `--cost`, the kprobe
+//! and fentry programs' cost measured beside a throttled load (bench/vm_cost.rs).
 use crate::bench::vm_cost;
-use crate::checks::{self, Verdict};
 use crate::console::Console;
-use crate::kernels::{self, Fetched, KERNELS, Kernel};
+use crate::kernels::{self, BACKENDS, Fetched, KERNELS, Kernel};
 use crate::qemu::{self, Ending};
-use crate::scenarios::{BACKENDS, SCENARIOS};
 use crate::{binaries, guest, guest_tests, paths, setup};
 use anyhow::{Result, bail};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// The guest's scenario runner; the calls come from scenarios.rs.
+/// The guest's test runner; the calls come from guest_tests.rs.
 const GUEST_PART: &str = include_str!("../guest/vm-test.sh");
-/// Per boot: a hang guard. Under single-threaded TCG the scenarios take one to three minutes
-/// per backend on a quiet host, several times that on a loaded one.
-const BOOT_LIMIT: Duration = Duration::from_secs(1200);
+/// Per boot: a hang guard. Under single-threaded TCG a kernel's tests take a few minutes on a
+/// quiet host, several times that on a loaded one.
+const BOOT_LIMIT: Duration = Duration::from_secs(1800);
 
 #[derive(clap::Args, Default)]
 pub struct Args {
@@ -24,35 +23,45 @@ pub struct Args {
     #[arg(long = "kernel", value_name = "SERIES")]
     kernels: Vec<String>,
     /// Kernels booted at once (default 1: a VM that shares its host CPU sees its scheduler
-    /// ticks stretched, and the quota arithmetic the scenarios check with them).
+    /// ticks stretched, and the quota arithmetic the tests check with them; one per host CPU
+    /// leaves each its own).
     #[arg(long, value_name = "N", default_value_t = 1)]
     jobs: usize,
-    /// Backend to run the scenarios with, repeatable: kprobe, fentry, tracepoint (default: all).
+    /// Backend to run the kernel facts with, repeatable: kprobe, fentry, tracepoint (default:
+    /// each kernel's, kernels.rs).
     #[arg(long = "backend", value_name = "BACKEND", value_parser = clap::builder::PossibleValuesParser::new(BACKENDS))]
     backends: Vec<String>,
-    /// Leave out the host tests (tracer/tests) that the 7.x guest otherwise runs after the
-    /// scenarios, and the few that every guest runs (guest_tests.rs `EVERY_KERNEL`).
+    /// Only the kernel facts and the tests every kernel runs: leave out the rest of the host
+    /// tests, which the newest kernel's guest runs, and the fault tests' runs with other
+    /// backends.
     #[arg(long)]
-    no_host_tests: bool,
+    facts_only: bool,
     /// Run only the host tests whose `binary::test` name starts with this, repeatable (e.g.
-    /// `advise` or `ancestor::a_child_named_alone_sees_its_ancestors_stops`); the reasons the
-    /// others do not run are printed as always.
-    #[arg(
-        long = "host-test",
-        value_name = "PREFIX",
-        conflicts_with = "no_host_tests"
-    )]
+    /// `advise` or `ancestor::every_parent_stop_credits_both_children`); the reasons the others
+    /// do not run are printed as always.
+    #[arg(long = "host-test", value_name = "PREFIX")]
     host_test: Vec<String>,
-    /// Also measure the kprobe and fentry programs' cost per invocation during s2, next to
-    /// empty programs on the same hooks, in the same boots. Not in `cargo xtask test`: it
-    /// builds a static xtask for the guest (minutes from cold, over CI's 20-minute budget).
+    /// Also measure the kprobe and fentry programs' cost per invocation beside a throttled
+    /// load, next to empty programs on the same hooks, in the same boots. Not in `cargo xtask
+    /// test`: it builds a static xtask for the guest (minutes from cold).
     #[arg(long)]
     cost: bool,
 }
 
+impl Args {
+    /// `cargo xtask test`'s: every kernel, two at a time, one per host CPU of CI's two (each VM
+    /// is one emulator thread).
+    pub fn ci() -> Self {
+        Self {
+            jobs: 2,
+            ..Self::default()
+        }
+    }
+}
+
 struct Row {
     kernel: String,
-    scenario: String,
+    name: String,
     verdict: &'static str,
     figures: String,
 }
@@ -63,6 +72,16 @@ pub fn fetch_kernels() -> Result<()> {
         kernel.fetch()?;
     }
     Ok(())
+}
+
+/// What one boot runs: the host tests' runs to judge and the command-line words that select
+/// them, and the backends whose cost it measures.
+struct Plan<'a> {
+    kernel: &'a Kernel,
+    fetched: Fetched,
+    runs: Vec<String>,
+    flags: Vec<String>,
+    cost: Vec<&'static str>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -76,74 +95,78 @@ pub fn run(args: &Args) -> Result<()> {
             .map(|s| kernels::by_series(s))
             .collect::<Result<_>>()?
     };
-    let mut fetched = Vec::new();
-    for kernel in &kernels {
-        let f = kernel.fetch()?;
-        eprintln!("kernel {}: {} {}", kernel.series, f.package, f.version);
-        fetched.push(f);
+    let binaries = binaries::build_with_tests()?;
+    let mut selection = guest_tests::select(&binaries.tests)?;
+    if args.facts_only {
+        selection.rest.clear();
+        selection.faults.clear();
     }
-    let backends: Vec<&str> = if args.backends.is_empty() {
-        BACKENDS.to_vec()
-    } else {
-        args.backends.iter().map(String::as_str).collect()
-    };
-    let host_tests = !args.no_host_tests;
-    let binaries = if host_tests {
-        binaries::build_with_tests()?
-    } else {
-        binaries::build()?
-    };
-    let cost = args.cost;
-    // One tracer per backend traces all its scenarios (a start takes seconds under TCG).
-    let mut calls: Vec<String> = backends
-        .iter()
-        .flat_map(|b| {
-            let names: Vec<String> = SCENARIOS.iter().map(|s| s.run_name(b)).collect();
-            let names = names.join(" ");
-            std::iter::once(format!("tracer_start {b} {names}"))
-                .chain(vm_cost::after_tracer_start(b).filter(|_| cost))
-                .chain(SCENARIOS.iter().flat_map(move |s| {
-                    if cost {
-                        vm_cost::guest_calls(s.name, b, &s.run_name(b), s.guest_call(b))
-                    } else {
-                        vec![s.guest_call(b)]
-                    }
-                }))
-                .chain(std::iter::once(format!("tracer_stop {b} {names}")))
-        })
-        .collect();
-    // The tracers' log filter: bench/vm_cost.rs reads their `attached` lines.
-    calls.insert(0, format!("tracer_log='{}'", vm_cost::TRACER_LOG));
-    let selection = if host_tests {
-        let mut selection = guest_tests::select(&binaries.tests)?;
-        if !args.host_test.is_empty() {
-            let wanted = |t: &String| args.host_test.iter().any(|p| t.starts_with(p.as_str()));
-            selection.run.retain(wanted);
-            selection.every_kernel.retain(wanted);
-            selection.faults.retain(wanted);
-            if selection.run.is_empty() {
-                bail!(
-                    "no host test the guest runs starts with {}: see `cargo test -p tracer -- --list`",
-                    args.host_test.join(" or ")
-                );
-            }
+    if !args.host_test.is_empty() {
+        selection.retain(&args.host_test);
+        if selection.is_empty() {
+            bail!(
+                "no host test the guest runs starts with {}: see `cargo test -p tracer -- --list`",
+                args.host_test.join(" or ")
+            );
         }
-        calls.push(guest_tests::guest_calls(&selection));
-        selection
-    } else {
-        guest_tests::Selection::default()
-    };
-    let init = guest::init_script(&format!("{GUEST_PART}\n{}", calls.join("\n")));
+    }
+    let mut plans = Vec::new();
+    for kernel in kernels {
+        let fetched = kernel.fetch()?;
+        eprintln!(
+            "kernel {}: {} {}",
+            kernel.series, fetched.package, fetched.version
+        );
+        let backends: Vec<&'static str> = BACKENDS
+            .iter()
+            .copied()
+            .filter(|b| {
+                if args.backends.is_empty() {
+                    kernel.backends.contains(b)
+                } else {
+                    args.backends.iter().any(|chosen| chosen == b)
+                }
+            })
+            .collect();
+        let (runs, mut flags) = selection.for_kernel(kernel, &backends);
+        let cost: Vec<&'static str> = backends
+            .iter()
+            .copied()
+            .filter(|b| args.cost && vm_cost::BACKENDS.contains(b))
+            .collect();
+        flags.extend(cost.iter().map(|b| vm_cost::flag(b)));
+        plans.push(Plan {
+            kernel,
+            fetched,
+            runs,
+            flags,
+            cost,
+        });
+    }
+
+    let mut script = format!("{GUEST_PART}\n{}", selection.guest_calls());
+    if args.cost {
+        script += &format!("\n{}\n{}", vm_cost::GUEST_PART, vm_cost::guest_calls());
+    }
     let vm = paths::vm();
     let initrd = vm.join("vm-test.cpio");
-    let xtask = cost.then(binaries::xtask).transpose()?;
+    let xtask = args.cost.then(binaries::xtask).transpose()?;
     std::fs::write(
         &initrd,
-        guest::initramfs(&init, &binaries, xtask.as_deref(), &[])?,
+        guest::initramfs(
+            &guest::init_script(&script),
+            &binaries,
+            xtask.as_deref(),
+            &[],
+        )?,
     )?;
     std::fs::create_dir_all(vm.join("logs"))?;
 
-    let jobs = args.jobs.clamp(1, kernels.len().max(1));
+    let jobs = args.jobs.clamp(1, plans.len().max(1));
+    // The longest boots first (the one that runs the rest of the host tests), so that two
+    // workers end together; the table keeps the matrix's order.
+    let mut order: Vec<usize> = (0..plans.len()).collect();
+    order.sort_by_key(|&i| !plans[i].kernel.host_tests);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<_> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..jobs)
@@ -151,33 +174,12 @@ pub fn run(args: &Args) -> Result<()> {
                 scope.spawn(|| {
                     let mut done = Vec::new();
                     loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(kernel) = kernels.get(i) else {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&i) = order.get(k) else {
                             return done;
                         };
-                        let mut tests = if kernel.host_tests {
-                            selection.run.clone()
-                        } else {
-                            selection.every_kernel.clone()
-                        };
-                        tests.extend(kernel.fault_backends.iter().flat_map(|b| {
-                            selection
-                                .faults
-                                .iter()
-                                .map(|t| guest_tests::with_backend(t, b))
-                        }));
-                        done.push((
-                            i,
-                            test_kernel(
-                                kernel,
-                                &fetched[i],
-                                &initrd,
-                                &backends,
-                                !args.backends.is_empty(),
-                                &tests,
-                                cost,
-                            ),
-                        ));
+                        let plan = &plans[i];
+                        done.push((i, test_kernel(plan, &initrd)));
                     }
                 })
             })
@@ -211,23 +213,11 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Boots one kernel with every scenario call in `initrd` (and the host `tests`, if any, the
-/// fault tests' runs with its `fault_backends` among them) and judges what it printed: its
-/// table rows and its failures. The kernel's own matrix leaves backends out unless they were
-/// `chosen` by `--backend`.
-fn test_kernel(
-    kernel: &Kernel,
-    fetched: &Fetched,
-    initrd: &Path,
-    backends: &[&str],
-    chosen: bool,
-    tests: &[String],
-    cost: bool,
-) -> Result<(Vec<Row>, Vec<String>)> {
-    let vm = paths::vm();
-    let mut rows = Vec::new();
-    let mut failures = Vec::new();
-    let log = vm
+/// Boots one kernel with `initrd`, its guest running what `plan`'s command-line words select,
+/// and judges what it printed: its table rows and its failures.
+fn test_kernel(plan: &Plan, initrd: &Path) -> Result<(Vec<Row>, Vec<String>)> {
+    let (kernel, fetched) = (plan.kernel, &plan.fetched);
+    let log = paths::vm()
         .join("logs")
         .join(format!("vm-test-{}.log", kernel.series));
     eprintln!(
@@ -239,7 +229,7 @@ fn test_kernel(
     let booted = Instant::now();
     let progress = |line: &str| {
         if let Some(rest) = line.strip_prefix("@@TT ")
-            && ["SCENARIO", "SKIP", "FAIL", "UNAME", "TRACER", "TEST"]
+            && ["UNAME", "TEST", "COST"]
                 .iter()
                 .any(|k| rest.starts_with(k))
         {
@@ -247,29 +237,10 @@ fn test_kernel(
             eprintln!("  [{} +{at}s] {rest}", kernel.series);
         }
     };
-    let (run, left_out): (Vec<&str>, Vec<&str>) = backends
-        .iter()
-        .partition(|b| chosen || kernel.backends.contains(b));
-    let mut append: Vec<String> = left_out.iter().map(|b| format!("tt.skip_{b}")).collect();
-    if kernel.host_tests && !tests.is_empty() {
-        append.push(guest_tests::CMDLINE_FLAG.to_owned());
-    }
-    // The fault tests' runs with a backend, where `tests` has them (`--host-test` may leave
-    // them out).
-    append.extend(
-        kernel
-            .fault_backends
-            .iter()
-            .filter(|b| {
-                let suffix = guest_tests::with_backend("", b);
-                tests.iter().any(|t| t.ends_with(&suffix))
-            })
-            .map(|b| guest_tests::faults_flag(b)),
-    );
     let boot = qemu::boot(
         &fetched.vmlinuz,
         initrd,
-        &append.join(" "),
+        &plan.flags.join(" "),
         &log,
         BOOT_LIMIT,
         &progress,
@@ -277,6 +248,13 @@ fn test_kernel(
     let console = Console::parse(&boot.console);
     let release = console.mark("UNAME", "").unwrap_or("?");
     let label = format!("{} {release} ({})", kernel.series, fetched.version);
+    let mut failures = Vec::new();
+    let row = |name: String, verdict: &'static str, figures: String| Row {
+        kernel: label.clone(),
+        name,
+        verdict,
+        figures,
+    };
     let trouble = console.kernel_trouble();
     let booted_clean = boot.ending == Ending::Finished && trouble.is_empty();
     if !booted_clean {
@@ -289,81 +267,25 @@ fn test_kernel(
                 .fold(String::new(), |text, line| text + "\n    | " + line)
         ));
     }
-    rows.push(doctor_row(&console, &label, &mut failures));
-    rows.push(Row {
-        kernel: label.clone(),
-        scenario: "boot".to_owned(),
-        verdict: if booted_clean { "PASS" } else { "FAIL" },
-        figures: format!(
-            "{:?} after {:.0} s{}",
-            boot.ending,
-            boot.elapsed.as_secs_f64(),
-            if trouble.is_empty() {
-                ""
-            } else {
-                ", the kernel reported trouble"
-            }
+    let (doctor_verdict, doctor_figures) = doctor(&console, &label, &mut failures);
+    let mut rows = vec![
+        row("doctor".to_owned(), doctor_verdict, doctor_figures),
+        row(
+            "boot".to_owned(),
+            if booted_clean { "PASS" } else { "FAIL" },
+            format!(
+                "{:?} after {:.0} s{}",
+                boot.ending,
+                boot.elapsed.as_secs_f64(),
+                if trouble.is_empty() {
+                    ""
+                } else {
+                    ", the kernel reported trouble"
+                }
+            ),
         ),
-    });
-    for backend in &left_out {
-        rows.push(Row {
-            kernel: label.clone(),
-            scenario: format!("{backend} scenarios"),
-            verdict: "SKIP",
-            figures: "not in this kernel's matrix (kernels.rs: the oldest and newest run them)"
-                .to_owned(),
-        });
-    }
-    for (backend, scenario) in run
-        .iter()
-        .flat_map(|b| SCENARIOS.iter().map(move |s| (*b, s)))
-    {
-        let run = scenario.run_name(backend);
-        let outcome = checks::judge(&console, scenario, &run, backend);
-        let verdict = match outcome.verdict {
-            Verdict::Pass => "PASS",
-            Verdict::Skip(reason) => {
-                rows.push(Row {
-                    kernel: label.clone(),
-                    scenario: run.clone(),
-                    verdict: "SKIP",
-                    figures: reason,
-                });
-                continue;
-            }
-            Verdict::Fail(problems) => {
-                failures.push(format!(
-                    "{label} {run}:\n    {}\n    (console: {})",
-                    problems.join("\n    "),
-                    log.display()
-                ));
-                "FAIL"
-            }
-        };
-        rows.push(Row {
-            kernel: label.clone(),
-            scenario: run.clone(),
-            verdict,
-            figures: outcome.figures,
-        });
-        if cost && scenario.name == vm_cost::SCENARIO && vm_cost::BACKENDS.contains(&backend) {
-            let (cost_rows, problems) = vm_cost::judge(&console, &run);
-            if !problems.is_empty() {
-                failures.push(format!(
-                    "{label} {run} cost:\n    {}\n    (console: {})",
-                    problems.join("\n    "),
-                    log.display()
-                ));
-            }
-            rows.extend(cost_rows.into_iter().map(|r| Row {
-                kernel: label.clone(),
-                scenario: r.name,
-                verdict: r.verdict,
-                figures: r.figures,
-            }));
-        }
-    }
-    for test in tests {
+    ];
+    for test in &plan.runs {
         let outcome = guest_tests::judge(&console, test);
         if !outcome.passed {
             failures.push(format!(
@@ -372,18 +294,32 @@ fn test_kernel(
                 log.display()
             ));
         }
-        rows.push(Row {
-            kernel: label.clone(),
-            scenario: test.clone(),
-            verdict: if outcome.passed { "PASS" } else { "FAIL" },
-            figures: outcome.figures,
-        });
+        rows.push(row(
+            test.clone(),
+            if outcome.passed { "PASS" } else { "FAIL" },
+            outcome.figures,
+        ));
+    }
+    for backend in &plan.cost {
+        let (cost_rows, problems) = vm_cost::judge(&console, backend);
+        if !problems.is_empty() {
+            failures.push(format!(
+                "{label} {backend} cost:\n    {}\n    (console: {})",
+                problems.join("\n    "),
+                log.display()
+            ));
+        }
+        rows.extend(
+            cost_rows
+                .into_iter()
+                .map(|r| row(r.name, r.verdict, r.figures)),
+        );
     }
     Ok((rows, failures))
 }
 
 /// The doctor must find a usable backend on every kernel; its choice goes in the table.
-fn doctor_row(console: &Console, label: &str, failures: &mut Vec<String>) -> Row {
+fn doctor(console: &Console, label: &str, failures: &mut Vec<String>) -> (&'static str, String) {
     let report = console.section("doctor").unwrap_or_default();
     let choice = report
         .iter()
@@ -402,22 +338,17 @@ fn doctor_row(console: &Console, label: &str, failures: &mut Vec<String>) -> Row
             report.join("\n    ")
         ));
     }
-    Row {
-        kernel: label.to_owned(),
-        scenario: "doctor".to_owned(),
-        verdict: if ok { "PASS" } else { "FAIL" },
-        figures: choice,
-    }
+    (if ok { "PASS" } else { "FAIL" }, choice)
 }
 
 fn print_table(rows: &[Row]) {
     let kernel_width = rows.iter().map(|r| r.kernel.len()).max().unwrap_or(0);
-    let scenario_width = rows.iter().map(|r| r.scenario.len()).max().unwrap_or(0);
+    let name_width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
     println!();
     for row in rows {
         println!(
-            "{:kernel_width$}  {:scenario_width$}  {}  {}",
-            row.kernel, row.scenario, row.verdict, row.figures
+            "{:kernel_width$}  {:name_width$}  {}  {}",
+            row.kernel, row.name, row.verdict, row.figures
         );
     }
     println!();

@@ -1,11 +1,12 @@
 //! What the kprobe and fentry backends cost, in the vm-test guests (the host has neither): ns
 //! per invocation of every program the tracer attached, from the kernel's BPF run-time
-//! statistics, next to an empty program of the same type on the same hooks, while the
-//! [`SCENARIO`] run of the backend throttles. Their programs run per throttle, unthrottle and
-//! period, not per context switch, so a scenario's few seconds give enough invocations.
+//! statistics, next to an empty program of the same type on the same hooks, while a busy
+//! thread on each of the two vCPUs is throttled at 50 ms / 100 ms for 2 s (guest/vm-cost.sh
+//! `cost_run`). Their programs run per throttle, unthrottle and period, not per context
+//! switch, so a few seconds give enough invocations.
 //!
-//! The guest half (`xtask guest-program-cost`, a hidden subcommand; guest/vm-test.sh runs it
-//! beside the scenario) measures and prints a JSON line per program; the host half ([`judge`])
+//! The guest half (`xtask guest-program-cost`, a hidden subcommand; guest/vm-cost.sh runs it
+//! beside the load) measures and prints a JSON line per program; the host half ([`judge`])
 //! turns them into vm-test rows. The tracer names each program's hooks in its debug log (the
 //! kernel truncates program names to 15 bytes and, before 6.6, keeps no function for a kprobe
 //! link); the kernel's own program types and run counts are checked against it.
@@ -18,18 +19,17 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The scenario whose runs are measured: a busy thread on each vCPU, so every throttled
-/// period throttles and unthrottles both CPUs.
-pub const SCENARIO: &str = "s2-two-cpus";
+/// The guest's part of the measurement: the tracer, the floors and the load.
+pub const GUEST_PART: &str = include_str!("../../guest/vm-cost.sh");
 /// The backends measured here; the tracepoint backend's programs run per context switch and
 /// are measured on the host (`cargo xtask bench`).
 pub const BACKENDS: &[&str] = &["kprobe", "fentry"];
 /// The tracer's log filter in the guest: its `attached` lines, nothing more from the eBPF side.
 pub const TRACER_LOG: &str = "warn,throttle_tracer::probes=debug";
 /// The functions that every throttled period calls (on the throttled CPUs): their programs
-/// must have run if the scenario throttled.
+/// must have run if the load throttled.
 const EVERY_THROTTLE: &[&str] = &["throttle_cfs_rq", "unthrottle_cfs_rq"];
-/// How long the guest half waits for the measured scenario's start, and then its end, at most.
+/// How long the guest half waits for the measured load's start, and then its end, at most.
 const WAIT_LIMIT: Duration = Duration::from_secs(900);
 
 #[derive(clap::Args)]
@@ -91,9 +91,9 @@ fn parse_log(text: &str) -> Result<Vec<Attached>> {
 
 /// The guest half: floors on the hooks of every program in the tracer's log, then the
 /// statistics from `--begin` to `--end`, a JSON line per program. The floors are attached as
-/// soon as the tracer runs, scenarios before the measured one: under TCG a program's first
-/// runs on a hook are slow (the emulator translates its code, and an fentry attach rebuilds
-/// the trampoline), and the tracer's programs are past them by then.
+/// soon as the tracer runs, and the load warms both for a second before the window opens:
+/// under TCG a program's first runs on a hook are slow (the emulator translates its code, and
+/// an fentry attach rebuilds the trampoline).
 pub fn guest(args: &GuestArgs) -> Result<()> {
     let log = std::fs::read_to_string(&args.log)
         .with_context(|| format!("reading {}", args.log.display()))?;
@@ -200,24 +200,18 @@ fn wait_for(file: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The guest's call after `backend`'s tracer started: the floors, if it is one of [`BACKENDS`].
-pub fn after_tracer_start(backend: &str) -> Option<String> {
-    BACKENDS
-        .contains(&backend)
-        .then(|| format!("cost_attach {backend}"))
+/// The kernel command-line word that makes the guest measure `backend`.
+pub fn flag(backend: &str) -> String {
+    format!("tt.cost_{backend}")
 }
 
-/// The guest's calls around `call`, the scenario `run` of `backend`: measured if it is one of
-/// [`BACKENDS`]' [`SCENARIO`] runs.
-pub fn guest_calls(scenario: &str, backend: &str, run: &str, call: String) -> Vec<String> {
-    if scenario != SCENARIO || !BACKENDS.contains(&backend) {
-        return vec![call];
-    }
-    vec![
-        format!("cost_begin {backend}"),
-        call,
-        format!("cost_end {backend} {run}"),
-    ]
+/// The guest's calls: a measured run of each of [`BACKENDS`] whose [`flag`] its kernel has.
+pub fn guest_calls() -> String {
+    BACKENDS
+        .iter()
+        .map(|b| format!("grep -qw {} /proc/cmdline && cost_run {b}", flag(b)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A vm-test row.
@@ -227,14 +221,15 @@ pub struct CostRow {
     pub figures: String,
 }
 
-/// The rows of the measured run `run` (see [`guest_calls`]), and its failures. A figure never
-/// fails a row; a program that did not run although the scenario throttled does, and so does a
+/// The rows of `backend`'s measured run (see [`guest_calls`]), and its failures. A figure never
+/// fails a row; a program that did not run although the load throttled does, and so does a
 /// floor that did not run where its program did (they share every hook).
-pub fn judge(console: &Console, run: &str) -> (Vec<CostRow>, Vec<String>) {
+pub fn judge(console: &Console, backend: &str) -> (Vec<CostRow>, Vec<String>) {
+    let run = format!("cost-{backend}");
     let mut rows = Vec::new();
     let mut problems = Vec::new();
-    let output = console.section(&format!("cost-{run}")).unwrap_or_default();
-    let status = console.mark("COST", run);
+    let output = console.section(&run).unwrap_or_default();
+    let status = console.mark("COST", &run);
     if status != Some("exit status 0") {
         problems.push(format!(
             "the cost measurement ended with {}: {}",
@@ -243,7 +238,7 @@ pub fn judge(console: &Console, run: &str) -> (Vec<CostRow>, Vec<String>) {
         ));
         return (rows, problems);
     }
-    let throttled = throttled_periods(console, run);
+    let throttled = throttled_periods(console, &run);
     for line in output.iter().filter(|l| l.starts_with('{')) {
         let Ok(p) = serde_json::from_str::<Value>(line) else {
             problems.push(format!("unreadable cost line {line:?}"));
@@ -304,7 +299,7 @@ pub fn judge(console: &Console, run: &str) -> (Vec<CostRow>, Vec<String>) {
     (rows, problems)
 }
 
-/// cpu.stat `nr_throttled` after minus before, from the scenario's sections (0 if unread).
+/// cpu.stat `nr_throttled` after minus before, from the run's sections (0 if unread).
 fn throttled_periods(console: &Console, run: &str) -> u64 {
     let read = |when: &str| {
         console
