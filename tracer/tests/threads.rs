@@ -396,11 +396,7 @@ fn a_stop_holding_twelve_threads_lists_eight_and_counts_the_rest() {
     }) {
         return;
     }
-    let mut workload = common::spawn_in(
-        common::busy(12, 60).stdout(Stdio::piped()),
-        &group,
-        cpu,
-    );
+    let mut workload = common::spawn_in(common::busy(12, 60).stdout(Stdio::piped()), &group, cpu);
     let neighbour = common::spawn_in(&mut common::busy(1, 60), &outside, cpu);
     // The workload's own word for which threads spin and from when: a thread just created is
     // runnable (state R in /proc) before it has started to spin.
