@@ -493,12 +493,10 @@ fn longer_period(
 
 /// Each measured period's demand as it arrived, in order (docs/definitions.md, "arrived
 /// demand"). A stopped period shows only the quota it spent, and a run's demand is the work
-/// of every period it spans, so a run's periods after its first are taken to receive what a
-/// **calm** period (one outside every run of two or more periods) uses on average, and its
-/// first period the rest: at least what it spent (the quota), at most the whole run. A load
-/// whose work all comes at once (a spiky burn, idle between rounds) has calm periods of no
-/// use, and its first period the whole run; random arrivals get their excess over the usual
-/// rate. The periods between runs (idle, or of a run left out) have none.
+/// of every period it spans, so a run is split over its periods by [`arrived_in`]: by what its
+/// held threads' records say arrived in its first period where they said it, else by the
+/// **calm** periods' mean (periods outside every run of two or more). The periods between runs
+/// (idle, or of a run left out) have none.
 fn arrived(runs: &[Run], periods: u64, quota: u64, period: u64) -> Vec<u64> {
     let mut calm = Calm::default();
     runs.iter().for_each(|r| calm.add(r));
@@ -556,15 +554,24 @@ impl Calm {
     }
 }
 
-/// What arrived in `run`'s first period and in each later one, with calm periods of `calm` ns:
-/// the later ones receive the calm mean, the first the rest, at least the quota it spent and at
-/// most the whole run.
+/// What arrived in `run`'s first period and in each later one, with calm periods of `calm` ns.
+/// The first period's is what it ran and what still waited at its end
+/// (`Run::first_arrived_ns`), when the held threads' records said it: the later periods share
+/// the rest evenly. Otherwise they receive the calm mean each, and the first period the rest.
+/// Either way the first holds at least the quota it spent (it ended throttled) and at most the
+/// whole run.
+///
+/// The calm mean alone gives the first period every part of the run above the calm rate, also
+/// what came in the later periods: a cluster of random arrivals that straddles a boundary is
+/// replayed as one block in one period, which put the no-stop quota of reference 003's requests
+/// about a fifth above the smallest that stops nothing.
 pub fn arrived_in(run: &Run, calm: u64, quota: u64) -> (u64, u64) {
     let rest = u64::from(run.periods.saturating_sub(1));
     let first = run
-        .demand_ns
-        .saturating_sub(rest.saturating_mul(calm))
-        .max(run.demand_ns.min(quota));
+        .first_arrived_ns
+        .unwrap_or_else(|| run.demand_ns.saturating_sub(rest.saturating_mul(calm)))
+        .max(run.demand_ns.min(quota))
+        .min(run.demand_ns);
     (
         first,
         (run.demand_ns - first).checked_div(rest).unwrap_or(0),
@@ -805,6 +812,7 @@ mod tests {
                     throttled_periods: periods - 1,
                     demand_ns: d * MS,
                     cpus,
+                    first_arrived_ns: None,
                 }
             })
             .collect()
@@ -985,6 +993,7 @@ mod tests {
                 throttled_periods: periods - 1,
                 demand_ns: demand_ms * MS,
                 cpus: 2,
+                first_arrived_ns: None,
             });
             t += u64::from(periods) * 100 * MS;
         };
@@ -1018,6 +1027,69 @@ mod tests {
         let p = a.period_target.unwrap();
         assert_eq!((p.period_ns, p.quota_ns), (400 * MS, 200 * MS));
         assert_eq!(a.period.unwrap().period_ns, 485 * MS);
+    }
+
+    #[test]
+    fn a_first_period_the_held_threads_measured_splits_its_run_instead_of_the_calm_mean() {
+        let run = |first_ms: Option<u64>| Run {
+            start_ns: 0,
+            end_ns: 300 * MS,
+            periods: 3,
+            throttled_periods: 2,
+            demand_ns: 150 * MS,
+            cpus: 2,
+            first_arrived_ns: first_ms.map(|ms| ms * MS),
+        };
+        let split = |first_ms| {
+            let (first, rest) = arrived_in(&run(first_ms), 20 * MS, 50 * MS);
+            (first / MS, rest / MS)
+        };
+        // The calm mean: 20 ms in each later period, the rest (110 ms) in the first.
+        assert_eq!(split(None), (110, 20));
+        // Measured: 80 ms arrived in the first period, the later ones share the other 70.
+        assert_eq!(split(Some(80)), (80, 35));
+        // Never below the quota the first period spent, never above the run.
+        assert_eq!(split(Some(30)), (50, 50));
+        assert_eq!(split(Some(400)), (150, 0));
+
+        // The largest first period is what the no-stop quota must hold. Forty runs of one
+        // period every 400 ms (calm: 38 × 20 ms over 155 calm periods, 4.9 ms), a run of
+        // 120 ms over two periods and one of 150 ms over three: by the calm mean their first
+        // periods hold 115.1 and 140.2 ms, and the replay stops nothing from 141 ms (146 with
+        // the slice); measured at 80 ms, the 150 ms run's is no longer the largest: 116 + 5.
+        let mut runs: Vec<Run> = (0..40)
+            .map(|i| Run {
+                start_ns: i * 400 * MS,
+                end_ns: i * 400 * MS + 100 * MS,
+                periods: 1,
+                throttled_periods: 0,
+                demand_ns: 20 * MS,
+                cpus: 2,
+                first_arrived_ns: None,
+            })
+            .collect();
+        runs[10] = Run {
+            start_ns: 4_000 * MS,
+            end_ns: 4_200 * MS,
+            periods: 2,
+            throttled_periods: 1,
+            demand_ns: 120 * MS,
+            ..runs[10]
+        };
+        runs[20] = Run {
+            start_ns: 8_000 * MS,
+            end_ns: 8_300 * MS,
+            ..run(Some(80))
+        };
+        let no_stop = |runs: &[Run]| {
+            let mut s = summary(runs.to_vec());
+            s.periods = 160;
+            let a = advise(&s, bandwidth(50, 100, 0), BURST, Target::DEFAULT).unwrap();
+            a.no_stop_period_ns / MS
+        };
+        assert_eq!(no_stop(&runs), 121);
+        runs[20].first_arrived_ns = None;
+        assert_eq!(no_stop(&runs), 146);
     }
 
     #[test]

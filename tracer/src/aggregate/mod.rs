@@ -4,9 +4,12 @@
 //! starts, open stops, stops by an ancestor's quota) is docs/definitions.md's to say.
 //!
 //! [`durations`] keeps distributions, [`episodes`] one cgroup's stops and group stops,
-//! [`holders`] the threads they held, [`demand`] per-period demand and busy runs, [`window`]
-//! the live interval; this module routes records to them and joins the ancestors' credits.
+//! [`holders`] the threads they held, [`demand`] per-period demand and busy runs, [`backlog`]
+//! the work waiting at throttled period ends, [`rolling`] the demand over a rolling window,
+//! [`window`] the live interval; this module routes records to them and joins the ancestors'
+//! credits.
 
+mod backlog;
 mod demand;
 mod durations;
 mod episodes;

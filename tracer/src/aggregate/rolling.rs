@@ -5,14 +5,17 @@
 //! the summary says how much time its periods cover.
 //!
 //! The period counts are kept per slice of the window (a sixtieth of it): the window holds
-//! between 59 and 60 slices, and a run belongs to it while its end is inside.
+//! between 59 and 60 slices, and a run belongs to it while its end is inside. The held threads'
+//! records ([`Rolling::deferred`]) give a run what arrived in its first period, as the whole
+//! trace's [`Backlog`] does.
 
 use std::collections::VecDeque;
 
+use super::backlog::Backlog;
 use super::demand::{DemandSummary, Run, RunMaker};
 use super::durations::Durations;
 use crate::advice::{Calm, arrived_in};
-use crate::records::{Bandwidth, Period};
+use crate::records::{Bandwidth, Deferred, Period};
 
 /// Slices of the window its period counts are kept in.
 const SLICES: u64 = 60;
@@ -47,6 +50,7 @@ pub struct Rolling {
     slice_ns: u64,
     max_runs: usize,
     making: RunMaker,
+    backlog: Backlog,
     runs: VecDeque<Run>,
     slices: VecDeque<Slice>,
     calm: Calm,
@@ -66,6 +70,7 @@ impl Rolling {
             slice_ns: (window_ns / SLICES).max(1_000_000_000 / SLICES),
             max_runs: max_runs.max(1),
             making: RunMaker::default(),
+            backlog: Backlog::default(),
             runs: VecDeque::new(),
             slices: VecDeque::new(),
             calm: Calm::default(),
@@ -116,8 +121,12 @@ impl Rolling {
         if let Some(spent) = p.burst_spent_ns {
             slice.burst_spent_ns = Some(slice.burst_spent_ns.unwrap_or(0).saturating_add(spent));
         }
+        if p.throttled_cpus > 0 {
+            self.backlog.throttled(start_ns, p.end_ns, p.usage_ns);
+        }
         match self.making.period(p) {
-            Some(run) if run.demand_ns > 0 => {
+            Some(mut run) if run.demand_ns > 0 => {
+                run.first_arrived_ns = self.backlog.first_arrived(&run);
                 self.calm.add(&run);
                 self.runs.push_back(run);
                 self.trim();
@@ -136,6 +145,16 @@ impl Rolling {
             // A period of a run still going, or the tail of a run broken by an unknown one.
             None => Arrived::default(),
         }
+    }
+
+    /// Takes one held thread's deferred work.
+    pub fn deferred(&mut self, d: &Deferred) {
+        self.backlog.deferred(d);
+    }
+
+    /// A hold at `since_ns` whose work is unknown (threads a stop held past those it lists).
+    pub fn unknown_hold(&mut self, since_ns: u64) {
+        self.backlog.unknown_hold(since_ns);
     }
 
     fn pop(&mut self) {
@@ -244,9 +263,35 @@ mod tests {
         for p in &all {
             rolling.period(p);
             agg.ingest_period(p);
+            // Every other run's first period held a thread that ran 40 ms more before it
+            // slept: that run carries what arrived in its first period, in both.
+            if p.throttled_cpus > 0 && p.end_ns % (20_000 * MS) == 9_800 * MS {
+                let held = Deferred {
+                    cgroup_id: 1,
+                    tid: 7,
+                    since_ns: p.end_ns - 50 * MS,
+                    ran_ns: 40 * MS,
+                    continues: false,
+                    unfollowed: false,
+                };
+                rolling.deferred(&held);
+                agg.ingest_deferred(&held);
+            }
         }
         let whole = agg.finish(all.last().unwrap().end_ns).remove(0);
-        assert_eq!(rolling.summary(None), whole.demand.unwrap());
+        let summary = rolling.summary(None);
+        // The window keeps no distribution of the work waiting: the advice does not use it.
+        let whole = DemandSummary {
+            waiting: Durations::default().summary(),
+            ..whole.demand.unwrap()
+        };
+        assert_eq!(summary, whole);
+        let measured: Vec<u64> = summary
+            .runs_in_order
+            .iter()
+            .filter_map(|r| r.first_arrived_ns)
+            .collect();
+        assert_eq!(measured, [90 * MS; 2]);
     }
 
     #[test]

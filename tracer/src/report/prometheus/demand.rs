@@ -27,7 +27,7 @@ use super::{NS_PER_S, SharedRef, lock};
 use crate::advice::{self, Advice, Share, Target};
 use crate::aggregate::{Rolling, Run};
 use crate::cpustat::{CpuStat, counter_delta};
-use crate::records::Period;
+use crate::records::{Deferred, Period};
 
 /// Runs the windows of every measured cgroup keep together (~40 bytes each): each keeps an equal
 /// part, the oldest leaving first, so memory stays bounded however many cgroups there are.
@@ -120,6 +120,16 @@ impl Measured {
         }
         self.changed = true;
         self.rolling.period(p).periods
+    }
+
+    /// Takes one held thread's deferred work.
+    pub(super) fn deferred(&mut self, d: &Deferred) {
+        self.rolling.deferred(d);
+    }
+
+    /// A stop of `start_ns` held threads past those it lists: their work is unknown.
+    pub(super) fn unknown_hold(&mut self, start_ns: u64) {
+        self.rolling.unknown_hold(start_ns);
     }
 
     /// Keeps cpu.stat's reading of `now` for the window's share.

@@ -300,6 +300,17 @@ impl Exporter {
         }
     }
 
+    /// Hands `cgroup`'s window what its held threads' records say, if it has one.
+    fn measured(&self, cgroup: &CgroupRef, take: impl FnOnce(&mut Measured)) {
+        if let Some(m) = lock(&self.shared)
+            .cgroups
+            .get_mut(&cgroup.id)
+            .and_then(|t| t.measured.as_mut())
+        {
+            take(m);
+        }
+    }
+
     /// Marks `cgroup`'s cpu.stat as due for a reading, if it is tracked.
     fn changed(&self, cgroup: &CgroupRef) {
         if let Some(t) = lock(&self.shared).cgroups.get_mut(&cgroup.id) {
@@ -379,14 +390,23 @@ impl Sink for Exporter {
                 return;
             }
             Line::StopBegin(s) => (&s.cgroup, None),
-            Line::Stop(s) => (&s.started.cgroup, Some(s.duration_ns)),
+            Line::Stop(s) => {
+                if s.started.threads_unlisted > 0 {
+                    let start_ns = s.started.start_ns;
+                    self.measured(&s.started.cgroup, |m| m.unknown_hold(start_ns));
+                }
+                (&s.started.cgroup, Some(s.duration_ns))
+            }
             Line::UnseenStartStop(u) => (&u.cgroup, None),
             Line::AncestorStop(a) => {
                 self.credit(entry.credited, a.stop.duration_ns as f64 / NS_PER_S);
                 return;
             }
-            Line::Deferred(_)
-            | Line::Advice(_)
+            Line::Deferred(d) => {
+                self.measured(&d.cgroup, |m| m.deferred(&d.deferred));
+                return;
+            }
+            Line::Advice(_)
             | Line::ClockStep(_)
             | Line::Summary(_)
             | Line::End(_)
