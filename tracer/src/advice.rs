@@ -29,6 +29,8 @@
 //!   the shortest in which at most 1 % of such windows, laid over the periods' arrived demand
 //!   at every period boundary, hold more.
 
+use std::num::NonZeroU64;
+
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{DemandSummary, Run};
@@ -569,6 +571,7 @@ pub fn arrived_in(run: &Run, calm: u64, quota: u64) -> (u64, u64) {
     let rest = u64::from(run.periods.saturating_sub(1));
     let first = run
         .first_arrived_ns
+        .map(NonZeroU64::get)
         .unwrap_or_else(|| run.demand_ns.saturating_sub(rest.saturating_mul(calm)))
         .max(run.demand_ns.min(quota))
         .min(run.demand_ns);
@@ -1038,7 +1041,7 @@ mod tests {
             throttled_periods: 2,
             demand_ns: 150 * MS,
             cpus: 2,
-            first_arrived_ns: first_ms.map(|ms| ms * MS),
+            first_arrived_ns: first_ms.and_then(|ms| NonZeroU64::new(ms * MS)),
         };
         let split = |first_ms| {
             let (first, rest) = arrived_in(&run(first_ms), 20 * MS, 50 * MS);

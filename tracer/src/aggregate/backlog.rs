@@ -9,6 +9,7 @@
 //! a hold of it finished and every one did.
 
 use std::collections::VecDeque;
+use std::num::NonZeroU64;
 
 use super::demand::Run;
 use crate::FastMap;
@@ -127,7 +128,7 @@ impl Backlog {
     /// What arrived in the first period of `run`, which has just ended: that period's usage
     /// and the work waiting at its end, when the latter is known by now (the run's throttled
     /// periods are the last ones taken).
-    pub(super) fn first_arrived(&self, run: &Run) -> Option<u64> {
+    pub(super) fn first_arrived(&self, run: &Run) -> Option<NonZeroU64> {
         let back = usize::try_from(run.throttled_periods).ok()?;
         let first = self.recent.get(self.recent.len().checked_sub(back)?)?;
         if first.start_ns != run.start_ns {
@@ -135,7 +136,7 @@ impl Backlog {
         }
         first
             .waiting()
-            .map(|waiting| first.usage_ns.saturating_add(waiting))
+            .and_then(|waiting| NonZeroU64::new(first.usage_ns.saturating_add(waiting)))
     }
 
     /// The recent throttled period a hold at `since_ns` began in.

@@ -21,6 +21,8 @@
 //! reported short. A run still throttled when the trace ends is `unfinished`, a lower bound
 //! kept apart from the distribution.
 
+use std::num::NonZeroU64;
+
 use super::backlog::Backlog;
 use super::durations::{DurationSummary, Durations};
 
@@ -48,9 +50,13 @@ pub struct Run {
     pub cpus: u32,
     /// What arrived in its first period: that period's usage and the work still waiting at
     /// its end, when the held threads' records told it by the run's end (tracepoint backend).
+    /// Never 0 (the period ended throttled), which keeps a run at 48 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first_arrived_ns: Option<u64>,
+    pub first_arrived_ns: Option<NonZeroU64>,
 }
+
+// The rolling windows' bound (`WINDOW_RUNS`) is counted in runs of this size.
+const _: () = assert!(std::mem::size_of::<Run>() == 48);
 
 /// A cgroup's demand over the trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -365,7 +371,9 @@ pub(crate) mod tests {
             }
             d.period(&period(300, 50, 1, true));
             d.period(&period(400, 20, 1, false));
-            d.finish(None).largest[0].first_arrived_ns.map(|ns| ns / MS)
+            d.finish(None).largest[0]
+                .first_arrived_ns
+                .map(|ns| ns.get() / MS)
         };
         // Held at 150 ms and 180 ms, both slept by the run's end: 50 ms ran in the first
         // period, 25 + 10 waited at its end.

@@ -230,6 +230,8 @@ impl Rolling {
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroU64;
+
     use super::*;
     use crate::aggregate::Aggregate;
     use crate::aggregate::tests::MS;
@@ -290,6 +292,7 @@ mod tests {
             .runs_in_order
             .iter()
             .filter_map(|r| r.first_arrived_ns)
+            .map(NonZeroU64::get)
             .collect();
         assert_eq!(measured, [90 * MS; 2]);
     }

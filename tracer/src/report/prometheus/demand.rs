@@ -29,7 +29,7 @@ use crate::aggregate::{Rolling, Run};
 use crate::cpustat::{CpuStat, counter_delta};
 use crate::records::{Deferred, Period};
 
-/// Runs the windows of every measured cgroup keep together (~40 bytes each): each keeps an equal
+/// Runs the windows of every measured cgroup keep together (48 bytes each): each keeps an equal
 /// part, the oldest leaving first, so memory stays bounded however many cgroups there are.
 pub(super) const WINDOW_RUNS: usize = 400_000;
 
