@@ -661,12 +661,15 @@ fn replay_stops(arrived: &[u64], period: u64, cpus: u32, quota: u64) -> (u64, u6
 /// group's pool at a time; the advice assumes it where the trace did not read the machine's.
 const SLICE_NS: u64 = 5 * MS;
 
-/// How much fewer stops a target's replay allows than the target: 1.5 (to 1 %, one period in
-/// 150). The trace's per-period usage cannot show a cluster of work its own boundaries split
-/// in two, and no phase of the replay joins the halves again, so a replay to exactly the
-/// target comes out low on a trace that happened to split the clusters (docs/definitions.md,
+/// How much fewer stops a target's replay allows than the target: 3 (to 1 %, one period in
+/// 300). The replay spreads each period's arrived demand evenly over it, where real work comes
+/// in pieces that each run on one CPU: a request that arrives late in a period spills into the
+/// next, and a cluster the trace's own boundaries split in two is never joined again by a
+/// phase of the replay. So the replay stops fewer periods than the kernel does at the same
+/// quota: on reference 003's random arrivals, a third of what cpu.stat counted at 80 to 92 ms
+/// per 100 ms (docs/results/advise-check.md has the kernel's shares; docs/definitions.md,
 /// "target period").
-const REPLAY_ROOM: u64 = 150;
+const REPLAY_ROOM: u64 = 300;
 
 /// The periods' arrived demand replayed at today's period (docs/definitions.md, "target
 /// period"): the quotas it advises, and the share of periods a quota stops in it.
@@ -1106,7 +1109,7 @@ mod tests {
         let a = advise(&s, bandwidth(200, 100, 0), BURST, Target::DEFAULT).unwrap();
         // Three of 100 periods above 10 ms is more than 1 %, but at all but one phase of ten
         // the boundaries split a 45 ms period: 45 × 0.9 + 10 × 0.1 = 41.5 ms at most. At 42
-        // ms the replay stops 3 of 999 periods, at most 6 (one in 150): the headline is 42 ms
+        // ms the replay stops 3 of 999 periods, at most 3 (one in 300): the headline is 42 ms
         // and its margin, about a fifth of today's entitlement. Stopping none takes 45 ms.
         let r = a.recommended.unwrap();
         assert_eq!((r.quota_ns, r.millicpus), (45 * MS, 450));
@@ -1116,14 +1119,15 @@ mod tests {
             (a.stopped_now, a.stopped_after),
             (Share::default(), Share::default())
         );
-        // A target of 5 % lets the three periods stop (at 30 ms each stops at nine phases of
-        // ten, 27 of 999 replayed periods, below 5 % ÷ 1.5), for less quota; the model says
-        // what that costs in stopped periods.
+        // A target of 5 % lets the three periods stop where the boundaries split them least
+        // (at 35 ms: phases 0, 1, 2, 8 and 9, whose larger part is 45, 41.5 and 38 ms; 15 of
+        // 999 replayed periods, below 5 % ÷ 3), for less quota; the model says what that
+        // costs in stopped periods.
         let five: Target = "5%".parse().unwrap();
         let a = advise(&s, bandwidth(200, 100, 0), BURST, five).unwrap();
-        let r = a.recommended.unwrap();
-        assert!(r.quota_ns < 33 * MS, "{}", r.quota_ns);
-        assert!(a.stopped_after > Share::default() && a.stopped_after.fraction() <= 0.05 / 1.5);
+        assert_eq!(a.target_period_ns, 35 * MS);
+        assert!(a.recommended.unwrap().quota_ns < 42 * MS);
+        assert!(a.stopped_after > Share::default() && a.stopped_after.fraction() <= 0.05 / 3.0);
         assert_eq!(a.no_stop.unwrap().quota_ns, 48 * MS);
     }
 
@@ -1143,31 +1147,32 @@ mod tests {
     }
 
     #[test]
-    fn the_p99_quota_is_the_one_a_replay_at_every_phase_stops_in_one_period_in_150() {
+    fn the_p99_quota_is_the_one_a_replay_at_every_phase_stops_in_one_period_in_300() {
         // 100 periods of 100 ms, two with 80 ms arriving evenly over them, on one CPU. At phase
         // k of 10 the boundaries split each into 80 × (1 − k/10) and 80 × k/10 ms: 80, 72 | 8,
         // 64 | 16, 56 | 24, … Replayed: 99 periods at phase 0 (the last never closes) and 100 at
-        // each other phase, 999 in all, so at most 6 may stop (one in 150). At 64 ms the 80
-        // and 72 ms shares stop (phases 0, 1 and 9, 6 stops); below it the 64 ms ones too
-        // (phases 2 and 8, 10).
+        // each other phase, 999 in all, so at most 3 may stop (one in 300). At 72 ms the 80
+        // ms shares stop (phase 0, 2 stops); below it the 72 ms ones too (phases 1 and 9, 6),
+        // and below 64 ms the 64 ms ones (phases 2 and 8, 10).
         let mut arrived = vec![0; 100];
         arrived[20] = 80 * MS;
         arrived[60] = 80 * MS;
+        assert_eq!(replay_stops(&arrived, 100 * MS, 1, 72 * MS), (2, 999));
         assert_eq!(replay_stops(&arrived, 100 * MS, 1, 64 * MS), (6, 999));
         assert_eq!(replay_stops(&arrived, 100 * MS, 1, 63 * MS), (10, 999));
-        let one_in_150 = |s, p| Target::DEFAULT.met(s, p, REPLAY_ROOM);
-        assert_eq!(replay(&arrived, 1, SLICE_NS).quota(one_in_150), 64 * MS);
+        let one_in_300 = |s, p| Target::DEFAULT.met(s, p, REPLAY_ROOM);
+        assert_eq!(replay(&arrived, 1, SLICE_NS).quota(one_in_300), 72 * MS);
         // Its 4 ms a step never needs a second CPU, so on three the replay's quota is the
-        // same; each CPU but one may hold a slice when the pool runs dry: 64 + 2 × 5 ms, or
-        // on a machine whose slice is 1 ms, 64 + 2 × 1 ms.
-        assert_eq!(replay(&arrived, 3, SLICE_NS).quota(one_in_150), 74 * MS);
-        assert_eq!(replay(&arrived, 3, MS).quota(one_in_150), 66 * MS);
+        // same; each CPU but one may hold a slice when the pool runs dry: 72 + 2 × 5 ms, or
+        // on a machine whose slice is 1 ms, 72 + 2 × 1 ms.
+        assert_eq!(replay(&arrived, 3, SLICE_NS).quota(one_in_300), 82 * MS);
+        assert_eq!(replay(&arrived, 3, MS).quota(one_in_300), 74 * MS);
         // What a stopped period cannot run waits for the next: at 30 ms a cluster stops two
         // periods at every phase (phase 0: 80 ms, then 50 deferred; phase 5: 40, then 40 + 10)
         // but phase 7 (24 | 56: 26 ms deferred, which the third period runs): 2 × 19.
         assert_eq!(replay_stops(&arrived, 100 * MS, 2, 30 * MS), (38, 999));
         // Nothing arrived: nothing stops, whatever the quota.
-        assert_eq!(replay(&[0; 50], 4, SLICE_NS).quota(one_in_150), 0);
+        assert_eq!(replay(&[0; 50], 4, SLICE_NS).quota(one_in_300), 0);
     }
 
     /// The replay stepped through every period: what [`replay_stops`] must count.
