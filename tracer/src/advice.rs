@@ -737,8 +737,10 @@ impl Replay<'_> {
 }
 
 /// The shortest period up to 1 s at today's ratio in which at most the target's share of the
-/// windows of its length, one at every period boundary of `arrived` (a partly covered period
-/// counting its covered share), hold more than its quota less the margin.
+/// windows of its length (with [`REPLAY_ROOM`]: windows over evenly spread arrived demand miss
+/// the same spills and split clusters the replay does), one at every period boundary of
+/// `arrived` (a partly covered period counting its covered share), hold more than its quota
+/// less the margin.
 fn target_longer_period(
     arrived: &[u64],
     quota: u64,
@@ -769,7 +771,7 @@ fn target_longer_period(
         let over = (0..windows)
             .filter(|&i| window(i, whole, part) > allowed)
             .count();
-        if target.met(over as u64, windows as u64, 100) {
+        if target.met(over as u64, windows as u64, REPLAY_ROOM) {
             return Some(Setting::new(q, candidate, cpus));
         }
         candidate += MS;
@@ -1028,8 +1030,8 @@ mod tests {
         assert_eq!(a.no_stop.unwrap().quota_ns, 142 * MS);
         // Windows over the arrived demand (… 20 20 130 20 20 …): at 400 ms (quota 200 ms, 190
         // with the margin) none holds more than 130 + 3 × 20 = 190 ms; at 399 ms three windows
-        // hold 130 + 20 + 20 + 0.99 × 20 = 189.8 ms > 199.5 − 9.975, and 1 % of 194 windows is
-        // one. The period fitting every run whole at its start is longer.
+        // hold 130 + 20 + 20 + 0.99 × 20 = 189.8 ms > 199.5 − 9.975, and a third of 1 % of 194
+        // windows is none. The period fitting every run whole at its start is longer.
         let p = a.period_target.unwrap();
         assert_eq!((p.period_ns, p.quota_ns), (400 * MS, 200 * MS));
         assert_eq!(a.period.unwrap().period_ns, 485 * MS);
