@@ -54,6 +54,7 @@ use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use self::collector::CpuStatCollector;
@@ -113,6 +114,9 @@ struct Tracked {
     gone_since: Option<Instant>,
     /// Its demand and advice, once a period of its quota was measured.
     measured: Option<Measured>,
+    /// Its demand histogram, once a period's demand is known: held, so that a period does not
+    /// look it up in the family by its labels.
+    demand: Option<Histogram>,
 }
 
 /// The tracked cgroups, shared with the scrape-time cpu.stat collector.
@@ -238,6 +242,7 @@ impl Exporter {
                 changed: true,
                 gone_since: None,
                 measured: None,
+                demand: None,
             },
         );
         self.families.tracked.set(shared.cgroups.len() as i64);
@@ -254,49 +259,56 @@ impl Exporter {
             .cgroups
             .get(&cgroup.id)
             .is_some_and(|t| t.measured.is_some());
-        if !measured && period.bandwidth.quota_ns.is_none() {
-            return;
-        }
-        let Some(labels) = self.track(cgroup) else {
-            return;
-        };
-        let mut shared = lock(&self.shared);
         if !measured {
-            // One more window: each keeps an equal part of the runs.
-            let windows = 1 + shared
-                .cgroups
-                .values()
-                .filter(|t| t.measured.is_some())
-                .count();
-            let share = WINDOW_RUNS / windows;
-            shared
-                .cgroups
-                .values_mut()
-                .filter_map(|t| t.measured.as_mut())
-                .for_each(|m| m.bound(share));
-            if let Some(t) = shared.cgroups.get_mut(&cgroup.id) {
-                t.measured = Some(Measured::new(&advice, share));
+            if period.bandwidth.quota_ns.is_none() || self.track(cgroup).is_none() {
+                return;
             }
+            self.start_window(cgroup.id, &advice);
         }
-        let Some(m) = shared
-            .cgroups
-            .get_mut(&cgroup.id)
-            .and_then(|t| t.measured.as_mut())
+        let mut shared = lock(&self.shared);
+        let Some(Tracked {
+            labels,
+            measured: Some(m),
+            demand,
+            ..
+        }) = shared.cgroups.get_mut(&cgroup.id)
         else {
             return;
         };
         let arrived = m.period(period);
-        drop(shared);
         // No series before the first period whose demand is known: a group stopped in every
         // period has none until its run ends, and 115 lines of zeros would say nothing.
         if arrived.is_empty() {
             return;
         }
-        let histogram = self.families.period_demand.get_or_create(&labels);
+        let histogram = demand
+            .get_or_insert_with(|| self.families.period_demand.get_or_create_owned(labels))
+            .clone();
+        drop(shared);
         for (ns, n) in arrived {
             for _ in 0..n {
                 histogram.observe(ns as f64 / NS_PER_S);
             }
+        }
+    }
+
+    /// Starts the window of the tracked cgroup `id`: one more window, each keeps an equal part
+    /// of the runs.
+    fn start_window(&self, id: u64, advice: &AdviceConfig) {
+        let mut shared = lock(&self.shared);
+        let windows = 1 + shared
+            .cgroups
+            .values()
+            .filter(|t| t.measured.is_some())
+            .count();
+        let share = WINDOW_RUNS / windows;
+        shared
+            .cgroups
+            .values_mut()
+            .filter_map(|t| t.measured.as_mut())
+            .for_each(|m| m.bound(share));
+        if let Some(t) = shared.cgroups.get_mut(&id) {
+            t.measured = Some(Measured::new(advice, share));
         }
     }
 
