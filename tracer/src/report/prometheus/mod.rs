@@ -255,17 +255,16 @@ impl Exporter {
         let Some(advice) = self.config.advice else {
             return;
         };
-        let measured = lock(&self.shared)
-            .cgroups
-            .get(&cgroup.id)
-            .is_some_and(|t| t.measured.is_some());
+        let mut shared = lock(&self.shared);
+        let measured = (shared.cgroups.get(&cgroup.id)).is_some_and(|t| t.measured.is_some());
         if !measured {
+            drop(shared);
             if period.bandwidth.quota_ns.is_none() || self.track(cgroup).is_none() {
                 return;
             }
             self.start_window(cgroup.id, &advice);
+            shared = lock(&self.shared);
         }
-        let mut shared = lock(&self.shared);
         let Some(Tracked {
             labels,
             measured: Some(m),
