@@ -383,6 +383,11 @@ impl Session {
         selected
     }
 
+    /// Keeps no demand for the summary at the end ([`Aggregate::without_demand`]).
+    pub fn without_demand(&mut self) {
+        self.aggregate.without_demand();
+    }
+
     /// Where this session reads the cgroups' files.
     pub fn sampler(&self) -> Sampler {
         self.sampler.clone()

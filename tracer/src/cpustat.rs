@@ -148,8 +148,7 @@ impl CpuStat {
     /// Reads `cpu.stat` and, if present, `cpu.stat.local` in the cgroup directory `dir`.
     pub fn read(dir: &Path, version: Version) -> Result<Self, CpuStatError> {
         let unit = TimeUnit::of(version);
-        let path = dir.join("cpu.stat");
-        let mut stat = Self::parse(&read(&path)?, unit, &path)?;
+        let mut stat = Self::read_counters(dir, version)?;
         let local = dir.join("cpu.stat.local");
         match fs::read_to_string(&local) {
             Ok(text) => {
@@ -166,6 +165,12 @@ impl CpuStat {
             }
         }
         Ok(stat)
+    }
+
+    /// `cpu.stat` alone, without cpu.stat.local's `local_throttled_ns`.
+    pub fn read_counters(dir: &Path, version: Version) -> Result<Self, CpuStatError> {
+        let path = dir.join("cpu.stat");
+        Self::parse(&read(&path)?, TimeUnit::of(version), &path)
     }
 
     /// One `cpu.stat`'s text (`path` is the file's, for the errors).
@@ -209,17 +214,15 @@ impl CpuStat {
             (Some(now), Some(then)) => time(field, now, then).map(Some),
             _ => Ok(None),
         };
-        // The kernel's counters are 32-bit: a wrap between the readings diffs right.
-        let counter = |now: u64, then: u64| u64::from((now as u32).wrapping_sub(then as u32));
         Ok(Self {
             unit: self.unit,
-            nr_periods: counter(self.nr_periods, earlier.nr_periods),
-            nr_throttled: counter(self.nr_throttled, earlier.nr_throttled),
+            nr_periods: counter_delta(self.nr_periods, earlier.nr_periods),
+            nr_throttled: counter_delta(self.nr_throttled, earlier.nr_throttled),
             throttled_ns: time("throttled", self.throttled_ns, earlier.throttled_ns)?,
             nr_bursts: self
                 .nr_bursts
                 .zip(earlier.nr_bursts)
-                .map(|(now, then)| counter(now, then)),
+                .map(|(now, then)| counter_delta(now, then)),
             burst_ns: opt("burst", self.burst_ns, earlier.burst_ns)?,
             wait_sum_ns: opt("wait_sum", self.wait_sum_ns, earlier.wait_sum_ns)?,
             usage_ns: opt("usage_usec", self.usage_ns, earlier.usage_ns)?,
@@ -267,6 +270,12 @@ fn read(path: &Path) -> Result<String, CpuStatError> {
         path: path.to_owned(),
         source,
     })
+}
+
+/// A counter's growth from `then` to `now`: the kernel's counters are 32-bit, so a wrap between
+/// the readings diffs right.
+pub fn counter_delta(now: u64, then: u64) -> u64 {
+    u64::from((now as u32).wrapping_sub(then as u32))
 }
 
 /// cgroup v2 `cpu.stat` `usage_usec` alone, in ns: what a cgroup whose cpu controller is not

@@ -17,11 +17,21 @@ use crate::cgroups::{self, Hierarchy, Version};
 use crate::cpustat::{self, CpuStat, CpuStatError};
 use crate::records::{self, Bandwidth};
 
-/// A cgroup to read: its id and its path under the cpu hierarchy.
+/// A cgroup to read: its id, its path under the cpu hierarchy, and which of its files.
 #[derive(Clone, Debug)]
 pub struct Target {
     pub id: u64,
     pub path: String,
+    pub files: Files,
+}
+
+/// Which of a cgroup's files a read takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Files {
+    /// cpu.stat and cpu.stat.local, the usage and the bandwidth settings.
+    All,
+    /// cpu.stat alone (the exporter's mirror): one file, where [`Files::All`] opens up to six.
+    CpuStat,
 }
 
 /// One cgroup's files at one moment; each `None` where the file could not be read (the cgroup
@@ -80,7 +90,11 @@ impl Sampler {
         ids.into_iter()
             .filter_map(|id| {
                 let path = hierarchy.path_of(id)?.to_owned();
-                Some(Target { id, path })
+                Some(Target {
+                    id,
+                    path,
+                    files: Files::All,
+                })
             })
             .collect()
     }
@@ -92,6 +106,7 @@ impl Sampler {
             .map(|(id, path)| Target {
                 id,
                 path: path.to_owned(),
+                files: Files::All,
             })
             .collect()
     }
@@ -120,6 +135,20 @@ impl Sampler {
         let is_target = || fs::metadata(&dir).is_ok_and(|m| m.is_dir() && m.ino() == target.id);
         if !is_target() {
             return Sample::absent();
+        }
+        if target.files == Files::CpuStat {
+            let stat = CpuStat::read_counters(&dir, self.version);
+            if !is_target() {
+                return Sample::absent();
+            }
+            return Sample {
+                at: Instant::now(),
+                denied: stat.as_ref().err().is_some_and(CpuStatError::is_denied),
+                stat: stat.ok(),
+                usage_ns: None,
+                settings: None,
+                exists: true,
+            };
         }
         let stat = CpuStat::read(&dir, self.version);
         let usage_ns = match self.version {
@@ -300,6 +329,18 @@ mod tests {
     }
 
     #[test]
+    fn a_cpu_stat_read_takes_that_file_alone() {
+        let (_dir, mut h, id) = tree();
+        let sampler = Sampler::at(&h, None);
+        let mut targets = Sampler::targets(&mut h, [id]);
+        targets[0].files = Files::CpuStat;
+        let s = &sampler.read_now(&targets)[&id];
+        assert!(s.exists);
+        assert_eq!(s.stat.as_ref().unwrap().nr_throttled, 2);
+        assert_eq!((s.usage_ns, s.settings), (None, None));
+    }
+
+    #[test]
     fn a_missing_cgroup_samples_as_nothing_and_deltas_follow_the_baseline() {
         let (dir, mut h, id) = tree();
         let sampler = Sampler::at(&h, None);
@@ -321,6 +362,7 @@ mod tests {
         let gone = sampler.read_now(&[Target {
             id: 7,
             path: "/gone".into(),
+            files: Files::All,
         }]);
         assert_eq!((&gone[&7].stat, gone[&7].usage_ns), (&None, None));
         assert_eq!(gone[&7].settings, None);

@@ -34,13 +34,22 @@ use crate::{
     report::{
         Ndjson, Sink, Text,
         prometheus::{
-            AdviceConfig, Config, Exporter, PROTOBUF_CONTENT_TYPE, REFRESH_EVERY, Scraper,
+            AdviceConfig, Config, Exporter, PROTOBUF_CONTENT_TYPE, REFRESH_EVERY, SWEEP_EVERY,
+            Scraper,
         },
     },
     sampler::Sampler,
 };
 
+/// Allocations from this size up are mapped apart and given back when freed. glibc's default
+/// threshold rises to the largest block freed, so after the first scrape (megabytes of text)
+/// every later body came from the heap and its pages stayed resident: the agent's memory grew
+/// with its scrapes' size instead of staying flat.
+const MMAP_THRESHOLD: libc::c_int = 1 << 20;
+
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
+    // SAFETY: mallopt only sets a parameter of the allocator, under its own lock.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) };
     if args.max_cgroups == 0 {
         return Err(Failure::usage(
             "--max-cgroups 0 would export no cgroup at all",
@@ -81,13 +90,20 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     });
     let scraper = exporter.scraper();
     session.add_sink(Box::new(exporter));
+    // The exporter's rolling windows hold the demand; the whole run's is kept only for the
+    // recording's `advice` lines.
+    if args.record.is_none() {
+        session.without_demand();
+    }
     // Only the first set counts; there is no other.
     let _ = attached.set((scraper.clone(), session.sampler()));
 
     let mut interrupts = Interrupts::new()?;
-    loop {
-        // The exporter's tick: the kernel's lost-record count and the tracked cgroups' cpu.stat.
-        if session.tick(scraper.targets(), &mut interrupts).await? == Ended::Interrupted {
+    for ticks in 0.. {
+        // The exporter's tick: the kernel's lost-record count and the tracked cgroups' cpu.stat
+        // (those whose counters can have moved, and every one at a sweep).
+        let due = scraper.due(ticks % SWEEP_EVERY == 0);
+        if session.tick(due, &mut interrupts).await? == Ended::Interrupted {
             break;
         }
         session.forget(scraper.take_gone());

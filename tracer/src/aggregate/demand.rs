@@ -13,18 +13,19 @@
 //!
 //! - **deferred work** at a throttled period's end: what the threads its stops held ran from
 //!   their hold until they next blocked (`Deferred` records, tracepoint backend): the work that
-//!   had arrived and was waiting. A thread held again before it blocked counts what it ran
-//!   after that hold toward every hold of its chain, since all of it was waiting at each.
+//!   had arrived and was waiting ([`Backlog`]). A run whose first period's figure is known when
+//!   it ends carries what arrived in that period (`Run::first_arrived_ns`).
 //!
 //! A period whose usage is unknown (the first one seen, a CPU without the previous reading)
 //! breaks the run it falls in: that run is dropped and counted (`broken_runs`), never
 //! reported short. A run still throttled when the trace ends is `unfinished`, a lower bound
 //! kept apart from the distribution.
 
-use super::durations::{DurationSummary, Durations};
-use std::collections::VecDeque;
+use std::num::NonZeroU64;
 
-use crate::FastMap;
+use super::backlog::Backlog;
+use super::durations::{DurationSummary, Durations};
+
 use crate::records::{Bandwidth, Deferred, Period};
 
 /// Largest runs kept with their times.
@@ -32,13 +33,6 @@ const LARGEST: usize = 5;
 /// Runs kept in order for the advice's replay of the refill (`DemandSummary::runs_in_order`);
 /// ~3 hours of runs of one at 100 ms. Past it the advice covers the first ones only.
 const MAX_IN_ORDER: usize = 100_000;
-
-/// Holds one thread's unfinished work is followed through (one per throttled period).
-const MAX_CHAIN: usize = 64;
-/// Throttled periods whose work waiting can still grow: a hold's record comes when its thread
-/// next sleeps or is held again, so a period is summed up once this many newer throttled
-/// periods have ended (past `MAX_CHAIN`, no hold of it can still be followed).
-const RECENT: usize = 2 * MAX_CHAIN;
 
 /// One busy run (or a run of one period).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -54,7 +48,15 @@ pub struct Run {
     pub demand_ns: u64,
     /// The most CPUs it ran on within one period.
     pub cpus: u32,
+    /// What arrived in its first period: that period's usage and the work still waiting at
+    /// its end, when the held threads' records told it by the run's end (tracepoint backend).
+    /// Never 0 (the period ended throttled), which keeps a run at 48 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_arrived_ns: Option<NonZeroU64>,
 }
+
+// The rolling windows' bound (`WINDOW_RUNS`) is counted in runs of this size.
+const _: () = assert!(std::mem::size_of::<Run>() == 48);
 
 /// A cgroup's demand over the trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,21 +98,6 @@ pub struct DemandSummary {
     pub slice_ns: Option<u64>,
 }
 
-/// A throttled period, while holds of it may still report.
-#[derive(Debug)]
-struct Throttled {
-    start_ns: u64,
-    end_ns: u64,
-    /// Σ deferred work of its finished holds.
-    waiting_ns: u64,
-    /// Its holds seen and not finished.
-    open: u32,
-    /// A hold of it finished.
-    seen: bool,
-    /// A hold of it will never be known.
-    unknown: bool,
-}
-
 /// One cgroup's periods so far.
 #[derive(Debug, Default)]
 pub(super) struct Demand {
@@ -128,12 +115,8 @@ pub(super) struct Demand {
     burst_spent_ns: Option<u64>,
     /// The end of the last period taken, ns.
     last_end_ns: u64,
-    /// The last `RECENT` throttled periods, in order.
-    recent: VecDeque<Throttled>,
-    /// Per thread, its holds whose work it has not finished: (since, ran so far) each.
-    chains: FastMap<u32, Vec<(u64, u64)>>,
+    backlog: Backlog,
     waiting: Durations,
-    holds_unplaced: u64,
 }
 
 /// Makes busy runs of a cgroup's periods in order: the one definition the whole trace's demand
@@ -204,20 +187,11 @@ impl Demand {
         self.covered_ns = self.covered_ns.saturating_add(p.end_ns - start_ns);
         self.max_cpus = self.max_cpus.max(p.cpus_used);
         self.throttled_periods += u64::from(throttled);
-        if throttled {
-            if self.recent.len() == RECENT {
-                self.sum_up_oldest();
-            }
-            self.recent.push_back(Throttled {
-                start_ns,
-                end_ns: p.end_ns,
-                waiting_ns: 0,
-                open: 0,
-                seen: false,
-                unknown: false,
-            });
+        if throttled && let Some(waiting) = self.backlog.throttled(start_ns, p.end_ns, p.usage_ns) {
+            self.waiting.record(waiting);
         }
-        let run = self.making.period(p)?;
+        let mut run = self.making.period(p)?;
+        run.first_arrived_ns = self.backlog.first_arrived(&run);
         self.close(run)
     }
 
@@ -248,73 +222,17 @@ impl Demand {
 
     /// Takes one held thread's deferred work.
     pub(super) fn deferred(&mut self, d: &Deferred) {
-        if d.unfollowed {
-            self.unknown_hold(d.since_ns);
-            return;
-        }
-        if let Some(t) = self.throttled_at(d.since_ns) {
-            t.open += 1;
-        }
-        let chain = self.chains.entry(d.tid).or_default();
-        // What it ran after this hold was waiting at every earlier hold of the chain too.
-        for (_, ran) in chain.iter_mut() {
-            *ran = ran.saturating_add(d.ran_ns);
-        }
-        // A thread that never blocks (a CPU-bound loop) has no end to its deferred work: its
-        // oldest hold's figure stays unknown.
-        let oldest = (chain.len() == MAX_CHAIN).then(|| chain.remove(0).0);
-        chain.push((d.since_ns, d.ran_ns));
-        if let Some(since) = oldest {
-            self.unknown_hold(since);
-            if let Some(t) = self.throttled_at(since) {
-                t.open = t.open.saturating_sub(1);
-            }
-        }
-        if d.continues {
-            return;
-        }
-        for (since, ns) in self.chains.remove(&d.tid).unwrap_or_default() {
-            match self.throttled_at(since) {
-                Some(t) => {
-                    t.waiting_ns = t.waiting_ns.saturating_add(ns);
-                    t.open = t.open.saturating_sub(1);
-                    t.seen = true;
-                }
-                None => self.holds_unplaced += 1,
-            }
-        }
+        self.backlog.deferred(d);
     }
 
-    /// A hold at `since_ns` whose work is unknown: a thread past those a stop lists, a hold
-    /// the programs could not follow, a chain too long to follow. Its period has no figure.
+    /// A hold at `since_ns` whose work is unknown (see [`Backlog::unknown_hold`]).
     pub(super) fn unknown_hold(&mut self, since_ns: u64) {
-        match self.throttled_at(since_ns) {
-            Some(t) => t.unknown = true,
-            None => self.holds_unplaced += 1,
-        }
-    }
-
-    /// The recent throttled period a hold at `since_ns` began in.
-    fn throttled_at(&mut self, since_ns: u64) -> Option<&mut Throttled> {
-        let i = self.recent.partition_point(|t| t.end_ns < since_ns);
-        self.recent.get_mut(i).filter(|t| t.start_ns < since_ns)
-    }
-
-    /// Sums up the oldest recent throttled period: the work waiting at its end is known when
-    /// a hold of it finished and every one did.
-    fn sum_up_oldest(&mut self) {
-        if let Some(t) = self.recent.pop_front()
-            && t.seen
-            && t.open == 0
-            && !t.unknown
-        {
-            self.waiting.record(t.waiting_ns);
-        }
+        self.backlog.unknown_hold(since_ns);
     }
 
     pub(super) fn finish(mut self, slice_ns: Option<u64>) -> DemandSummary {
-        while !self.recent.is_empty() {
-            self.sum_up_oldest();
+        for waiting in self.backlog.finish() {
+            self.waiting.record(waiting);
         }
         DemandSummary {
             slice_ns,
@@ -332,7 +250,7 @@ impl Demand {
             max_cpus: self.max_cpus,
             bandwidth: self.bandwidth,
             burst_spent_ns: self.burst_spent_ns,
-            holds_unplaced: self.holds_unplaced,
+            holds_unplaced: self.backlog.holds_unplaced,
         }
     }
 }
@@ -340,6 +258,7 @@ impl Demand {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::aggregate::backlog::RECENT;
     use crate::aggregate::tests::MS;
     use crate::testing::period;
 
@@ -439,6 +358,32 @@ pub(crate) mod tests {
             ..deferred(5, 120, 0, false)
         });
         assert_eq!(waiting(&unfollowed), (1, 15, Some(15)));
+    }
+
+    #[test]
+    fn a_run_carries_what_arrived_in_its_first_period_when_its_holds_told_it_by_its_end() {
+        let first_arrived = |records: &[Deferred]| {
+            let mut d = Demand::default();
+            d.period(&period(100, 10, 1, false));
+            d.period(&period(200, 50, 2, true));
+            for r in records {
+                d.deferred(r);
+            }
+            d.period(&period(300, 50, 1, true));
+            d.period(&period(400, 20, 1, false));
+            d.finish(None).largest[0]
+                .first_arrived_ns
+                .map(|ns| ns.get() / MS)
+        };
+        // Held at 150 ms and 180 ms, both slept by the run's end: 50 ms ran in the first
+        // period, 25 + 10 waited at its end.
+        let slept = [deferred(1, 150, 25, false), deferred(2, 180, 10, false)];
+        assert_eq!(first_arrived(&slept), Some(85));
+        // Thread 2 was held again at 260 ms and had not slept by the run's end: unknown.
+        let held_on = [deferred(1, 150, 25, false), deferred(2, 180, 10, true)];
+        assert_eq!(first_arrived(&held_on), None);
+        // No hold of it seen: unknown, not nothing waiting.
+        assert_eq!(first_arrived(&[]), None);
     }
 
     #[test]

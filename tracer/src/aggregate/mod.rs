@@ -4,9 +4,12 @@
 //! starts, open stops, stops by an ancestor's quota) is docs/definitions.md's to say.
 //!
 //! [`durations`] keeps distributions, [`episodes`] one cgroup's stops and group stops,
-//! [`holders`] the threads they held, [`demand`] per-period demand and busy runs, [`window`]
-//! the live interval; this module routes records to them and joins the ancestors' credits.
+//! [`holders`] the threads they held, [`demand`] per-period demand and busy runs, [`backlog`]
+//! the work waiting at throttled period ends, [`rolling`] the demand over a rolling window,
+//! [`window`] the live interval; this module routes records to them and joins the ancestors'
+//! credits.
 
+mod backlog;
 mod demand;
 mod durations;
 mod episodes;
@@ -43,6 +46,8 @@ pub struct Aggregate {
     forgotten_demand: u64,
     /// The machine's bandwidth slice, for the demand summaries.
     slice_ns: Option<u64>,
+    /// Periods and deferred work are not taken ([`Aggregate::without_demand`]).
+    no_demand: bool,
 }
 
 /// Cgroups that never stopped whose periods are kept (the latest to have one): a quota's
@@ -64,7 +69,16 @@ impl Aggregate {
             demand: FastMap::default(),
             forgotten_demand: 0,
             slice_ns: None,
+            no_demand: false,
         }
+    }
+
+    /// Takes no periods and no deferred work, so that its summaries have no demand and no
+    /// advice: for `serve`, whose exporter keeps each cgroup's demand over its rolling window,
+    /// where the whole run's would keep up to 100,000 runs per cgroup for the summary at exit.
+    pub fn without_demand(&mut self) {
+        self.no_demand = true;
+        self.demand.clear();
     }
 
     /// Reports `cgroup_id` even if it never stops, as [`watching`](Self::watching) does, keeping
@@ -136,6 +150,9 @@ impl Aggregate {
 
     /// Takes one period record of a cgroup with a quota.
     pub fn ingest_period(&mut self, period: &Period) {
+        if self.no_demand {
+            return;
+        }
         let ended = self
             .demand
             .entry(period.cgroup_id)
@@ -151,6 +168,9 @@ impl Aggregate {
 
     /// Takes one held thread's deferred work (a cgroup with a quota that stopped).
     pub fn ingest_deferred(&mut self, deferred: &Deferred) {
+        if self.no_demand {
+            return;
+        }
         self.demand
             .entry(deferred.cgroup_id)
             .or_default()

@@ -5,14 +5,17 @@
 //! the summary says how much time its periods cover.
 //!
 //! The period counts are kept per slice of the window (a sixtieth of it): the window holds
-//! between 59 and 60 slices, and a run belongs to it while its end is inside.
+//! between 59 and 60 slices, and a run belongs to it while its end is inside. The held threads'
+//! records ([`Rolling::deferred`]) give a run what arrived in its first period, as the whole
+//! trace's [`Backlog`] does.
 
 use std::collections::VecDeque;
 
+use super::backlog::Backlog;
 use super::demand::{DemandSummary, Run, RunMaker};
 use super::durations::Durations;
 use crate::advice::{Calm, arrived_in};
-use crate::records::{Bandwidth, Period};
+use crate::records::{Bandwidth, Deferred, Period};
 
 /// Slices of the window its period counts are kept in.
 const SLICES: u64 = 60;
@@ -47,12 +50,17 @@ pub struct Rolling {
     slice_ns: u64,
     max_runs: usize,
     making: RunMaker,
+    backlog: Backlog,
     runs: VecDeque<Run>,
     slices: VecDeque<Slice>,
     calm: Calm,
     bandwidth: Bandwidth,
     /// Runs that left before their end left the window, for the bound.
     pub dropped_runs: u64,
+    /// The end of the last run that left for the bound: the window's summary counts the
+    /// periods of the slices after its slice only, so that the periods whose runs are gone do
+    /// not dilute the share of those kept.
+    dropped_until_ns: u64,
 }
 
 impl Rolling {
@@ -62,11 +70,13 @@ impl Rolling {
             slice_ns: (window_ns / SLICES).max(1_000_000_000 / SLICES),
             max_runs: max_runs.max(1),
             making: RunMaker::default(),
+            backlog: Backlog::default(),
             runs: VecDeque::new(),
             slices: VecDeque::new(),
             calm: Calm::default(),
             bandwidth: Bandwidth::default(),
             dropped_runs: 0,
+            dropped_until_ns: 0,
         }
     }
 
@@ -111,8 +121,12 @@ impl Rolling {
         if let Some(spent) = p.burst_spent_ns {
             slice.burst_spent_ns = Some(slice.burst_spent_ns.unwrap_or(0).saturating_add(spent));
         }
+        if p.throttled_cpus > 0 {
+            self.backlog.throttled(start_ns, p.end_ns, p.usage_ns);
+        }
         match self.making.period(p) {
-            Some(run) if run.demand_ns > 0 => {
+            Some(mut run) if run.demand_ns > 0 => {
+                run.first_arrived_ns = self.backlog.first_arrived(&run);
                 self.calm.add(&run);
                 self.runs.push_back(run);
                 self.trim();
@@ -133,6 +147,16 @@ impl Rolling {
         }
     }
 
+    /// Takes one held thread's deferred work.
+    pub fn deferred(&mut self, d: &Deferred) {
+        self.backlog.deferred(d);
+    }
+
+    /// A hold at `since_ns` whose work is unknown (threads a stop held past those it lists).
+    pub fn unknown_hold(&mut self, since_ns: u64) {
+        self.backlog.unknown_hold(since_ns);
+    }
+
     fn pop(&mut self) {
         if let Some(run) = self.runs.pop_front() {
             self.calm.remove(&run);
@@ -141,13 +165,29 @@ impl Rolling {
 
     fn trim(&mut self) {
         while self.runs.len() > self.max_runs {
+            if let Some(run) = self.runs.front() {
+                self.dropped_until_ns = self.dropped_until_ns.max(run.end_ns);
+            }
             self.pop();
             self.dropped_runs += 1;
         }
     }
 
+    /// The slices the summary counts: those after the last run dropped for the bound.
+    fn counted(&self) -> impl Iterator<Item = &Slice> {
+        let after = (self.dropped_runs > 0).then(|| self.dropped_until_ns / self.slice_ns);
+        self.slices
+            .iter()
+            .filter(move |s| after.is_none_or(|a| s.index > a))
+    }
+
     fn periods(&self) -> u64 {
-        self.slices.iter().map(|s| s.periods).sum()
+        self.counted().map(|s| s.periods).sum()
+    }
+
+    /// The run still going, if it has usage (its demand so far a lower bound).
+    pub fn unfinished(&self) -> Option<Run> {
+        self.making.unfinished()
     }
 
     /// The settings of the last period taken.
@@ -163,7 +203,7 @@ impl Rolling {
         let mut largest: Vec<Run> = self.runs.iter().copied().collect();
         largest.sort_by_key(|r| std::cmp::Reverse(r.demand_ns));
         largest.truncate(LARGEST);
-        let sum = |f: fn(&Slice) -> u64| self.slices.iter().map(f).sum::<u64>();
+        let sum = |f: fn(&Slice) -> u64| self.counted().map(f).sum::<u64>();
         DemandSummary {
             periods: sum(|s| s.periods),
             unknown_periods: sum(|s| s.unknown_periods),
@@ -175,11 +215,10 @@ impl Rolling {
             runs_in_order: self.runs.iter().copied().collect(),
             broken_runs: self.making.broken_runs,
             unfinished: self.making.unfinished(),
-            max_cpus: self.slices.iter().map(|s| s.max_cpus).max().unwrap_or(0),
+            max_cpus: self.counted().map(|s| s.max_cpus).max().unwrap_or(0),
             bandwidth: self.bandwidth,
             burst_spent_ns: self
-                .slices
-                .iter()
+                .counted()
                 .filter_map(|s| s.burst_spent_ns)
                 .reduce(u64::saturating_add),
             waiting: Durations::default().summary(),
@@ -191,6 +230,8 @@ impl Rolling {
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroU64;
+
     use super::*;
     use crate::aggregate::Aggregate;
     use crate::aggregate::tests::MS;
@@ -224,9 +265,36 @@ mod tests {
         for p in &all {
             rolling.period(p);
             agg.ingest_period(p);
+            // Every other run's first period held a thread that ran 40 ms more before it
+            // slept: that run carries what arrived in its first period, in both.
+            if p.throttled_cpus > 0 && p.end_ns % (20_000 * MS) == 9_800 * MS {
+                let held = Deferred {
+                    cgroup_id: 1,
+                    tid: 7,
+                    since_ns: p.end_ns - 50 * MS,
+                    ran_ns: 40 * MS,
+                    continues: false,
+                    unfollowed: false,
+                };
+                rolling.deferred(&held);
+                agg.ingest_deferred(&held);
+            }
         }
         let whole = agg.finish(all.last().unwrap().end_ns).remove(0);
-        assert_eq!(rolling.summary(None), whole.demand.unwrap());
+        let summary = rolling.summary(None);
+        // The window keeps no distribution of the work waiting: the advice does not use it.
+        let whole = DemandSummary {
+            waiting: Durations::default().summary(),
+            ..whole.demand.unwrap()
+        };
+        assert_eq!(summary, whole);
+        let measured: Vec<u64> = summary
+            .runs_in_order
+            .iter()
+            .filter_map(|r| r.first_arrived_ns)
+            .map(NonZeroU64::get)
+            .collect();
+        assert_eq!(measured, [90 * MS; 2]);
     }
 
     #[test]
@@ -246,6 +314,9 @@ mod tests {
         let s = rolling.summary(None);
         assert_eq!(s.runs_in_order.len(), 50);
         assert!(rolling.dropped_runs > 0);
+        // The periods counted are those of the kept runs' time, not the whole window's: 50
+        // runs of one 100 ms period, the last 5 s, about 46 of them.
+        assert!((40..=50).contains(&s.periods), "{}", s.periods);
     }
 
     #[test]

@@ -304,14 +304,14 @@ Written by `cargo xtask bench` (not by hand): each section is the one its last r
 headed with when, at which commit, on which machine and by which command. What each figure \
 measures and how to read it: [performance.md](../performance.md).";
 
-/// The host tests' lock, held while measuring; waits for it.
-fn host_lock() -> Result<std::fs::File> {
+/// The host tests' lock, held while measuring (the bench, advise-check); waits for it.
+pub fn host_lock() -> Result<std::fs::File> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(LOCK)
         .with_context(|| format!("opening {LOCK}"))?;
-    eprintln!("bench: waiting for {LOCK}");
+    eprintln!("waiting for {LOCK}");
     // SAFETY: flock on an fd we own; released when the file closes.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == -1 {
         return Err(std::io::Error::last_os_error()).context(format!("flock {LOCK}"));

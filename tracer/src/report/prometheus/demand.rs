@@ -25,11 +25,11 @@ use prometheus_client::registry::Unit;
 use super::labels::CgroupLabels;
 use super::{NS_PER_S, SharedRef, lock};
 use crate::advice::{self, Advice, Share, Target};
-use crate::aggregate::Rolling;
-use crate::cpustat::CpuStat;
-use crate::records::Period;
+use crate::aggregate::{Rolling, Run};
+use crate::cpustat::{CpuStat, counter_delta};
+use crate::records::{Deferred, Period};
 
-/// Runs the windows of every measured cgroup keep together (~40 bytes each): each keeps an equal
+/// Runs the windows of every measured cgroup keep together (48 bytes each): each keeps an equal
 /// part, the oldest leaving first, so memory stays bounded however many cgroups there are.
 pub(super) const WINDOW_RUNS: usize = 400_000;
 
@@ -58,8 +58,12 @@ pub(super) enum Missing {
     /// Fewer periods in the window than the target can be judged on: one stop allowed needs
     /// 1.5 ÷ target of them (150 at 1 %).
     TooFewPeriods,
-    /// No busy run ended in the window (an idle group, or one stopped throughout).
+    /// No busy run ended in the window, and none is going on (an idle group).
     NoRuns,
+    /// No busy run ended in the window, and one is still going on: a group stopped in every
+    /// period since that run began (a busy loop over its quota), whose demand is known only
+    /// once the run ends; its lower bound so far is exported instead (`unfinished_run_*`).
+    RunNotEnded,
     /// The group has no quota now.
     NoQuota,
 }
@@ -69,6 +73,7 @@ impl Missing {
         match self {
             Self::TooFewPeriods => "too_few_periods",
             Self::NoRuns => "no_runs",
+            Self::RunNotEnded => "run_not_ended",
             Self::NoQuota => "no_quota",
         }
     }
@@ -85,8 +90,9 @@ pub(super) struct Measured {
     advised_at: Option<Instant>,
     changed: bool,
     /// cpu.stat's (when, nr_periods, nr_throttled) at most a sixtieth of the window apart,
-    /// over the window: its share of throttled periods in the same window.
-    readings: VecDeque<(Instant, CpuStat)>,
+    /// over the window: its share of throttled periods in the same window. The two counters
+    /// alone, not the whole reading (a tenth of its size, for 60 readings a cgroup).
+    readings: VecDeque<(Instant, u64, u64)>,
 }
 
 impl Measured {
@@ -116,6 +122,16 @@ impl Measured {
         self.rolling.period(p).periods
     }
 
+    /// Takes one held thread's deferred work.
+    pub(super) fn deferred(&mut self, d: &Deferred) {
+        self.rolling.deferred(d);
+    }
+
+    /// A stop of `start_ns` held threads past those it lists: their work is unknown.
+    pub(super) fn unknown_hold(&mut self, start_ns: u64) {
+        self.rolling.unknown_hold(start_ns);
+    }
+
     /// Keeps cpu.stat's reading of `now` for the window's share.
     pub(super) fn read(&mut self, stat: Option<&CpuStat>, now: Instant, config: &AdviceConfig) {
         let Some(stat) = stat else {
@@ -125,14 +141,15 @@ impl Measured {
         if self
             .readings
             .back()
-            .is_none_or(|(at, _)| now.duration_since(*at) >= step)
+            .is_none_or(|(at, ..)| now.duration_since(*at) >= step)
         {
-            self.readings.push_back((now, stat.clone()));
+            self.readings
+                .push_back((now, stat.nr_periods, stat.nr_throttled));
         }
         while self
             .readings
             .front()
-            .is_some_and(|(at, _)| now.duration_since(*at) > config.window)
+            .is_some_and(|(at, ..)| now.duration_since(*at) > config.window)
         {
             self.readings.pop_front();
         }
@@ -169,14 +186,27 @@ impl Measured {
         let kernel = advice::Kernel {
             burst: bandwidth.burst_ns.is_some(),
         };
-        advice::advise(&demand, bandwidth, kernel, target).ok_or(Missing::NoRuns)
+        advice::advise(&demand, bandwidth, kernel, target).ok_or(match demand.unfinished {
+            Some(_) => Missing::RunNotEnded,
+            None => Missing::NoRuns,
+        })
+    }
+
+    /// The run still going while the advice waits for it to end ([`Missing::RunNotEnded`]).
+    fn unfinished(&self) -> Option<Run> {
+        self.rolling
+            .unfinished()
+            .filter(|_| matches!(self.advice, Err(Missing::RunNotEnded)))
     }
 
     /// cpu.stat's share of throttled periods between the window's first reading and `now`'s.
     fn cpustat_share(&self, now: Option<&CpuStat>) -> Option<Share> {
-        let (_, first) = self.readings.front()?;
-        let delta = now?.since(first).ok()?;
-        Some(Share::of(delta.nr_throttled, delta.nr_periods))
+        let &(_, periods, throttled) = self.readings.front()?;
+        let now = now?;
+        Some(Share::of(
+            counter_delta(now.nr_throttled, throttled),
+            counter_delta(now.nr_periods, periods),
+        ))
     }
 }
 
@@ -223,7 +253,7 @@ fn seconds(ns: Option<u64>) -> Vec<Series> {
 }
 
 /// The families, in the order of the exposition.
-static FAMILIES: [Family; 13] = [
+static FAMILIES: [Family; 15] = [
     Family {
         name: "periods",
         help: "Periods of the group's quota the trace measured (the expiries of its period timer)",
@@ -321,6 +351,28 @@ static FAMILIES: [Family; 13] = [
         series: |m, _| match &m.advice {
             Ok(_) => Vec::new(),
             Err(why) => vec![(Some(("reason", why.reason())), Value::Count(1))],
+        },
+    },
+    Family {
+        name: "unfinished_run_demand",
+        help: "Where the advice waits for a run that has not ended (advice_missing \
+               reason=\"run_not_ended\"): the CPU time the run has used so far, a lower bound \
+               of its demand",
+        unit: Some("seconds"),
+        counter: false,
+        series: |m, _| seconds(m.unfinished().map(|r| r.demand_ns)),
+    },
+    Family {
+        name: "unfinished_run_periods",
+        help: "Where the advice waits for a run that has not ended: the periods it has spanned, \
+               each of which ended throttled",
+        unit: None,
+        counter: false,
+        series: |m, _| {
+            m.unfinished()
+                .map(|r| (None, Value::Count(u64::from(r.periods))))
+                .into_iter()
+                .collect()
         },
     },
     Family {
@@ -504,10 +556,55 @@ mod tests {
             1.0
         );
         assert!(!text.contains("throttle_tracer_advised_quota_seconds{"));
+        assert!(!text.contains("throttle_tracer_unfinished_run_periods{"));
         // The settings and counts are there all the same.
         assert_eq!(
             sample(&text, r#"throttle_tracer_periods_total{cgroup="/demo"}"#),
             100.0
         );
+    }
+
+    /// A busy loop over its quota (1 ms every 100 ms period, each one throttled) never ends
+    /// its run: the advice says it waits for it, with the run's usage so far.
+    #[test]
+    fn a_group_stopped_in_every_period_says_its_advice_waits_for_the_run() {
+        let (_dir, h, id) = tree();
+        let (mut report, scraper) = reporting(Exporter::new(config(10)));
+        for end in 1..=200 {
+            let mut p = period(end * 100, 1, 1, true);
+            p.bandwidth.quota_ns = Some(MS);
+            p.cgroup_id = id;
+            report.period(&p, Some("/demo"));
+        }
+        ticked(&mut report, &scraper, &h, 0, Instant::now());
+        let (_, text) = scraper.encode(false).unwrap();
+        let l = r#"{cgroup="/demo"}"#;
+        assert_eq!(
+            sample(
+                &text,
+                r#"throttle_tracer_advice_missing{cgroup="/demo",reason="run_not_ended"}"#
+            ),
+            1.0
+        );
+        assert_eq!(
+            sample(&text, &format!("throttle_tracer_unfinished_run_periods{l}")),
+            200.0
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("throttle_tracer_unfinished_run_demand_seconds{l}")
+            ),
+            0.2
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("throttle_tracer_throttled_periods_total{l}")
+            ),
+            200.0
+        );
+        // No period's arrived demand is known until the run ends: no histogram series yet.
+        assert!(!text.contains("throttle_tracer_period_demand_seconds_count{"));
     }
 }

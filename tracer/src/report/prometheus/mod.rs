@@ -54,6 +54,7 @@ use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use self::collector::CpuStatCollector;
@@ -71,6 +72,9 @@ const NS_PER_S: f64 = 1e9;
 /// How often `serve`'s run loop ticks the exporter: its bookkeeping (lost records, removed
 /// cgroups, cpu.stat) and its share of the advice.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// Every this many ticks the run loop reads every tracked cgroup's cpu.stat, not only those
+/// whose records say it can have changed ([`Scraper::due`]).
+pub const SWEEP_EVERY: u64 = 10;
 
 /// The `Content-Type` of [`Scraper::encode`]'s OpenMetrics text.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -103,10 +107,16 @@ struct Tracked {
     /// Its cpu.stat at the sampler's last reading (each scrape's, and the run loop's once a
     /// second); `None` before the first or if unreadable.
     stat: Option<CpuStat>,
+    /// A record of it came since its cpu.stat was last asked for: its counters can have
+    /// changed (they move only at its period timer's expiry and its stops, each a record).
+    changed: bool,
     /// When the sampler first found it missing.
     gone_since: Option<Instant>,
     /// Its demand and advice, once a period of its quota was measured.
     measured: Option<Measured>,
+    /// Its demand histogram, once a period's demand is known: held, so that a period does not
+    /// look it up in the family by its labels.
+    demand: Option<Histogram>,
 }
 
 /// The tracked cgroups, shared with the scrape-time cpu.stat collector.
@@ -229,8 +239,10 @@ impl Exporter {
                 labels: labels.clone(),
                 path,
                 stat: None,
+                changed: true,
                 gone_since: None,
                 measured: None,
+                demand: None,
             },
         );
         self.families.tracked.set(shared.cgroups.len() as i64);
@@ -243,44 +255,35 @@ impl Exporter {
         let Some(advice) = self.config.advice else {
             return;
         };
-        let measured = lock(&self.shared)
-            .cgroups
-            .get(&cgroup.id)
-            .is_some_and(|t| t.measured.is_some());
-        if !measured && period.bandwidth.quota_ns.is_none() {
-            return;
-        }
-        let Some(labels) = self.track(cgroup) else {
-            return;
-        };
         let mut shared = lock(&self.shared);
+        let measured = (shared.cgroups.get(&cgroup.id)).is_some_and(|t| t.measured.is_some());
         if !measured {
-            // One more window: each keeps an equal part of the runs.
-            let windows = 1 + shared
-                .cgroups
-                .values()
-                .filter(|t| t.measured.is_some())
-                .count();
-            let share = WINDOW_RUNS / windows;
-            shared
-                .cgroups
-                .values_mut()
-                .filter_map(|t| t.measured.as_mut())
-                .for_each(|m| m.bound(share));
-            if let Some(t) = shared.cgroups.get_mut(&cgroup.id) {
-                t.measured = Some(Measured::new(&advice, share));
+            drop(shared);
+            if period.bandwidth.quota_ns.is_none() || self.track(cgroup).is_none() {
+                return;
             }
+            self.start_window(cgroup.id, &advice);
+            shared = lock(&self.shared);
         }
-        let Some(m) = shared
-            .cgroups
-            .get_mut(&cgroup.id)
-            .and_then(|t| t.measured.as_mut())
+        let Some(Tracked {
+            labels,
+            measured: Some(m),
+            demand,
+            ..
+        }) = shared.cgroups.get_mut(&cgroup.id)
         else {
             return;
         };
         let arrived = m.period(period);
+        // No series before the first period whose demand is known: a group stopped in every
+        // period has none until its run ends, and 115 lines of zeros would say nothing.
+        if arrived.is_empty() {
+            return;
+        }
+        let histogram = demand
+            .get_or_insert_with(|| self.families.period_demand.get_or_create_owned(labels))
+            .clone();
         drop(shared);
-        let histogram = self.families.period_demand.get_or_create(&labels);
         for (ns, n) in arrived {
             for _ in 0..n {
                 histogram.observe(ns as f64 / NS_PER_S);
@@ -288,8 +291,47 @@ impl Exporter {
         }
     }
 
-    /// Takes the sampler's reading of the tracked cgroups, which scrapes then serve, and drops
-    /// the cgroups missing from it (no path, or no directory) for longer than `gone_after`.
+    /// Starts the window of the tracked cgroup `id`: one more window, each keeps an equal part
+    /// of the runs.
+    fn start_window(&self, id: u64, advice: &AdviceConfig) {
+        let mut shared = lock(&self.shared);
+        let windows = 1 + shared
+            .cgroups
+            .values()
+            .filter(|t| t.measured.is_some())
+            .count();
+        let share = WINDOW_RUNS / windows;
+        shared
+            .cgroups
+            .values_mut()
+            .filter_map(|t| t.measured.as_mut())
+            .for_each(|m| m.bound(share));
+        if let Some(t) = shared.cgroups.get_mut(&id) {
+            t.measured = Some(Measured::new(advice, share));
+        }
+    }
+
+    /// Hands `cgroup`'s window what its held threads' records say, if it has one.
+    fn measured(&self, cgroup: &CgroupRef, take: impl FnOnce(&mut Measured)) {
+        if let Some(m) = lock(&self.shared)
+            .cgroups
+            .get_mut(&cgroup.id)
+            .and_then(|t| t.measured.as_mut())
+        {
+            take(m);
+        }
+    }
+
+    /// Marks `cgroup`'s cpu.stat as due for a reading, if it is tracked.
+    fn changed(&self, cgroup: &CgroupRef) {
+        if let Some(t) = lock(&self.shared).cgroups.get_mut(&cgroup.id) {
+            t.changed = true;
+        }
+    }
+
+    /// Takes the sampler's reading of the tracked cgroups it read ([`Scraper::due`]), which
+    /// scrapes then serve, and drops the cgroups found missing (no path, or no directory) for
+    /// longer than `gone_after`. A cgroup not read keeps its last reading.
     fn update(&mut self, snapshot: &Snapshot, now: Instant) {
         let mut shared = lock(&self.shared);
         let mut gone = Vec::new();
@@ -306,23 +348,28 @@ impl Exporter {
             (measured as f64 / ticks).ceil() as usize + 1
         });
         for (id, t) in &mut shared.cgroups {
-            match snapshot.get(id).filter(|s| s.exists) {
-                Some(sample) => {
+            let present = match snapshot.get(id) {
+                Some(sample) if sample.exists => {
                     t.stat.clone_from(&sample.stat);
                     t.gone_since = None;
-                    if let (Some(m), Some(advice)) = (&mut t.measured, &self.config.advice) {
-                        m.read(t.stat.as_ref(), now, advice);
-                        if advice_budget > 0 && m.refresh(now, self.slice_ns, advice) {
-                            advice_budget -= 1;
-                        }
+                    true
+                }
+                // Not read this time: its counters are as last read.
+                None => t.path.is_some(),
+                Some(_) => false,
+            };
+            if present {
+                if let (Some(m), Some(advice)) = (&mut t.measured, &self.config.advice) {
+                    m.read(t.stat.as_ref(), now, advice);
+                    if advice_budget > 0 && m.refresh(now, self.slice_ns, advice) {
+                        advice_budget -= 1;
                     }
                 }
-                None => {
-                    t.stat = None;
-                    let since = *t.gone_since.get_or_insert(now);
-                    if now.duration_since(since) >= self.config.gone_after {
-                        gone.push(*id);
-                    }
+            } else {
+                t.stat = None;
+                let since = *t.gone_since.get_or_insert(now);
+                if now.duration_since(since) >= self.config.gone_after {
+                    gone.push(*id);
                 }
             }
         }
@@ -349,18 +396,28 @@ impl Sink for Exporter {
                 return;
             }
             Line::Period(p) => {
+                self.changed(&p.cgroup);
                 self.period(&p.cgroup, &p.period);
                 return;
             }
             Line::StopBegin(s) => (&s.cgroup, None),
-            Line::Stop(s) => (&s.started.cgroup, Some(s.duration_ns)),
+            Line::Stop(s) => {
+                if s.started.threads_unlisted > 0 {
+                    let start_ns = s.started.start_ns;
+                    self.measured(&s.started.cgroup, |m| m.unknown_hold(start_ns));
+                }
+                (&s.started.cgroup, Some(s.duration_ns))
+            }
             Line::UnseenStartStop(u) => (&u.cgroup, None),
             Line::AncestorStop(a) => {
                 self.credit(entry.credited, a.stop.duration_ns as f64 / NS_PER_S);
                 return;
             }
-            Line::Deferred(_)
-            | Line::Advice(_)
+            Line::Deferred(d) => {
+                self.measured(&d.cgroup, |m| m.deferred(&d.deferred));
+                return;
+            }
+            Line::Advice(_)
             | Line::ClockStep(_)
             | Line::Summary(_)
             | Line::End(_)
@@ -372,6 +429,7 @@ impl Sink for Exporter {
         let Some(labels) = self.track(cgroup) else {
             return;
         };
+        self.changed(cgroup);
         let f = &self.families;
         if let Some(ns) = stop_ns {
             let seconds = ns as f64 / NS_PER_S;
@@ -446,7 +504,7 @@ pub(crate) mod tests {
         at: Instant,
     ) -> Vec<u64> {
         let sampler = crate::sampler::Sampler::at(h, None);
-        let snapshot = sampler.read_now(&scraper.targets());
+        let snapshot = sampler.read_now(&scraper.due(true));
         report
             .tick(&Tick {
                 at,
@@ -689,6 +747,62 @@ pub(crate) mod tests {
         );
     }
 
+    /// Between sweeps, a tick reads only the cgroups with a record since their last reading:
+    /// an idle cgroup's counters cannot have moved.
+    #[test]
+    fn only_cgroups_with_a_record_since_their_last_reading_are_due_between_sweeps() {
+        let (dir, mut h, demo) = tree();
+        std::fs::create_dir(dir.path().join("idle")).unwrap();
+        std::fs::write(
+            dir.path().join("idle/cpu.stat"),
+            "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n",
+        )
+        .unwrap();
+        let idle = h.id_of("/idle").unwrap();
+        let (mut report, scraper) = reporting(Exporter::new(Config {
+            named: [demo, idle]
+                .map(|id| CgroupRef::new(id, h.path_of(id)))
+                .to_vec(),
+            ..config(10)
+        }));
+        let due = |all| {
+            let mut ids: Vec<u64> = scraper.due(all).iter().map(|t| t.id).collect();
+            ids.sort_unstable();
+            ids
+        };
+        let mut both = vec![demo, idle];
+        both.sort_unstable();
+        assert_eq!(due(false), both, "never read: both");
+        ticked(&mut report, &scraper, &h, 0, Instant::now());
+        assert_eq!(due(false), Vec::<u64>::new());
+        feed(&mut report, &mut h, demo);
+        assert_eq!(due(false), [demo]);
+        assert_eq!(due(false), Vec::<u64>::new(), "asked for once");
+        assert_eq!(due(true), both);
+        // Not read, not gone: /idle keeps its series and its reading.
+        ticked(&mut report, &scraper, &h, 0, Instant::now());
+        let snapshot = crate::sampler::Sampler::at(&h, None).read_now(&scraper.due(false));
+        assert!(snapshot.is_empty());
+        report
+            .tick(&Tick {
+                at: Instant::now() + Duration::from_secs(3600),
+                snapshot: &snapshot,
+                intervals: Vec::new(),
+                paths: &HashMap::new(),
+                lost: 0,
+            })
+            .unwrap();
+        let (_, text) = scraper.encode(false).unwrap();
+        assert_eq!(
+            sample(
+                &text,
+                r#"throttle_tracer_cpustat_nr_periods_total{cgroup="/idle"}"#
+            ),
+            0.0
+        );
+        assert_eq!(sample(&text, "throttle_tracer_cgroups_tracked"), 2.0);
+    }
+
     /// Every family of the module doc, with its type, in the order of the exposition and the
     /// same in the three encodings (OpenMetrics names a counter's family without `_total`).
     #[test]
@@ -719,6 +833,8 @@ pub(crate) mod tests {
             ("advice_target_ratio", "gauge"),
             ("advice_window_seconds", "gauge"),
             ("advice_missing", "gauge"),
+            ("unfinished_run_demand_seconds", "gauge"),
+            ("unfinished_run_periods", "gauge"),
             ("advice_stopped_ratio", "gauge"),
             ("cpustat_throttled_ratio", "gauge"),
         ]

@@ -9,7 +9,7 @@ use prometheus_client::encoding::prometheus_protobuf;
 use prometheus_client::registry::Registry;
 
 use super::{OPENMETRICS_CONTENT_TYPE, SharedRef, TEXT_CONTENT_TYPE, lock};
-use crate::sampler::{Sampler, Target};
+use crate::sampler::{Files, Sampler, Target};
 
 /// The registry and the tracked cgroups, shared with the HTTP server.
 #[derive(Clone, Debug)]
@@ -23,7 +23,7 @@ impl Scraper {
     /// drains the ring buffer meanwhile), so that the scrape that follows mirrors the counters
     /// as they are, not as they were at the run loop's last refresh.
     pub async fn refresh(&self, sampler: &Sampler) {
-        let snapshot = sampler.read(self.targets()).await;
+        let snapshot = sampler.read(self.due(false)).await;
         for (id, t) in &mut lock(&self.shared).cgroups {
             if let Some(sample) = snapshot.get(id) {
                 t.stat.clone_from(&sample.stat);
@@ -31,14 +31,24 @@ impl Scraper {
         }
     }
 
-    /// The tracked cgroups whose path is known, for the sampler to read.
-    pub fn targets(&self) -> Vec<Target> {
+    /// The tracked cgroups whose path is known and whose cpu.stat can have changed since it
+    /// was last asked for (a record of theirs came, or it was never read or found missing),
+    /// or with `all` every one, for the sampler to read: a node's idle cgroups are not read
+    /// at every tick. `serve` asks for `all` every [`SWEEP_EVERY`](super::SWEEP_EVERY) ticks,
+    /// which finds the removed ones and any change whose record was lost.
+    pub fn due(&self, all: bool) -> Vec<Target> {
         lock(&self.shared)
             .cgroups
-            .iter()
+            .iter_mut()
+            .filter(|(_, t)| all || t.changed || t.stat.is_none() || t.gone_since.is_some())
             .filter_map(|(&id, t)| {
+                t.changed = false;
                 let path = t.path.clone()?;
-                Some(Target { id, path })
+                Some(Target {
+                    id,
+                    path,
+                    files: Files::CpuStat,
+                })
             })
             .collect()
     }

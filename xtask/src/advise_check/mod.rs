@@ -5,10 +5,13 @@
 //! arrivals, a sample printed with its 95 % interval). Fails when an advised value does not do
 //! it, or is more than 10 % above the smallest. Each rerun is a fresh cgroup at the most CPU
 //! weight, judged by the kernel's cpu.stat: minutes, too slow for `cargo xtask test`. Root.
+//! The random arrivals' quotas are judged against a truth measured once ([`truth`]).
+mod truth;
+
 use crate::arch::Arch;
 use crate::cgroup;
 use crate::process::{die_with_parent, signal, wait_timeout};
-use crate::{binaries, results, setup};
+use crate::{bench, binaries, results, setup};
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 use std::io::{BufRead as _, BufReader};
@@ -68,6 +71,10 @@ pub struct Args {
     /// 100 ms), with its 95 % interval; repeatable.
     #[arg(long = "at-quota", value_name = "MS")]
     at_quotas: Vec<u64>,
+    /// Instead of the check: measure the random arrivals' truth the check judges their quotas
+    /// against (about 40 minutes) and write it to docs/results/advise-check.md.
+    #[arg(long)]
+    measure_truth: bool,
 }
 
 /// The workloads by name, for `--workload`.
@@ -214,6 +221,10 @@ pub fn run(args: &Args) -> Result<()> {
         arrival_periods: args.arrival_periods,
         traced_runs: args.traced_runs.max(1),
     };
+    let _lock = bench::host_lock()?;
+    if args.measure_truth {
+        return truth::measure(&runner).map(drop);
+    }
     if !args.at_periods.is_empty() || !args.at_quotas.is_empty() {
         return runner.shares(&args.at_quotas, &args.at_periods);
     }
@@ -276,9 +287,11 @@ impl Bisected {
 }
 
 impl Row {
+    /// Not stopped, and within [`WASTE_LIMIT`] of the smallest that works (a bisection's is
+    /// never above the advised value; the truth's may be).
     fn ok(&self) -> bool {
         self.result.as_ref().map_or(true, |b| {
-            !b.advised_failed && b.advised_ms as f64 <= WASTE_LIMIT * b.smallest_ms as f64
+            !b.advised_failed && truth::near(b.advised_ms, b.smallest_ms)
         })
     }
 }
@@ -440,18 +453,21 @@ impl Runner<'_> {
         };
         // Random arrivals may be stopped in 1 % of their periods: the quota and period for them
         // are the ones that stop at most that; every other workload must not be stopped at all.
-        let (quota_setting, quota_key, period_setting, period_key) = match workload {
-            Workload::Arrivals => (
-                "quota (target)",
-                "recommended",
-                "period (target)",
-                "period_target",
-            ),
-            Workload::Spiky { .. } => ("quota", "quota", "period", "period"),
+        let (period_setting, period_key) = match workload {
+            Workload::Arrivals => ("period (target)", "period_target"),
+            Workload::Spiky { .. } => ("period", "period"),
         };
-        let quota = match advice[quota_key]["quota_ns"].as_u64() {
-            None => Err("the largest run fits today's quota".to_string()),
-            Some(ns) => Ok(self.bisect(workload, QUOTA_US / 1000, ns / MS, Bandwidth::quota)?),
+        let quotas = match workload {
+            Workload::Arrivals => self.against_truth(advice)?,
+            Workload::Spiky { .. } => vec![(
+                "quota",
+                match advice["quota"]["quota_ns"].as_u64() {
+                    None => Err("the largest run fits today's quota".to_string()),
+                    Some(ns) => {
+                        Ok(self.bisect(workload, QUOTA_US / 1000, ns / MS, Bandwidth::quota)?)
+                    }
+                },
+            )],
         };
         let burst = match advice["burst"]["burst_ns"].as_u64() {
             None => Err(advice["burst"]["why_not"]
@@ -471,10 +487,54 @@ impl Runner<'_> {
                 .to_string()),
             Some(ns) => Ok(self.bisect(workload, PERIOD_US / 1000, ns / MS, Bandwidth::period)?),
         };
+        let mut rows: Vec<Row> = quotas.into_iter().map(|(s, r)| row(s, r)).collect();
+        rows.push(row("burst", burst));
+        rows.push(row(period_setting, period));
+        Ok(rows)
+    }
+
+    /// The random arrivals' recommended and no-stop quotas against the truth
+    /// ([`truth::read`]): the recommended one rerun, and stopped only if its interval decides it.
+    fn against_truth(
+        &self,
+        advice: &Value,
+    ) -> Result<Vec<(&'static str, std::result::Result<Bisected, String>)>> {
+        let truth = truth::read()?;
+        let advised_ms = |key: &str| {
+            advice[key]["quota_ns"]
+                .as_u64()
+                .map(|ns| ns / MS)
+                .with_context(|| format!("the advice has no {key} quota: {advice}"))
+        };
+        let recommended_ms = advised_ms("recommended")?;
+        let (_, outcome) = self.passes(Workload::Arrivals, Bandwidth::quota(recommended_ms))?;
+        let no_stop_ms = advised_ms("no_stop")?;
+        eprintln!(
+            "advise-check: no-stop quota {no_stop_ms} ms at 100 ms = {:.2} CPUs (reference 003: \
+             1.0 CPU stopped 0.38 % of its periods, 1.5 CPUs none)",
+            no_stop_ms as f64 / (PERIOD_US / 1000) as f64
+        );
+        let judged = |advised_ms, truth_ms, advised_failed| {
+            Ok(Bisected {
+                advised_ms,
+                smallest_ms: truth_ms,
+                advised_failed,
+                decided: None,
+            })
+        };
         Ok(vec![
-            row(quota_setting, quota),
-            row("burst", burst),
-            row(period_setting, period),
+            (
+                "quota (target) against the truth",
+                judged(
+                    recommended_ms,
+                    truth.target_ms,
+                    outcome.decided() == Some(false),
+                ),
+            ),
+            (
+                "quota (no stop) against the truth",
+                judged(no_stop_ms, truth.no_stop_ms, false),
+            ),
         ])
     }
 
@@ -561,23 +621,9 @@ impl Runner<'_> {
                 self.spiky(&cgroup, b, burn_ms, threads, self.rounds)?
             }
             Workload::Arrivals => {
-                let mut all = Outcome {
-                    periods: 0,
-                    throttled: 0,
-                };
                 let run_us = u64::from(self.arrivals_seconds) * 1_000_000;
                 let reruns = (self.arrival_periods * b.period_us).div_ceil(run_us.max(1));
-                for k in 0..reruns {
-                    let cgroup = cgroup::with_quota(CGROUP_NAME, b.quota_us, b.period_us)?;
-                    cgroup.favour();
-                    if b.burst_us > 0 {
-                        cgroup.set_burst(b.burst_us);
-                    }
-                    let one = self.arrivals(&cgroup, b.period_us * k / reruns)?;
-                    all.periods += one.periods;
-                    all.throttled += one.throttled;
-                }
-                all
+                self.arrivals_at(b, (0..reruns).map(|k| b.period_us * k / reruns))?
             }
         };
         let pass = outcome.throttled <= workload.allowed(outcome.periods);
@@ -629,6 +675,26 @@ impl Runner<'_> {
             periods: cgroup.stat().nr_periods - periods,
             throttled: cgroup.stat().nr_throttled - throttled,
         })
+    }
+
+    /// cpu.stat summed over reruns of the random arrivals at `b`, one in a fresh cgroup per
+    /// delay of the first request (µs; see [`Runner::arrivals`]).
+    fn arrivals_at(&self, b: Bandwidth, delays_us: impl Iterator<Item = u64>) -> Result<Outcome> {
+        let mut all = Outcome {
+            periods: 0,
+            throttled: 0,
+        };
+        for delay_us in delays_us {
+            let cgroup = cgroup::with_quota(CGROUP_NAME, b.quota_us, b.period_us)?;
+            cgroup.favour();
+            if b.burst_us > 0 {
+                cgroup.set_burst(b.burst_us);
+            }
+            let one = self.arrivals(&cgroup, delay_us)?;
+            all.periods += one.periods;
+            all.throttled += one.throttled;
+        }
+        Ok(all)
     }
 
     fn spiky_command(&self, burn_ms: u32, threads: u32, rounds: u32) -> Command {
