@@ -7,8 +7,10 @@
 use test_support as common;
 
 use std::{
+    fs,
     process::{Command, Stdio},
     sync::mpsc,
+    time::{Duration, Instant},
 };
 
 use common::{Cgroup, CpuHierarchy, Running};
@@ -642,12 +644,39 @@ fn started_in_the_middle_of_an_incident_the_cross_check_is_exact() {
     assert!(difference.unsigned_abs() <= resolution, "{cross_check}");
 }
 
+/// Waits, at most a second, until `cgroup`'s threads have run nothing for 20 ms by their
+/// schedstat (sum_exec_runtime, brought up to date at every tick while a thread runs; 20 ms is
+/// longer than a tick and a scheduler slice): the group is stopped, by the kernel's own count.
+fn wait_stopped(cgroup: &Cgroup) -> bool {
+    let run_ns = || -> u64 {
+        cgroup
+            .tasks()
+            .iter()
+            .filter_map(|pid| fs::read_dir(format!("/proc/{pid}/task")).ok())
+            .flatten()
+            .flatten()
+            .filter_map(|t| fs::read_to_string(t.path().join("schedstat")).ok())
+            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let before = run_ns();
+        std::thread::sleep(Duration::from_millis(20));
+        if run_ns() == before {
+            return true;
+        }
+    }
+    false
+}
+
 /// The quota written while the group is stopped (changed, rewritten unchanged, removed): each
 /// write unthrottles the stopped CPU at once (tg_set_cfs_bandwidth), so the open stop ends
 /// within the write as `quota_change`, never as a refill and never left open. A rewrite may
 /// read `unknown` only where `start` lists `quota_change` as hidden, and `refill` only where
 /// nr_periods moved during the write (the period timer raced it). At 1 ms / 100 ms one busy
-/// thread is stopped 98 % of the time, so nearly every write finds a stop open.
+/// thread is stopped 98 % of the time, and each write waits until its threads' schedstat says
+/// the group is stopped, so nearly every write finds a stop open.
 #[test]
 fn a_quota_written_while_stopped_ends_the_stop_as_a_quota_change() {
     let Some(host) = common::require(common::host()) else {
@@ -664,7 +693,7 @@ fn a_quota_written_while_stopped_ends_the_stop_as_a_quota_change() {
         Some(common::last_cpu()),
     );
     // (quota written, whether the settings change, when the write began and ended, whether a
-    // period timer ran meanwhile).
+    // period timer ran meanwhile, whether the threads' schedstat saw the group stopped before).
     let mut writes = Vec::new();
     std::thread::sleep(std::time::Duration::from_millis(300));
     for (quota, changes) in [
@@ -676,12 +705,13 @@ fn a_quota_written_while_stopped_ends_the_stop_as_a_quota_change() {
         (Some(2_000), false),
         (None, true),
     ] {
+        let stopped = wait_stopped(&scene.cgroup);
         let periods = scene.cgroup.stat().nr_periods;
         let from = common::monotonic_ns();
         scene.cgroup.write_quota(quota);
         let to = common::monotonic_ns();
         let refilled = scene.cgroup.stat().nr_periods != periods;
-        writes.push((quota, changes, from, to, refilled));
+        writes.push((quota, changes, from, to, refilled, stopped));
         std::thread::sleep(std::time::Duration::from_millis(150));
     }
     let status = workload.wait().expect("wait workload");
@@ -694,7 +724,7 @@ fn a_quota_written_while_stopped_ends_the_stop_as_a_quota_change() {
 
     let slack = if common::emulated() { 50 } else { 10 } * 1_000_000;
     let mut hit = 0;
-    for (quota, changes, from, to, refilled) in &writes {
+    for (quota, changes, from, to, refilled, stopped) in &writes {
         let open: Vec<_> = stops
             .iter()
             .filter(|s| {
@@ -702,7 +732,8 @@ fn a_quota_written_while_stopped_ends_the_stop_as_a_quota_change() {
             })
             .collect();
         println!(
-            "write {quota:?} (changes: {changes}, a period timer ran: {refilled}) at {from}..{to}: {:?}",
+            "write {quota:?} (changes: {changes}, a period timer ran: {refilled}, seen stopped: \
+             {stopped}) at {from}..{to}: {:?}",
             open.iter()
                 .map(|s| (s["end"].clone(), s["end_ns"].as_u64().unwrap() - from))
                 .collect::<Vec<_>>()
