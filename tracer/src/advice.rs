@@ -29,11 +29,9 @@
 //!   the shortest in which at most 1 % of such windows, laid over the periods' arrived demand
 //!   at every period boundary, hold more.
 
-use std::num::NonZeroU64;
-
 use serde::{Deserialize, Serialize};
 
-use crate::aggregate::{DemandSummary, Run};
+use crate::aggregate::{Calm, DemandSummary, Run, arrived_in};
 use crate::records::Bandwidth;
 
 const MS: u64 = 1_000_000;
@@ -523,64 +521,6 @@ fn arrived(runs: &[Run], periods: u64, quota: u64, period: u64) -> Vec<u64> {
     out
 }
 
-/// The calm periods of a set of runs, for their mean usage: the runs of one period's usage, and
-/// the periods the longer runs span (docs/definitions.md, "calm period").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Calm {
-    usage_ns: u64,
-    in_long_runs: u64,
-}
-
-impl Calm {
-    pub fn add(&mut self, run: &Run) {
-        if run.periods > 1 {
-            self.in_long_runs += u64::from(run.periods);
-        } else {
-            self.usage_ns = self.usage_ns.saturating_add(run.demand_ns);
-        }
-    }
-
-    pub fn remove(&mut self, run: &Run) {
-        if run.periods > 1 {
-            self.in_long_runs = self.in_long_runs.saturating_sub(u64::from(run.periods));
-        } else {
-            self.usage_ns = self.usage_ns.saturating_sub(run.demand_ns);
-        }
-    }
-
-    /// The mean usage of a calm period among `periods` measured (idle ones included).
-    pub fn mean(&self, periods: u64) -> u64 {
-        self.usage_ns
-            .checked_div(periods.saturating_sub(self.in_long_runs))
-            .unwrap_or(0)
-    }
-}
-
-/// What arrived in `run`'s first period and in each later one, with calm periods of `calm` ns.
-/// The first period's is what it ran and what still waited at its end
-/// (`Run::first_arrived_ns`), when the held threads' records said it: the later periods share
-/// the rest evenly. Otherwise they receive the calm mean each, and the first period the rest.
-/// Either way the first holds at least the quota it spent (it ended throttled) and at most the
-/// whole run.
-///
-/// The calm mean alone gives the first period every part of the run above the calm rate, also
-/// what came in the later periods: a cluster of random arrivals that straddles a boundary is
-/// replayed as one block in one period, which put the no-stop quota of reference 003's requests
-/// about a fifth above the smallest that stops nothing.
-pub fn arrived_in(run: &Run, calm: u64, quota: u64) -> (u64, u64) {
-    let rest = u64::from(run.periods.saturating_sub(1));
-    let first = run
-        .first_arrived_ns
-        .map(NonZeroU64::get)
-        .unwrap_or_else(|| run.demand_ns.saturating_sub(rest.saturating_mul(calm)))
-        .max(run.demand_ns.min(quota))
-        .min(run.demand_ns);
-    (
-        first,
-        (run.demand_ns - first).checked_div(rest).unwrap_or(0),
-    )
-}
-
 /// Phases of the period boundaries a replay is run at, evenly spaced over one period: where
 /// the kernel's boundaries fall among the arrivals is the trace's luck, and decides for a p99
 /// which cluster of work splits over two periods and which stops one.
@@ -590,15 +530,12 @@ const STEPS: u64 = 20;
 
 /// Periods stopped and periods replayed when `arrived` (one value per traced period of
 /// `period` ns) is replayed at `quota` per period, summed over [`PHASES`] phases of the
-/// boundaries: each period's arrived demand comes in evenly over it, in [`STEPS`] steps (the
-/// division's remainder with the last), and runs on at most `cpus` CPUs while the period has
-/// quota left; what it cannot run waits (the kernel's deferral), and a period whose quota ran
-/// out with work waiting is stopped. The last period of each phase, which the trace's end cuts,
-/// is not replayed.
-///
-/// A replayed period that starts with nothing waiting, receives no more than the quota and no
-/// step more than the CPUs can run cannot stop and leaves nothing waiting: it is counted
-/// without stepping through it, which makes the replay of a load far below its quota cheap.
+/// boundaries: each period's demand comes in evenly over [`STEPS`] steps and runs on at most
+/// `cpus` CPUs while the period has quota left; what cannot run waits (the kernel's deferral),
+/// and a period whose quota ran out with work waiting is stopped. The last period of each
+/// phase, cut by the trace's end, is not replayed. A period that starts with nothing waiting
+/// and cannot exceed the quota or the CPUs is counted without stepping through it (cheap for a
+/// load far below its quota).
 fn replay_stops(arrived: &[u64], period: u64, cpus: u32, quota: u64) -> (u64, u64) {
     let step = (period / STEPS).max(1);
     let rate = u64::from(cpus.max(1)).saturating_mul(step);
@@ -805,6 +742,7 @@ fn max_window(runs: &[Run], len: u64) -> u64 {
 mod tests {
     use super::*;
     use crate::aggregate::DurationSummary;
+    use std::num::NonZeroU64;
 
     /// Runs of `demand_ms` each on `cpus` CPUs, one every `every_ms`, lasting `periods`.
     fn runs(demand_ms: &[u64], every_ms: u64, periods: u32, cpus: u32) -> Vec<Run> {

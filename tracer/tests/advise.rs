@@ -414,17 +414,11 @@ fn assert_runs_are_the_counter(advice: &Value, outcome: &Outcome, every_round: b
 }
 
 /// Traces one workload run in a fresh cgroup at `QUOTA_US` / `PERIOD_US` (and `burst_us`):
-/// returns the cgroup, the workload's outcome and the trace.
-///
-/// The workload finds a period boundary by burning until it is stopped; started at a random
-/// point of the period, it can miss the first stop (one shorter than it looks for) and burn
-/// two quotas, a run larger than its rounds. So a first run of the workload without rounds
-/// finds the boundary before the trace (the period timer keeps its phase while idle), and the
-/// traced one starts just after a boundary: its stop is then a single quota's.
-///
-/// Σ usage of the periods that ended after the outcome's `from_ns` (the tracer has seen an
-/// expiry by then, so none is of unknown usage) is compared with the cgroup's own usage
-/// counter over the same periods, as read every millisecond.
+/// returns the cgroup, the workload's outcome and the trace. A first run without rounds finds
+/// the period boundary (the timer keeps its phase while idle), so the traced run starts just
+/// after one and its first stop is a single quota's, not the two a missed boundary burns.
+/// Σ usage of the periods that ended after the outcome's `from_ns` (none of unknown usage) is
+/// compared with the cgroup's usage counter over the same periods, read every millisecond.
 fn traced(cpu: &CpuHierarchy, tag: &str, burn_ms: u32, threads: u32, burst_us: u64) -> Traced {
     let cgroup = Cgroup::throttled(cpu, tag, QUOTA_US, PERIOD_US).with_cpuacct();
     if burst_us > 0 {
@@ -788,18 +782,14 @@ impl Request {
     }
 }
 
-/// The work waiting at each throttled period's end, as the `deferred` lines measured it (each
-/// held thread's CPU from its hold until it slept, counted toward every hold of its chain),
-/// against the requests' own clocks. At least the CPU that the requests that had started and
-/// were not running at that end still had to burn (by their marks either side of it, and 1 ms
-/// more): a worker burns its request without sleeping, so one that is not running is held. A
-/// request with a mark in the last `RUNNING_NS` before the end was running on a CPU its group
-/// was not stopped on: not held, not counted. One still in the queue may wait behind no held
-/// thread: a worker parked on its way out of the queue's receive keeps the queue's lock, and
-/// the others sleep on it (docs/design.md, "Deferred work"). At most the CPU all of them had
-/// left plus the requests that arrived within the next period: a worker that finds the next
-/// request queued takes it up without sleeping, and its hold goes on through it. The advice
-/// line's largest figure is at least the largest of the least.
+/// The work waiting at each throttled period's end (the `deferred` lines: each held thread's
+/// CPU from its hold until it slept, toward every hold of its chain) against the requests' own
+/// clocks. At least what the started requests not running at that end had left, and 1 ms more
+/// (one marked within `RUNNING_NS` of the end ran on an unstopped CPU: not counted); at most
+/// all of them had left plus the next period's arrivals, since a worker that finds a request
+/// queued takes it without sleeping and its hold goes on (a queued one may wait behind no held
+/// thread: docs/design.md, "Deferred work"). The advice line's largest figure is at least the
+/// largest of the least.
 fn assert_waiting_is_the_requests_left(lines: &[Value], requests: &[Request], advice: &Value) {
     // (since, waiting) of each finished hold.
     let mut chains: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
@@ -929,17 +919,14 @@ const ARRIVALS_COST_MS: u32 = 20;
 const ARRIVALS_S: u32 = 10;
 const ARRIVALS_SEED: u64 = 3;
 
-/// Reference 003's lab at 50 ms / 100 ms for 10 s: each of the largest busy runs' demand is the
-/// growth of the cgroup's usage counter over the run's span, read every millisecond by the
-/// test, within 2 % plus, at each of the run's two boundaries, the counter's growth between
-/// the reads around it and one tick per CPU of the run (the kernel brings a running entity's
-/// exec time up to date at least every tick, docs/definitions.md). The requests' CPU by their
-/// workers' own clocks is printed beside it: the counter also holds the workload's own CPU
-/// (its start, its workers' hand-offs and wake-ups, its exit; 29 ms in one 239 ms run under
-/// emulation). Σ usage of the periods of known usage is the counter's growth over them within
-/// 1 % plus the same allowance at each end of a chain of consecutive ones.
-/// Then the advised quota, applied to a fresh cgroup, runs the same arrivals (same seed) with
-/// nr_throttled ≤ 1 % of its periods.
+/// Reference 003's lab at 50 ms / 100 ms for 10 s: each largest busy run's demand is the cgroup
+/// usage counter's growth over its span (read every millisecond) within 2 % plus, at each
+/// boundary, the counter's growth between the reads around it and a tick per CPU (the kernel
+/// updates a running entity's exec time at least every tick). The counter also holds the
+/// workload's own CPU, so the requests' CPU by their own clocks is only printed. Σ usage of the
+/// periods of known usage is the counter's growth within 1 % plus the same allowance per chain
+/// end. Then the advised quota, applied to a fresh cgroup, stops the same arrivals (same seed)
+/// in at most 1 % of its periods.
 #[test]
 fn random_arrivals_are_measured_and_the_advised_quota_stops_them_in_at_most_1_percent_of_periods() {
     let Some(host) = common::require(common::host()) else {

@@ -39,16 +39,12 @@ pub fn boot(
 ) -> Result<Boot> {
     let started = Instant::now();
     let mut child = Command::new(arch.qemu())
-        // One host thread for both vCPUs: with multi-threaded TCG, a vCPU sometimes executes a
-        // stale int3 after another vCPU finished patching a static key (text_poke_bp, as every
-        // tracepoint attach and detach does) and the guest dies: "Oops: int3" at the sched_wakeup
-        // site in ttwu_do_activate (6.12), a soft lockup at detach (6.1). Real CPUs serialize
-        // cross-modified code as the kernel's protocol expects; the emulator does not always.
-        // Four vCPUs, of which the kernel brings up two (`maxcpus=2` below): the tests are
-        // judged on two, and the one that takes a CPU offline while it is stopped brings CPUs 2
-        // and 3 online for itself (tracer/tests/offline.rs). A vCPU that was never brought up,
-        // or is offline, halts and costs the single TCG thread nothing. arm64 runs the same
-        // way: its tests' quota arithmetic is judged under the same timing.
+        // One host thread for both vCPUs: multi-threaded TCG sometimes runs a stale int3 after
+        // another vCPU patched a static key (every tracepoint attach and detach does), and the
+        // guest dies ("Oops: int3" in ttwu_do_activate on 6.12, a soft lockup at detach on 6.1).
+        // Four vCPUs of which `maxcpus=2` brings up two: the tests are judged on two, and the
+        // CPU-offline test brings 2 and 3 online for itself; a vCPU never brought up costs the
+        // single thread nothing. arm64 runs the same way.
         .args(["-accel", "tcg,thread=single"])
         .args(arch.machine())
         .args(["-smp", "4", "-m", "1024"])

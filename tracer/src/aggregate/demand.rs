@@ -255,6 +255,60 @@ impl Demand {
     }
 }
 
+/// The calm periods of a set of runs, for their mean usage: the runs of one period's usage, and
+/// the periods the longer runs span (docs/definitions.md, "calm period").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Calm {
+    usage_ns: u64,
+    in_long_runs: u64,
+}
+
+impl Calm {
+    pub fn add(&mut self, run: &Run) {
+        if run.periods > 1 {
+            self.in_long_runs += u64::from(run.periods);
+        } else {
+            self.usage_ns = self.usage_ns.saturating_add(run.demand_ns);
+        }
+    }
+
+    pub fn remove(&mut self, run: &Run) {
+        if run.periods > 1 {
+            self.in_long_runs = self.in_long_runs.saturating_sub(u64::from(run.periods));
+        } else {
+            self.usage_ns = self.usage_ns.saturating_sub(run.demand_ns);
+        }
+    }
+
+    /// The mean usage of a calm period among `periods` measured (idle ones included).
+    pub fn mean(&self, periods: u64) -> u64 {
+        self.usage_ns
+            .checked_div(periods.saturating_sub(self.in_long_runs))
+            .unwrap_or(0)
+    }
+}
+
+/// What arrived in `run`'s first period and in each later one, with calm periods of `calm` ns.
+/// The first period's is what it ran plus what still waited at its end
+/// (`Run::first_arrived_ns`) where the held threads' records told it, and the later periods
+/// share the rest; otherwise the later ones get the calm mean each and the first the rest. The
+/// first holds at least the quota it spent and at most the whole run. Not the calm mean alone:
+/// a cluster of arrivals straddling a boundary would replay as one block, which put reference
+/// 003's no-stop quota a fifth above the smallest that stops nothing.
+pub fn arrived_in(run: &Run, calm: u64, quota: u64) -> (u64, u64) {
+    let rest = u64::from(run.periods.saturating_sub(1));
+    let first = run
+        .first_arrived_ns
+        .map(NonZeroU64::get)
+        .unwrap_or_else(|| run.demand_ns.saturating_sub(rest.saturating_mul(calm)))
+        .max(run.demand_ns.min(quota))
+        .min(run.demand_ns);
+    (
+        first,
+        (run.demand_ns - first).checked_div(rest).unwrap_or(0),
+    )
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use crate::FastMap;
 
-pub use demand::{DemandSummary, Run};
+pub use demand::{Calm, DemandSummary, Run, arrived_in};
 pub use durations::{DurationSummary, Percentiles};
 pub use episodes::{Attributed, CgroupSummary, OpenStop};
 use episodes::{CgroupState, sort_attributed};

@@ -12,9 +12,8 @@
 use std::collections::VecDeque;
 
 use super::backlog::Backlog;
-use super::demand::{DemandSummary, Run, RunMaker};
+use super::demand::{Calm, DemandSummary, Run, RunMaker, arrived_in};
 use super::durations::Durations;
-use crate::advice::{Calm, arrived_in};
 use crate::records::{Bandwidth, Deferred, Period};
 
 /// Slices of the window its period counts are kept in.
