@@ -1,15 +1,8 @@
 //! Real container runtimes for the tests, each private to one test: a dockerd, podman and a
-//! containerd, every one with its state under a temporary directory of its own, no network
-//! set-up (`--network none` / host, no bridge, no iptables rules), no image registry (images
-//! are imported from a local root filesystem or a `docker save` archive). The runtimes are
-//! Debian's (`cargo xtask setup host-tests` installs them); this module installs nothing.
-//!
-//! [`Engine::shut_down`] (or the drop guard, also when an assertion failed) removes the
-//! containers, stops the daemon and every process it left (found by the state directory in
-//! their command line, killed by pid), unmounts what the runtime mounted below its directory,
-//! removes the directory, and removes the parent cgroups the runtime made (`/docker`,
-//! `/libpod_parent`) in every hierarchy, if they were not there before. It returns what it
-//! could not remove, so that a test can assert a clean end.
+//! containerd, each with its state under a temporary directory of its own, no network set-up and no
+//! image registry (images are imported from a local root filesystem or a `docker save` archive).
+//! The runtimes are Debian's (`cargo xtask setup host-tests` installs them); this module installs
+//! nothing. [`Engine::shut_down`] leaves the host as it was (docs/testing.md, "Real containers").
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -321,8 +314,12 @@ impl Engine {
             .collect()
     }
 
-    /// Removes every container, stops the engine and removes its state; returns what is left
-    /// (empty: nothing).
+    /// Removes every container, stops the daemon and every process it left (found by the state
+    /// directory in their command line, killed by pid), unmounts what the runtime mounted below
+    /// its directory, removes the directory and the parent cgroups the runtime made (`/docker`,
+    /// `/libpod_parent`) in every hierarchy if they were not there before. The drop guard calls
+    /// it too, also after a failed assertion. Returns what is left (empty: nothing), so that a
+    /// test can assert a clean end.
     pub fn shut_down(&mut self) -> Vec<String> {
         let Some(dir) = self.dir.take() else {
             return Vec::new();

@@ -1,17 +1,7 @@
-//! deploy/grafana/throttle-tracer.json as the tests read it: the dashboard checked against
-//! Grafana's own schema types ([`schema_check`]: Grafana itself cannot be installed here) and by
-//! hand against what Grafana 10+ needs to draw it, and each panel target's PromQL with the
+//! deploy/grafana/throttle-tracer.json as the tests read it: checked against Grafana's own schema
+//! types ([`schema_check`]: Grafana itself cannot be installed here) and by hand against what
+//! Grafana 10+ needs to draw it (`Dashboard::check`), and each panel target's PromQL with the
 //! dashboard's variables filled in, to be run against a real Prometheus.
-//!
-//! The hand check covers: `schemaVersion` ≥ 36 (Grafana 9.0+; 10.x writes 37–39), a `uid` and a
-//! title; the templating list (a `datasource` variable of type prometheus, every query
-//! variable on it); every panel with a unique id, a known panel type, a title, a `gridPos`
-//! inside the 24-column grid that overlaps no other panel; a row open (its panels follow it in
-//! the list, not inside it), the grid's width and one unit high, with no queries; every other
-//! panel on a Prometheus datasource (the variable), with at least one target with a unique
-//! `refId`, a non-empty `expr` on the same datasource, and no variable other than the
-//! dashboard's own and Grafana's built-ins. It does not cover field configs or options beyond
-//! their being objects.
 use std::{
     collections::HashSet,
     fs,
@@ -166,6 +156,13 @@ pub fn schema_check() -> Result<Result<String, String>, String> {
 }
 
 impl Dashboard {
+    /// The hand check: `schemaVersion` ≥ 36 (Grafana 9.0+; 10.x writes 37–39), a `uid`, a
+    /// title; a `datasource` variable of type prometheus that every query variable uses; panels
+    /// with unique ids, known types, titles, and `gridPos`es inside the 24-column grid that
+    /// overlap none; rows open (their panels follow them in the list), full width, one unit
+    /// high, without queries; every other panel on the datasource variable, with at least one
+    /// target, each with a unique `refId`, a non-empty `expr` on that datasource and no variable
+    /// but the dashboard's own and Grafana's built-ins. Field configs and options: objects only.
     fn check(&self) {
         assert!(
             self.schema_version >= 36,

@@ -1,13 +1,8 @@
-//! The work a stop deferred, measured in hindsight (tracepoint backend): every thread a stop
-//! holds is remembered with its `sum_exec_runtime` at the hold, and when it next blocks (is
-//! switched out no longer queued: asleep or exiting) what it ran since is one
-//! `DeferredEvent`. The kernel keeps no count of the work waiting in a throttled group; what
-//! its held threads run before they wait for more is that work (docs/definitions.md,
-//! "deferred work"). A thread held again by a later stop before it blocked sends what it ran
-//! so far with `continues` set and starts over from the new hold.
-//!
-//! The context switch looks a thread up only while some thread is pending and only when its
-//! group has a bandwidth limit: a machine with no stop recently pays one array load per switch.
+//! The work a stop deferred, measured in hindsight (tracepoint backend): each held thread's
+//! `sum_exec_runtime` at the hold and what it ran by the time it next blocks, one `DeferredEvent`
+//! (`continues` set if a later stop held it first). The kernel keeps no count of a throttled
+//! group's waiting work: docs/definitions.md and docs/design.md ("Deferred work"). The context
+//! switch looks a thread up only while one is pending and its group has a bandwidth limit.
 use aya_ebpf::{
     Global,
     macros::map,

@@ -1,12 +1,9 @@
 //! The fentry backend: fexit on `throttle_cfs_rq` sees the argument and the return value
-//! together; fentry on `unthrottle_cfs_rq` keeps `throttled_clock` before the call resets it,
-//! fexit checks that it really unthrottled. fentry/fexit pairs on the callers of
-//! `unthrottle_cfs_rq` mark why stops end: one pair per function, named `<function>_fentry` /
-//! `<function>_fexit`, because an fentry program is bound to its function when it is loaded.
-//! fentry on `sched_cfs_period_timer` ends each period (`crate::demand`).
-//!
-//! fexit's context is the arguments followed by the return value, each a u64 slot. The return
-//! slot is read directly, not with `bpf_get_func_ret`, which needs 5.17.
+//! together; fentry on `unthrottle_cfs_rq` keeps `throttled_clock` before the call resets it, fexit
+//! checks that it really unthrottled; fentry/fexit pairs on its callers tell why stops end, one
+//! pair per function since an fentry program is bound to its function at load; fentry on
+//! `sched_cfs_period_timer` ends each period (`crate::demand`). fexit reads the return value from
+//! its context directly, not with `bpf_get_func_ret`, which needs 5.17.
 use aya_ebpf::{
     macros::{fentry, fexit},
     programs::{FEntryContext, FExitContext},

@@ -1,11 +1,8 @@
-//! Kernel side of throttle-tracer: turns the kernel's throttle/unthrottle of each cfs_rq into
-//! START and END records on a ring buffer.
-//!
-//! A stop begins when `throttle_cfs_rq` really throttled (its bool return, or `cfs_rq->throttled`
-//! on kernels where it returns void) and ends when `unthrottle_cfs_rq` really unthrottled
-//! (`cfs_rq->throttled` cleared at return: 6.18 may return early). Open stops are keyed by the
-//! `struct cfs_rq *`, because the unthrottle often runs on another CPU than the one stopped.
-//! Kernel struct offsets come from the agent (`OFFSETS`), resolved from BTF before load.
+//! Kernel side of throttle-tracer: turns the kernel's throttle/unthrottle of each cfs_rq into START
+//! and END records on a ring buffer. A stop begins when `throttle_cfs_rq` really throttled and ends
+//! when `unthrottle_cfs_rq` really unthrottled (docs/kernel.md, sections 1 and 2). Open stops are
+//! keyed by the `struct cfs_rq *`, because the unthrottle often runs on another CPU than the one
+//! stopped. Kernel struct offsets come from the agent (`OFFSETS`), resolved from BTF before load.
 #![no_std]
 #![no_main]
 // `atomic_xadd` (toolbox::atomic_add): the BPF target has atomic adds (`lock xadd`) but not the

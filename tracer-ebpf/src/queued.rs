@@ -1,23 +1,9 @@
-//! The threads queued on a runqueue at its throttle, for the kprobe and fentry backends, which
-//! see the throttle and nothing after it on that CPU, and for the tracepoint backend at its
-//! first observation of a stop before 6.18, when the tasks queued at the throttle are neither
-//! switched out nor woken during it (docs/design.md, "Threads held").
-//!
-//! A runqueue keeps its queued entities in a red-black tree (`cfs_rq.tasks_timeline`), every
-//! one but the running `curr`, which `set_next_entity` took out. An entity whose `my_q` is
-//! NULL is a task; any other is a child group's, whose own tree holds that group's tasks. The
-//! throttle leaves the tree as it was: before 6.18 it dequeues the group's own entity from its
-//! parent, not the entities below it; from 6.18 it dequeues nothing, each task leaving the tree
-//! only when it is next picked and parked on its way back to user mode (docs/kernel.md §5).
-//! The throttle runs under the runqueue's lock, which its return probe still holds (as do the
-//! context switch and the wake-up the tracepoint backend observes), so the tree does not change
-//! while it is walked.
-//!
-//! The walk is a depth-first search with an explicit stack, at most [`MAX_NODES`] nodes, and
-//! descends one level into child groups (the tree of each child group queued here, and of the
-//! one running here, whose tree holds the running task's siblings); tasks in groups further
-//! down, and any past the bound, are not named but counted: the record's `tasks` (the queued
-//! tasks of the whole hierarchy, `h_nr_queued`) makes up `threads_unlisted` in userspace.
+//! The threads queued on a runqueue at its throttle: for the kprobe and fentry backends, which see
+//! the throttle and nothing after it on that CPU, and for the tracepoint backend's first sight of a
+//! stop before 6.18, when the tasks queued at the throttle are neither switched out nor woken
+//! during it. A bounded walk ([`MAX_NODES`]) of the runqueue's tree, one level into child groups,
+//! under the runqueue's lock; the rest is counted. Why the walk is sound and what it leaves out:
+//! docs/design.md ("Threads held").
 use aya_ebpf::{macros::map, maps::PerCpuArray};
 use tracer_common::{ABSENT, Offsets, StopEvent};
 

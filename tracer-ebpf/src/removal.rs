@@ -1,13 +1,9 @@
-//! Cgroups removed while they are traced, for every backend. The kernel may never unthrottle a
-//! removed group's throttled cfs_rqs (`destroy_cfs_bandwidth` only flushes the unthrottles
-//! already queued, docs/kernel.md §2.3), so the programs end a removed cgroup's open stops
-//! themselves at `cgroup_rmdir` (and again at `cgroup_release`), as `cgroup_gone`, and remember
-//! the cgroup: a late refill or walk of one of its cfs_rqs starts or ends nothing. The open
-//! stops are found by cgroup and CPU (`OPEN_BY_GROUP`), without walking the kernel's structures.
-//!
-//! The tracepoint backend's sweep is in `tracepoint::stop`; the function-probe backends' (kprobe,
-//! fentry) is [`cgroup_removed`], run by a raw tracepoint program: raw, not tp_btf, so that the
-//! kprobe backend needs no kernel BTF in the loader for it.
+//! Cgroups removed while they are traced, for every backend: the kernel may never unthrottle a
+//! removed group's throttled cfs_rqs (docs/kernel.md §2.3), so the programs end its open stops at
+//! `cgroup_rmdir` (and `cgroup_release`) as `cgroup_gone`, found by cgroup and CPU
+//! (`OPEN_BY_GROUP`), and remember the cgroup so that a late refill or walk does nothing. The
+//! tracepoint backend's sweep is in `tracepoint::stop`; kprobe's and fentry's is
+//! [`cgroup_removed`], a raw tracepoint program (raw: the kprobe backend needs no kernel BTF).
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::{map, raw_tracepoint},

@@ -1,33 +1,7 @@
 //! What to set: quota, burst and period values from a cgroup's measured busy runs
-//! (`aggregate::DemandSummary`), its settings now and what the kernel has. A pure function
-//! ([`advise`]): every summary, `advise` and `demo` use it, and its arithmetic is
-//! docs/definitions.md's "advice".
-//!
-//! - A run on n CPUs can use at most n × period per period: its **need** in one period is
-//!   min(demand, n × period).
-//! - Every advised value has a margin of 5 % (at least 1 ms) over what the runs needed, rounded
-//!   up to 1 ms: the kernel hands out runtime in slices and keeps up to 1 ms per CPU, so an
-//!   exact fit can still stop.
-//! - **recommended quota** (the headline): for a throttling [`Target`] (default 1 % of the
-//!   periods), the smallest quota with which a replay of the periods' [`arrived`] demand
-//!   through the kernel's deferral, at ten phases of the period boundaries, stops at most the
-//!   target's share of them with room for what a trace cannot show ([`REPLAY_ROOM`]), plus a
-//!   runtime slice for each CPU but one ([`replayed_quota`]). It may be below today's quota:
-//!   the entitlement it frees is the cost of today's.
-//! - **no-stop quota**: the same replay stopping no period: from the demand that arrived, not
-//!   from a busy run that today's quota itself stretched over several periods.
-//! - **largest run**: the quota that fits the largest run's need in one period, kept for the
-//!   burst and period rules below.
-//! - **burst** (5.14+): the smallest burst with quota + burst ≥ the largest need (the margin on
-//!   the burst, need − quota, not on the need), then grown
-//!   until a replay of the runs in order with the kernel's refill rule (each period the pool
-//!   becomes min(left + quota, quota + burst)) stops none of them; the kernel refuses a burst
-//!   above the quota (the ceiling rule), so no burst is advised past it. A configured burst
-//!   with which no stopped run would have fitted buys nothing.
-//! - **period**: the shortest period (≤ 1 s, the kernel's maximum) in which, at today's
-//!   quota/period ratio, every window of that length holds no more demand than its quota; and
-//!   the shortest in which at most 1 % of such windows, laid over the periods' arrived demand
-//!   at every period boundary, hold more.
+//! (`aggregate::DemandSummary`), its settings now and what the kernel has. One pure function,
+//! [`advise`], so that every summary, `advise`, `serve` and `demo` give the same advice; its rules
+//! and arithmetic are docs/definitions.md's ("Demand, busy runs and advice").
 
 use serde::{Deserialize, Serialize};
 

@@ -1,11 +1,9 @@
-//! The tracing session: checks the machine, attaches the probes, moves records from the ring
-//! buffer into the aggregate until Ctrl-C, SIGTERM or --duration, then hands the result to the
-//! report with the cpu.stat deltas of the same window. [`run`] is the command line's session,
-//! [`advise`] the same with the advice as its only output;
-//! `demo` drives a [`Session`] itself (its own cgroup filter and end), and `serve` one whose
-//! report has the Prometheus exporter among its sinks ([`Session::add_sink`]). Every output is a
-//! sink of the one report: records go to it as the aggregate takes them, periodic readings as
-//! [`Session::tick`]s, keys as [`Session::key`].
+//! The tracing session: checks the machine, attaches the probes, moves records from the ring buffer
+//! into the aggregate until Ctrl-C, SIGTERM or --duration, then hands the result to the report with
+//! the cpu.stat deltas of the same window. [`run`] is the command line's session, [`advise`] the
+//! same with the advice alone; `demo` and `serve` drive a [`Session`] themselves. Every output is a
+//! sink of the one report ([`Session::add_sink`]), fed records, [`Session::tick`]s and
+//! [`Session::key`]s.
 use std::{
     collections::HashMap,
     fs,

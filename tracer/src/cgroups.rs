@@ -1,11 +1,8 @@
 //! The cgroup hierarchy that holds the cpu controller: where it is mounted, which version it is,
-//! and cgroup id <-> path.
-//!
-//! A cgroup's id is the inode number of its directory in that hierarchy (`stat(2)` `st_ino`),
-//! which is what the kernel sends as `kn->id`. Paths are as seen under the hierarchy's mount, with
-//! a leading slash; `/` is the root cgroup. On cgroup v1 only the hierarchy the cpu controller is
-//! bound to (e.g. `/sys/fs/cgroup/cpu,cpuacct`) has these ids; other v1 hierarchies and the v2
-//! tree of a hybrid host have their own inode numbers.
+//! and cgroup id <-> path. An id is the inode number of the cgroup's directory in that hierarchy,
+//! what the kernel sends as `kn->id` (docs/prometheus.md, "Cgroup ids and paths"); on cgroup v1
+//! only the hierarchy the cpu controller is bound to has these ids. Paths are as seen under the
+//! hierarchy's mount, with a leading slash; `/` is the root cgroup.
 
 use std::collections::VecDeque;
 use std::fs;

@@ -1,11 +1,9 @@
-//! `throttle-tracer bench-feed` (hidden): `cargo xtask bench`'s ingest and memory figures.
-//!
-//! A tracing session starts as the default command's does (probes attached, maps created, the
-//! NDJSON `start` line with `--json`), then generated stop records, a start and an end each,
-//! go through [`Session::feed`], the decode, aggregate and report path every ring-buffer
-//! record takes. The time of the feeding alone goes to stderr as one JSON object (with
-//! `--exporter`, also the size and time of the exporter's encodings then); with
-//! `--hold` the session then stays up, every cgroup's state in memory, until stdin closes.
+//! `throttle-tracer bench-feed` (hidden): `cargo xtask bench`'s ingest and memory figures. A
+//! session starts as the default command's does, then generated stop records go through
+//! [`Session::feed`], the decode, aggregate and report path every ring-buffer record takes. The
+//! time of the feeding alone goes to stderr as one JSON object (with `--exporter`, also the
+//! exporter's encodings); with `--hold` the session then stays up, its state in memory, until stdin
+//! closes.
 use std::io::Read as _;
 use std::time::{Duration, Instant};
 

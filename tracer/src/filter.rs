@@ -1,17 +1,8 @@
 //! Which cgroups a run traces: `--cgroup` (a path or a glob), `--container` (a prefix of a
-//! container id) and `--pid` (that process's cgroup), resolved against the cpu hierarchy.
-//!
-//! Exact paths (and `--pid`, which names one path) go to the kernel-side filter: records of
-//! other cgroups are never written. A glob or a container id can match cgroups that do not exist
-//! yet, so when one is given every selector is applied here in userspace instead ([`Filter`]):
-//! each cgroup id is decided once, when its path first resolves, at the start for the cgroups
-//! that exist then and for new ones when their first record arrives. Several selectors select
-//! the union of what each matches.
-//!
-//! A stop of a cgroup that is not selected itself but stopped selected children (the quota
-//! lives on their parent) counts for those children only ([`Traced`]): exact paths bring their
-//! ancestors into the kernel-side filter for that ([`Ancestors`]); the userspace filter sees
-//! every cgroup's records anyway.
+//! container id) and `--pid` (that process's cgroup), resolved against the cpu hierarchy. Exact
+//! paths go to the kernel-side filter with their [`Ancestors`]; a glob or an id prefix can match
+//! cgroups not made yet, so then every selector is decided here ([`Filter`]). [`Traced`] is what a
+//! run keeps. Why: docs/design.md ("Selecting cgroups").
 
 use std::collections::{HashMap, HashSet};
 use std::fs;

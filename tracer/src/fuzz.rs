@@ -1,14 +1,8 @@
-//! The parsers of what the tracer reads from outside, as the fuzz targets call them (fuzz/: one
-//! target per function, of the same name) and as `cargo test` replays the kept corpora
-//! (fuzz/corpus/<target>/) on the stable toolchain. Each takes arbitrary bytes and calls the
-//! real parser the way the program does: hostile or broken input must end in an error (or in
-//! a line skipped), never in a panic. Where a parser promises more than that (a cgroup path
-//! stays under the hierarchy's root, a cpu.stat reads back from its NDJSON), that is checked
-//! too, so that a fuzz target also finds wrong answers.
-//!
-//! The cgroup files and /proc files are read with `read_to_string`, which refuses what is not
-//! UTF-8: the text parsers see only UTF-8, and other bytes end their target at once. A
-//! recording and a ring-buffer record are bytes and are parsed as such.
+//! The parsers of what the tracer reads from outside, as the fuzz targets call them (fuzz/, one
+//! target per function of the same name) and as `cargo test` replays the kept corpora. Each calls
+//! the real parser as the program does: broken input must end in an error or a skipped line, never
+//! a panic, and where a parser promises more, that is checked too, so that a target also finds
+//! wrong answers. docs/testing.md ("Fuzzing").
 
 use std::io;
 use std::path::{Component, Path, PathBuf};

@@ -1,29 +1,7 @@
 //! Names users recognise for cgroup paths: the container (short id and runtime), the Kubernetes
-//! pod (uid and QoS class) and the systemd unit that hold a cgroup.
-//!
-//! [`Name::of`] reads a path under the cpu hierarchy's mount (`/system.slice/docker-<id>.scope`),
-//! cgroup v1 or v2 alike, in one pass over its components, root to leaf. Each component it
-//! recognises sets what it names; components it does not recognise (a mount point's own
-//! directories such as `sys/fs/cgroup/cpu,cpuacct`, a runtime's inner `container` cgroup) leave
-//! the name of the enclosing thing in place: a cgroup inside a container is that container's.
-//!
-//! Layouts recognised:
-//! - docker: `docker-<id>.scope` (systemd driver), `/docker/<id>` (cgroupfs driver).
-//! - containerd: `cri-containerd-<id>.scope`, and `<pod slice>:cri-containerd:<id>` (runc's
-//!   systemd cgroupsPath written as a directory when containerd itself does not use systemd).
-//! - cri-o: `crio-<id>.scope`, `crio-conmon-<id>.scope` (the container's monitor), and both
-//!   without `.scope` under the cgroupfs driver.
-//! - podman: `libpod-<id>.scope`, `libpod-conmon-<id>.scope`, and both without `.scope`
-//!   (cgroupfs manager, `/libpod_parent/libpod-<id>`).
-//! - Kubernetes, systemd driver: `kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid>.slice`
-//!   (`<qos>` burstable or besteffort; guaranteed pods sit in `kubepods-pod<uid>.slice` right under
-//!   `kubepods.slice`), the uid's dashes written as `_`, and any prefix before `kubepods` (kind
-//!   nodes: `kubelet-kubepods-…`). Cgroupfs driver: `/kubepods[/<qos>]/pod<uid>/<container id>`.
-//! - systemd: `*.service`, `*.scope`, `*.slice` (`nginx.service`, `user@1000.service`,
-//!   `session-3.scope`, `app.slice`).
-//!
-//! Container ids are 64 lowercase hex digits; the name keeps the first 12, as `docker ps` shows.
-//! Pod uids are UUIDs, or 32 hex digits for static pods (a hash of their manifest).
+//! pod (uid and QoS class) and the systemd unit that hold a cgroup, for the report's names and the
+//! exporter's labels. [`Name::of`] reads a path in one pass, root to leaf; the layouts it knows,
+//! cgroup v1 and v2 alike, are listed in docs/deploy.md ("The cgroup layouts named").
 
 use std::fmt;
 

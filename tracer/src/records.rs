@@ -1,13 +1,8 @@
-//! Turns ring-buffer bytes into typed stop events.
-//!
-//! The kernel writes one [`StopEvent`] per record (see `tracer-common`). This module owns the
-//! translation of its sentinels into `Option`s and of `kind`/`end_reason` into enums, and rejects
-//! anything that is not a well-formed record with a typed [`RecordError`], so the run loop can count
-//! it as malformed instead of guessing.
-//!
-//! Clock: every `*_ns` timestamp here is `bpf_ktime_get_ns()`, i.e. CLOCK_MONOTONIC in ns (not
-//! wall-clock time, and it does not advance during suspend). `kernel_ns` is a duration on the
-//! kernel's `rq->clock` (`sched_clock`), which is what `cpu.stat` `throttled_time` sums.
+//! Turns ring-buffer bytes into typed stop events: one [`StopEvent`] per record (see
+//! `tracer-common`), its sentinels made `Option`s and `kind`/`end_reason` enums, and anything not
+//! well-formed rejected with a typed [`RecordError`], so that the run loop can count it as
+//! malformed instead of guessing. Timestamps are CLOCK_MONOTONIC ns; `kernel_ns` is on the
+//! kernel's `rq->clock`, which cpu.stat sums (docs/ndjson.md).
 
 use serde::{Deserialize, Serialize};
 use std::mem::size_of;

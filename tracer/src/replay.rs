@@ -1,10 +1,8 @@
-//! `throttle-tracer report FILE`: the end report of a run recorded with `--record FILE`,
-//! printed again from the file alone, by the live run's own path: each record line becomes the
-//! [`Event`] the run loop took, in its order, through the same [`Aggregate`] to the same
-//! [`Report`]; what the run read from the machine instead (paths, cpu.stat, settings, counts)
-//! comes from its `start`, `summary` and `end` lines. A recording cut short has no `end` line:
-//! it is reported as far as it got, with a warning on standard error and exit status 0, since
-//! what the file holds was reported.
+//! `throttle-tracer report FILE`: the end report of a `--record` run, printed again from the file
+//! alone by the live run's own path: each record line becomes the [`Event`] the run loop took,
+//! through the same [`Aggregate`] to the same [`Report`]; what the run read from the machine comes
+//! from its `start`, `summary` and `end` lines. A recording cut short is reported as far as it got
+//! (docs/usage.md, "How a run ends").
 
 use std::collections::HashMap;
 use std::fs::File;

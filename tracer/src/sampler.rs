@@ -1,11 +1,9 @@
-//! The sampler: every read of a cgroup's own files — cpu.stat and cpu.stat.local, v1
-//! `cpuacct.usage`, the quota settings — is made here ([`cpustat`] knows the files' formats,
-//! this module decides when they are read), and the reports get what it read ([`Sample`],
-//! [`Snapshot`]) and do no I/O. During a trace the reads run on tokio's blocking threads
-//! ([`Sampler::read`]), so a slow cgroupfs (thousands of cgroups, a busy kernel lock) never
-//! holds up the task that drains the ring buffer: that task keeps draining while it waits.
-//! The baseline at the start and the final reading at the end are taken on the calling
-//! thread ([`Sampler::read_now`]): nothing is drained then.
+//! The sampler: every read of a cgroup's own files (cpu.stat and cpu.stat.local, v1
+//! `cpuacct.usage`, the quota settings) is made here ([`cpustat`] knows their formats), and the
+//! reports get what it read ([`Sample`], [`Snapshot`]) and do no I/O. During a trace the reads run
+//! on tokio's blocking threads ([`Sampler::read`]), so that a slow cgroupfs never holds up the
+//! draining of the ring buffer; the baseline and the final reading are taken on the calling thread
+//! ([`Sampler::read_now`]), since nothing is drained then.
 
 use std::collections::HashMap;
 use std::fs;

@@ -1,16 +1,8 @@
-//! `serve`: a tracing session that feeds the Prometheus exporter (`report::prometheus`), and
-//! the HTTP server that exposes it: `/metrics` and `/healthz` for probes. The server listens
-//! from the start and both answer 503 until the probes are attached (which can take tens of
-//! seconds while the verifier loads the programs), so that a readiness probe tells "attaching"
-//! from "ready" and a liveness probe a hung process from a slow start. `/metrics` answers in
-//! the encoding the `Accept` header prefers ([`Exposition::negotiate`]): the Prometheus
-//! protobuf encoding, with the native histograms, for a Prometheus with native histograms
-//! enabled; OpenMetrics text for any other Prometheus; the Prometheus text format for the rest.
-//!
-//! Everything but the attach (on a blocking thread, so that the server answers meanwhile) runs
-//! on the one-threaded runtime of `main`: a scrape is encoded between two drains of the ring
-//! buffer, never in the middle of one. SIGINT or SIGTERM ends the run with
-//! the text summary, as for tracing.
+//! `serve`: a tracing session that feeds the Prometheus exporter (`report::prometheus`), and the
+//! HTTP server that exposes it (`/metrics`, `/healthz`). The server answers 503 from the start
+//! until the probes are attached, and `/metrics` in the encoding the `Accept` header prefers
+//! ([`Exposition::negotiate`], docs/prometheus.md). All but the attach runs on one thread, so a
+//! scrape falls between two drains of the ring: docs/design.md ("`serve`: one thread").
 use std::{
     collections::VecDeque,
     convert::Infallible,

@@ -1,15 +1,8 @@
-//! Wall-clock time for the trace's CLOCK_MONOTONIC timestamps: UTC for the NDJSON lines, local
-//! time of day for people (docs/definitions.md, "Wall-clock time").
-//!
-//! The kernel stamps every record with CLOCK_MONOTONIC (`bpf_ktime_get_ns`). Its UTC is
-//! `monotonic + offset`, where the offset is CLOCK_REALTIME − CLOCK_MONOTONIC read together:
-//! the realtime reading between two monotonic ones, the closest pair of three, so the offset is
-//! good to half that pair's gap (well under a µs). NTP's slewing changes both clocks' rate
-//! alike and leaves the offset alone; only a step of the wall clock (settime, a leap second)
-//! moves it. The [`Tracker`] re-reads it before every drain of the ring buffer; when it moved
-//! by more than [`STEP_BOUND_NS`], the new offset is used from then on and the NDJSON says so
-//! with a `clock_step` line. Records drained in the same pass may have happened before the
-//! step (at most one drain interval, 100 ms, earlier) and get the new offset too.
+//! Wall-clock time for the trace's CLOCK_MONOTONIC timestamps: UTC for the NDJSON lines, local time
+//! of day for people. UTC is monotonic plus an offset read from both clocks together; the
+//! [`Tracker`] reads it again before every drain and takes the new one when it moved by more than
+//! [`STEP_BOUND_NS`] (a step of the wall clock). Why that holds, and how a step is reported:
+//! docs/definitions.md ("Wall-clock time").
 
 use std::fmt;
 

@@ -1,20 +1,7 @@
-//! `throttle-workload arrivals`: requests of a known CPU cost arriving at random (Poisson
-//! arrivals: exponential gaps of mean 1 / rate), taken by worker threads from one queue in
-//! arrival order, the shape of reference 003's lab (20 ms of CPU per request, 10 per second,
-//! 4 workers, no queue of the application's own: a request waits until a worker is free).
-//!
-//! The gaps come from a seeded generator, so that a rerun with the same seed is the same
-//! workload: the same requests at the same offsets from its start. Each request burns its cost
-//! on its worker's own CPU clock (CLOCK_THREAD_CPUTIME_ID: time stopped by the quota does not
-//! count). When the run ends, one line per request, CLOCK_MONOTONIC ns:
-//!
-//! ```text
-//! request <i> arrival_ns <A> start_ns <S> end_ns <E> cpu_ns <C> marks <T>:<c>,<T>:<c>,...
-//! ```
-//!
-//! `marks` is its progress: at CLOCK_MONOTONIC `T` it had burned `c` ns, one mark per
-//! millisecond of CPU, so that the CPU it burned within any span (a period, a busy run) is
-//! known to 1 ms even when it straddles the span's ends.
+//! `throttle-workload arrivals`: requests of a known CPU cost arriving at random (Poisson), taken
+//! by worker threads from one queue in arrival order, the shape of reference 003's lab. The gaps
+//! come from a seeded generator, so that a rerun with the same seed is the same workload; [`run`]
+//! prints what each request did by the workload's own clocks, the truth the advice tests judge by.
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
@@ -28,7 +15,8 @@ use tracer_common::clock::clock_ns;
 /// CPU time between two progress marks.
 const MARK_NS: u64 = 1_000_000;
 
-/// The shape of a random-arrivals run.
+/// The shape of a random-arrivals run. Reference 003's lab is 20 ms of CPU a request, 10 a
+/// second, 4 workers, and no queue of the application's own: a request waits for a free worker.
 pub struct Arrivals {
     pub threads: usize,
     pub request_cpu: Duration,
@@ -83,7 +71,11 @@ fn offsets(shape: &Arrivals) -> Vec<Duration> {
     }
 }
 
-/// Runs the workload, then writes one line per request to `out`.
+/// Runs the workload, then writes one line per request to `out`, CLOCK_MONOTONIC ns:
+/// `request <i> arrival_ns <A> start_ns <S> end_ns <E> cpu_ns <C> marks <T>:<c>,<T>:<c>,...`.
+/// A request burns its cost on its worker's CLOCK_THREAD_CPUTIME_ID (time stopped by the quota
+/// does not count); a mark says it had burned `c` ns at `T`, one per ms of CPU, so that the CPU
+/// it burned within any span (a period, a busy run) is known to 1 ms even across its ends.
 pub fn run(shape: &Arrivals, out: &mut impl Write) -> io::Result<()> {
     let offsets = offsets(shape);
     let cost_ns = u64::try_from(shape.request_cpu.as_nanos()).unwrap_or(u64::MAX);

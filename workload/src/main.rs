@@ -1,17 +1,8 @@
 //! `throttle-workload`: the CPU loads the tracer's tests put under a quota, each printing what it
 //! saw by its own clocks (CLOCK_MONOTONIC like the tracer's records, the CPU-time clocks, and
 //! CLOCK_REALTIME for `held`): a truth the tests hold the tracer to that the tracer does not make.
-//!
-//! ```text
-//! throttle-workload busy --threads N --seconds S
-//! throttle-workload spiky --every-ms MS --burn-ms MS --rounds R [--threads K] [--usage-file F] [--stat-file F]
-//! throttle-workload arrivals --rate R --cost-ms D --threads K --seconds S [--seed N] [--delay-us US]
-//! throttle-workload held --seconds S
-//! throttle-workload pair --seconds S
-//! throttle-workload idle --seconds S
-//! ```
-//!
-//! Each mode's doc comment below (and `--help`) says what it runs and prints.
+//! Modes `busy`, `spiky`, `arrivals`, `held`, `pair` and `idle`: each one's doc comment below (and
+//! `--help`) says what it runs and prints.
 use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};

@@ -1,13 +1,8 @@
-//! `cargo xtask bench-exporter`: what `serve`'s cardinality bound (`--max-cgroups`, 1,000 by
-//! default) costs in memory when it is reached.
-//!
-//! Two `serve` runs on real cgroups with quotas (1 ms per 100 ms): one selecting a single
-//! cgroup (the reference, measured in the same run), one selecting `--cgroups` of them with a
-//! glob. In each, one busy process is moved through the selected cgroups in turn, a few
-//! milliseconds in each, so that every cgroup is throttled (stops of varying length, which fill
-//! its native histogram buckets) and has its series; then one scrape, and the tracer's resident
-//! memory (VmRSS, and its peak VmHWM) from /proc. The difference over the extra cgroups is the
-//! cost of one exported cgroup. Figures only; needs root.
+//! `cargo xtask bench-exporter`: what `serve`'s cardinality bound (`--max-cgroups`) costs in memory
+//! when it is reached: one `serve` selecting a single quota'd cgroup (the reference) and one many,
+//! by a glob, with a busy process moved through them so that each is throttled and has its series;
+//! then a scrape and the resident memory. The difference over the extra cgroups is one exported
+//! cgroup's cost: docs/prometheus.md ("Memory at the bound"). Figures only; needs root.
 use crate::arch::Arch;
 use crate::bench::procfs::Memory;
 use crate::bench::procs::Workload;

@@ -1,12 +1,9 @@
 //! `cargo xtask image`: the container image `throttle-tracer:<version>` from the project's own
-//! static builds and deploy/Dockerfile (`FROM scratch`: the binary and /etc/passwd), built with
-//! no registry into the Docker daemon `docker` reaches, or, when none answers, into a private
-//! dockerd started for the build (no bridge, no iptables rules) and stopped after it. One image
-//! per architecture, each saved as target/image/throttle-tracer-<version>[-arm64].tar (`docker
-//! save`), which `docker load` and `ctr image import` take and tracer/tests/image.rs runs (this
-//! machine's); then both under one tag, a multi-architecture OCI index, as
-//! target/image/throttle-tracer-<version>.oci.tar, put together by podman (Docker 20.10 makes
-//! such an index only by pushing to a registry).
+//! static builds and deploy/Dockerfile, built with no registry into the Docker daemon `docker`
+//! reaches (or a private dockerd started for the build), one per architecture, each saved with
+//! `docker save` under target/image/ (the one for this machine is what tracer/tests/image.rs runs),
+//! and both under one tag as an OCI index put together by podman. What it makes and why:
+//! docs/deploy.md ("The image").
 use crate::arch::Arch;
 use crate::binaries::{self, Binaries};
 use crate::{cmd, paths};

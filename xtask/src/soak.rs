@@ -1,13 +1,8 @@
-//! `cargo xtask soak --minutes N`: the tracer left running on this host (tracepoint backend)
-//! over a mixed load of throttling groups, its resident memory, CPU time and open descriptors
-//! sampled every few seconds. It passes when the memory grew by less than 5 % after the
-//! warm-up (the first fifth of the run) and
-//! each group's traced kernel time is within 1 % of its own cpu.stat throttled-time delta,
-//! read here. Beside it for as long, the churn test (tracer/tests/churn.rs, its length from
-//! `TT_CHURN_SECONDS`): hundreds of cgroups a second made and removed under a second tracer
-//! of every cgroup, which must trace its two living groups whole (Σ kernel_ns = cpu.stat),
-//! keep its maps bounded with their evictions counted, and its memory flat. `cargo xtask test`
-//! runs it for one minute; needs root.
+//! `cargo xtask soak --minutes N`: the tracer left running on this host (tracepoint backend) over
+//! a mixed load of throttling groups, its memory, CPU time and descriptors sampled every few
+//! seconds and each group's traced kernel time checked against its cpu.stat; beside it for as
+//! long, the churn test (tracer/tests/churn.rs). What passes: docs/testing.md ("Soak and churn").
+//! `cargo xtask test` runs it for one minute; needs root.
 use crate::arch::Arch;
 use crate::bench::procfs::{self, Memory};
 use crate::bench::procs::{Traced, Workload};

@@ -1,16 +1,9 @@
 //! What the tracepoint programs know beyond their arguments: the refill callbacks' addresses,
-//! learnt from the kernel's own structures the first time a program needs them, and what the
-//! agent writes into `TP_CONFIG` after load (the moment tracing was armed, whether the CSD
-//! programs are attached). The slot numbers are mirrored in tracer/src/probes/tracepoint.rs.
-//! Every hrtimer and every CSD on the machine passes through [`timer`] or
+//! learnt from the kernel's own structures when a program first needs them (not /proc/kallsyms,
+//! which hides them without CAP_SYSLOG: docs/kernel.md §8), and what the agent writes into
+//! `TP_CONFIG` after load (when tracing was armed, whether the CSD programs are attached; slots
+//! mirrored in tracer/src/probes/tracepoint.rs). Every hrtimer and CSD passes through [`timer`] or
 //! [`is_csd_unthrottle`], so the learnt addresses sit in one map value of their own.
-//!
-//! The addresses are not read from /proc/kallsyms, which shows zeros without CAP_SYSLOG: every
-//! task group's bandwidth was set up by `init_cfs_bandwidth` (the root's too, in `sched_init`),
-//! which sets `period_timer.function = sched_cfs_period_timer` and `slack_timer.function =
-//! sched_cfs_slack_timer`, and from 6.2 `sched_init` sets every rq's `cfsb_csd.func =
-//! __cfsb_csd_unthrottle` (docs/kernel.md §8). So the group of the task running here, and the
-//! rq of its cfs_rq, hold them.
 use core::ptr::{read_volatile, write_volatile};
 
 use aya_ebpf::{helpers::bpf_get_current_task, macros::map, maps::Array};

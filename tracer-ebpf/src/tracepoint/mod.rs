@@ -1,10 +1,9 @@
 //! The tracepoint backend, for kernels without kprobes or fentry: scheduler, hrtimer and CSD
-//! tracepoints only. A stop starts where `cfs_rq->throttled` is first seen set (a context switch,
-//! a wake-up, a period or slack timer) and ends where it is seen cleared: at the refill
-//! callbacks' exits, else at the next observation, the group's next period timer or the cgroup's
-//! removal. How each end is told and timed is docs/kernels.md's table and docs/kernel.md
-//! sections 2 and 9. `observe` reads a task's group chain, `stop` keeps the open stops, `refill`
-//! the timer and CSD callbacks' lists, `config` what the agent writes after load.
+//! tracepoints only. A stop starts where `cfs_rq->throttled` is first seen set and ends where it is
+//! seen cleared: at the refill callbacks' exits, else at the next observation, period timer or
+//! removal (docs/kernels.md's table, docs/kernel.md sections 2 and 9). `observe` reads a task's
+//! group chain, `stop` keeps the open stops, `refill` the timer and CSD callbacks' lists, `config`
+//! what the agent writes after load.
 mod config;
 mod observe;
 mod refill;

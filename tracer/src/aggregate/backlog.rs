@@ -1,12 +1,8 @@
-//! The work waiting at a cgroup's throttled period ends (docs/definitions.md, "deferred work"),
-//! from the `Deferred` records of the threads its stops held, and what it tells of a busy run:
-//! the demand that arrived in its first period, what that period ran plus what still waited
-//! at its end. The whole trace's demand and the rolling window share it, so that both give a
-//! run the same figure from the same records.
-//!
-//! A thread held again before it blocked counts what it ran after that hold toward every hold
-//! of its chain, since all of it was waiting at each. A throttled period's figure is known once
-//! a hold of it finished and every one did.
+//! The work waiting at a cgroup's throttled period ends (docs/definitions.md, "Deferred work"),
+//! from the `Deferred` records of the threads its stops held, and what it tells of a busy run: what
+//! arrived in its first period. The whole trace's demand and the rolling window share it, so that
+//! both give a run the same figure from the same records. A thread held again before it blocked
+//! counts what it ran after that hold toward each hold of its chain: all of it was waiting at each.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU64;

@@ -1,25 +1,8 @@
-//! Per-period CPU demand and busy runs of each cgroup with a quota (docs/definitions.md,
-//! "demand"), from the tracepoint backend's period records.
-//!
-//! - **period**: from one expiry of the group's period timer to the next: the kernel's own
-//!   period boundaries. Its **usage** is the CPU time the group's entities ran in it.
-//! - **busy run**: consecutive periods from the first one that ends throttled through the
-//!   first one that ends unthrottled (the work the stops deferred is done by then); a period
-//!   that ends unthrottled outside a run is a run of one. Its **demand** is the usage summed
-//!   over its periods: what the work needed in one go. Runs of no usage (an idle group's
-//!   periods) are not runs.
-//! - **parallelism** of a run: the most CPUs the group ran on within one of its periods (an
-//!   upper bound of the CPUs it ran on at once).
-//!
-//! - **deferred work** at a throttled period's end: what the threads its stops held ran from
-//!   their hold until they next blocked (`Deferred` records, tracepoint backend): the work that
-//!   had arrived and was waiting ([`Backlog`]). A run whose first period's figure is known when
-//!   it ends carries what arrived in that period (`Run::first_arrived_ns`).
-//!
-//! A period whose usage is unknown (the first one seen, a CPU without the previous reading)
-//! breaks the run it falls in: that run is dropped and counted (`broken_runs`), never
-//! reported short. A run still throttled when the trace ends is `unfinished`, a lower bound
-//! kept apart from the distribution.
+//! Per-period CPU demand and busy runs of each cgroup with a quota, from the period records, and
+//! what arrived in each period, which the advice replays. The definitions (period, usage, busy run,
+//! parallelism, deferred work, unknown usage, unfinished run) are docs/definitions.md's ("Demand,
+//! busy runs and advice", "Deferred work"); a run with a period of unknown usage is dropped and
+//! counted (`broken_runs`), never reported short.
 
 use std::num::NonZeroU64;
 

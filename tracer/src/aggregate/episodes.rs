@@ -1,17 +1,8 @@
-//! One cgroup's stops as they come and go: the per-CPU stops still open, the union of
-//! overlapping ones into group stops, the sums and reasons, and the cgroup's summary at the end.
-//!
-//! Open stops are tracked here from START/END rather than taken from the kernel's map of open
-//! stops: they are then consistent with every other figure (a stop counts in exactly one of
-//! "ended" or "open"), and they need no extra map read at exit. They are exact unless records were
-//! lost (the `lost` count in the report says so): a lost END leaves a stale open stop until that
-//! CPU's next START replaces it (counted as `restarted`).
-//!
-//! Records from different CPUs reach the ring buffer slightly out of timestamp order. A closed
-//! group stop is therefore held back until a later episode begins after its end, so a late START
-//! (or END) that overlaps it still joins it; [`Aggregate::finish`] releases the last one.
-//!
-//! [`Aggregate::finish`]: super::Aggregate::finish
+//! One cgroup's stops as they come and go: the per-CPU stops still open, the union of overlapping
+//! ones into group stops, the sums and reasons, and the cgroup's summary at the end. Open stops
+//! come from the stop records, not the kernel's map, and a closed group stop is held back until a
+//! later one begins after its end, since records from different CPUs come slightly out of order:
+//! docs/design.md ("Stops and group stops in userspace").
 
 use super::durations::{DurationSummary, Durations};
 use crate::records::{EndReason, EndedStop, Stop};

@@ -1,10 +1,7 @@
-//! Which processes and threads one cgroup's stops held, and for how long.
-//!
-//! A thread's wait in a stop runs from the moment the stop held it (`HeldThread::since_ns`) to
-//! the stop's end ([`EndedStop::held_ns`]). A process's wait in a stop is its longest thread's:
-//! all of them end together at the unthrottle, so that is the time the process had at least one
-//! thread held by that stop. Its `held_ns` sums that over the stops (per-CPU stops at once
-//! count once each, like `cpu_stop_ns`), its percentiles are over the same per-stop waits.
+//! Which processes and threads one cgroup's stops held, and for how long. A thread's wait runs from
+//! when the stop held it to the stop's end ([`EndedStop::held_ns`]); a process's wait in a stop is
+//! its longest thread's, since all of them resume together at the unthrottle. Sums and percentiles
+//! are over those per-stop waits (docs/definitions.md, "Threads held").
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -1,13 +1,8 @@
-//! Per-cgroup state, fed one [`Event`] at a time by the run loop ([`Aggregate::ingest`], which
-//! also says which group stop each record closed for good) and read once at the end
-//! ([`Aggregate::finish`]). What each figure means (stops, group stops, kernel time, unseen
-//! starts, open stops, stops by an ancestor's quota) is docs/definitions.md's to say.
-//!
-//! [`durations`] keeps distributions, [`episodes`] one cgroup's stops and group stops,
-//! [`holders`] the threads they held, [`demand`] per-period demand and busy runs, [`backlog`]
-//! the work waiting at throttled period ends, [`rolling`] the demand over a rolling window,
-//! [`window`] the live interval; this module routes records to them and joins the ancestors'
-//! credits.
+//! Per-cgroup state, fed one [`Event`] at a time by the run loop ([`Aggregate::ingest`], which also
+//! says which group stop each record closed for good) and read once at the end
+//! ([`Aggregate::finish`]); what each figure means is docs/definitions.md's. This module routes
+//! records to [`durations`], [`episodes`], [`holders`], [`demand`], [`backlog`], [`rolling`] and
+//! [`window`], each saying what it keeps, and joins the ancestors' credits.
 
 mod backlog;
 mod demand;
@@ -116,8 +111,8 @@ impl Aggregate {
 
     /// Takes one record. Returns the length (ns) of the group stop of the record's cgroup that it
     /// closed for good, if any: a group stop is final once a later episode begins after its end
-    /// (see the module doc), so a live reader sees each one once, one episode late. The last
-    /// one is only recorded by [`Aggregate::finish`].
+    /// (docs/design.md, "Stops and group stops in userspace"), so a live reader sees each one
+    /// once, one episode late. The last one is only recorded by [`Aggregate::finish`].
     pub fn ingest(&mut self, event: &Event) -> Option<u64> {
         let closed = match event {
             Event::Start(stop) => self.state(stop.cgroup_id).start(stop),

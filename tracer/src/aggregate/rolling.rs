@@ -1,13 +1,8 @@
 //! A cgroup's demand over a rolling window (`serve --advice-window`): the busy runs and period
-//! counts of the last window, made by the whole trace's own [`RunMaker`], summed up into a
-//! [`DemandSummary`] for `advice::advise` whenever asked, and bounded in memory whatever the
-//! window: at most `max_runs` runs are kept, the oldest leaving first (`dropped_runs`), and
-//! the summary says how much time its periods cover.
-//!
-//! The period counts are kept per slice of the window (a sixtieth of it): the window holds
-//! between 59 and 60 slices, and a run belongs to it while its end is inside. The held threads'
-//! records ([`Rolling::deferred`]) give a run what arrived in its first period, as the whole
-//! trace's [`Backlog`] does.
+//! counts of the last window, made by the whole trace's own [`RunMaker`] and summed into a
+//! [`DemandSummary`] for `advice::advise` when asked. Bounded in memory whatever the window: at
+//! most `max_runs` runs, the oldest leaving first (`dropped_runs`), the period counts in sixtieths
+//! of it, and the held threads' records ([`Rolling::deferred`]) only for a run's first period.
 
 use std::collections::VecDeque;
 
@@ -16,7 +11,8 @@ use super::demand::{Calm, DemandSummary, Run, RunMaker, arrived_in};
 use super::durations::Durations;
 use crate::records::{Bandwidth, Deferred, Period};
 
-/// Slices of the window its period counts are kept in.
+/// Slices of the window its period counts are kept in: the window holds between 59 and 60 of
+/// them, and a run belongs to it while its end is inside.
 const SLICES: u64 = 60;
 /// Largest runs kept with their times, as the whole trace's summary does.
 const LARGEST: usize = 5;

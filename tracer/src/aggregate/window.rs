@@ -1,14 +1,8 @@
-//! The live interval: what ended since the last tick, for live views.
-//!
-//! For live views, [`Aggregate::with_intervals`] also records every ended stop and every final
-//! group stop into a per-interval window that [`Aggregate::take_interval`] hands out and empties:
-//! the same stop logic feeds both, and an interval holds what *ended* in it (a stop spanning a
-//! tick counts whole in the interval it ends in; a group stop in the one where it became final).
-//! It also keeps each cgroup's largest busy run that ended in the interval,
-//! shown on the rows of the cgroups stopped in it.
-//!
-//! [`Aggregate::with_intervals`]: super::Aggregate::with_intervals
-//! [`Aggregate::take_interval`]: super::Aggregate::take_interval
+//! The live interval: what ended since the last tick, for live views. With
+//! `Aggregate::with_intervals` the same stop logic also puts every ended stop and final group stop
+//! into a window that `Aggregate::take_interval` hands out and empties: a stop counts whole in the
+//! interval it ends in, a group stop in the one it became final in. It also keeps each cgroup's
+//! largest busy run that ended in the interval, for the MAX RUN column.
 
 use std::collections::HashMap;
 

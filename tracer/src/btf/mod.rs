@@ -1,16 +1,8 @@
-//! Resolves, from the running kernel's BTF, every kernel struct offset the probes read.
-//!
-//! This module owns the translation from a BTF file (normally `/sys/kernel/btf/vmlinux`) to
-//! [`tracer_common::Offsets`]. Rust eBPF cannot emit CO-RE relocations, so the agent does here
-//! what libbpf would do at load time: find each field by name, follow anonymous structs and
-//! unions, pre-add nested paths, locate bit fields, check that each field still has the shape
-//! the probe reads (a pointer to the expected struct, an integer of the expected width), and
-//! tell whether `throttle_cfs_rq` returns `bool` or `void`.
-//!
-//! It never guesses: a field that cannot be resolved exactly is `ABSENT`. A missing required
-//! field is an error; a missing optional one turns its feature off, with the reason in
-//! [`Resolved::disabled`]. Every field is one entry of [`TABLE`], with its names across kernel
-//! versions; [`walk`] does the BTF reading.
+//! Resolves, from the running kernel's BTF, every kernel struct offset the probes read into
+//! [`tracer_common::Offsets`], as libbpf's CO-RE would at load time (docs/kernel.md, "6. Fields, by
+//! kernel"). It never guesses: a field not resolved exactly is `ABSENT`, an error if required, else
+//! its feature is off with the reason in [`Resolved::disabled`]. Every field is one entry of
+//! [`TABLE`], with its names across kernel versions; [`walk`] does the BTF reading.
 
 use std::{
     fmt,

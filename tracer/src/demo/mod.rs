@@ -1,10 +1,9 @@
-//! `throttle-tracer demo`: the problem and the tool on the user's own machine, in about 15
-//! seconds, with no set-up. It makes a cgroup with 0.5 CPU of quota (removing earlier demos'
-//! leftovers first), traces it while this binary, re-executed as the hidden `demo-workload` in
-//! its own process group, runs bursts of requests inside ([`workload`]), prints the report and
-//! what it shows in the demo's words (the advice is `advice::advise`'s), and removes the cgroup
-//! and its tasks: on errors too ([`cgroup::DemoCgroup`]'s Drop), and on signals, which it
-//! catches from the first moment so that none ends it before the cleanup.
+//! `throttle-tracer demo`: the problem and the tool on the user's own machine, in about 15 seconds,
+//! with no set-up: a cgroup with 0.5 CPU of quota (earlier demos' leftovers removed first), traced
+//! while this binary, re-executed as the hidden `demo-workload`, runs bursts of requests in it
+//! ([`workload`]), then the report in the demo's words. The cgroup and its tasks are removed on
+//! errors too ([`cgroup::DemoCgroup`]'s Drop) and on signals, caught from the first moment so that
+//! none ends it before the cleanup.
 mod cgroup;
 mod workload;
 

@@ -1,14 +1,7 @@
 //! The request workload of `throttle-tracer demo` (its hidden `demo-workload` child): worker
-//! threads that each handle requests of a fixed CPU cost, arriving in bursts — the shape of the reference labs (4 workers, 20 ms of CPU per request,
-//! arrivals that fit the average but not always one 100 ms period).
-//!
-//! Every `interval` a burst of `sizes[k % sizes.len()]` requests arrives, one per worker. A
-//! request burns its CPU cost on the worker's own CPU clock (CLOCK_THREAD_CPUTIME_ID, so time
-//! spent stopped by the quota does not count). When the run ends, one line per burst is written:
-//!
-//! ```text
-//! burst <k> size <n> arrival_ns <CLOCK_MONOTONIC> cpu_ns <Σ CPU of its requests> wall_ns <arrival → last request done>
-//! ```
+//! threads that each handle requests of a fixed CPU cost, arriving in bursts, the shape of the
+//! reference labs (4 workers, 20 ms of CPU per request, arrivals that fit the average but not
+//! always one 100 ms period). [`run`] says what it prints.
 use std::io::{self, Write};
 use std::sync::mpsc;
 use std::thread;
@@ -64,7 +57,11 @@ struct Burst {
     wall_ns: u64,
 }
 
-/// Runs the workload, then writes one line per burst to `out`.
+/// Runs the workload, then writes one line per burst to `out`: `burst <k> size <n> arrival_ns
+/// <CLOCK_MONOTONIC> cpu_ns <Σ CPU of its requests> wall_ns <arrival → last request done>`.
+/// Every `interval` a burst of `sizes[k % sizes.len()]` requests arrives, one per worker; each
+/// burns its cost on its worker's CPU clock (CLOCK_THREAD_CPUTIME_ID: time stopped by the quota
+/// does not count).
 pub fn run(shape: &Requests, out: &mut impl Write) -> io::Result<()> {
     let (done_tx, done_rx) = mpsc::channel::<Done>();
     let cost_ns = u64::try_from(shape.request_cpu.as_nanos()).unwrap_or(u64::MAX);

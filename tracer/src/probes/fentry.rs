@@ -1,11 +1,9 @@
-//! The fentry backend: fexit on `throttle_cfs_rq`, fentry + fexit on `unthrottle_cfs_rq`, and
-//! fentry/fexit pairs on the callers of `unthrottle_cfs_rq` that tell why a stop ended, and
-//! fentry on the period timer's callback for the per-period demand; the cgroup removal's raw
-//! tracepoint (removal.rs).
-//!
-//! Cheaper than kprobes (a BPF trampoline, no breakpoint) and the return value comes with the
-//! arguments. An fentry program is bound to one kernel function when it is loaded (its BTF id),
-//! so the eBPF object has one program per function, named `<function>_fentry` / `_fexit`.
+//! The fentry backend: fexit on `throttle_cfs_rq`, fentry + fexit on `unthrottle_cfs_rq`,
+//! fentry/fexit pairs on its callers that tell why a stop ended, fentry on the period timer's
+//! callback for the per-period demand, and the cgroup removal's raw tracepoint (removal.rs).
+//! Cheaper than kprobes (a BPF trampoline, no breakpoint), with the return value beside the
+//! arguments; an fentry program is bound to one kernel function at load, so the object has one
+//! program per function.
 use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
 
 use aya::{

@@ -1,13 +1,9 @@
 //! Choosing a backend, loading the eBPF object into the kernel and attaching the backend's
-//! programs: nothing else.
-//!
-//! The object is embedded at build time. Before load it receives the kernel offsets resolved
-//! from BTF, the cgroup filter, and the log level; after load its maps are the agent's only
-//! inputs (the ring buffer and the loss counters).
-//!
-//! `--backend auto` tries fentry, kprobe, tracepoint in that order ([`select`]). Every attempt
-//! loads a fresh copy of the object, and a failed attempt drops its copy, which detaches and
-//! unloads whatever it had attached: the next backend starts from nothing.
+//! programs: nothing else. The object is embedded at build time; before load it receives the BTF
+//! offsets, the cgroup filter and the log level, and after load its maps (the ring buffer and the
+//! loss counters) are the agent's only inputs. `--backend auto` tries fentry, kprobe, tracepoint
+//! ([`select`]); each attempt loads a fresh copy of the object and a failed one drops it,
+//! detaching what it attached, so that the next backend starts from nothing.
 
 mod concurrent;
 mod end_contexts;

@@ -1,15 +1,8 @@
-//! The tracepoint backend: scheduler, hrtimer and CSD tracepoints only (tp_btf, and a raw
-//! tracepoint on `csd_function_entry`, tracer-ebpf/src/tracepoint/mod.rs says why), for
-//! kernels without kprobes and fentry. The eBPF side (tracer-ebpf/src/tracepoint/) observes
-//! each cfs_rq's `throttled` flag at sched_switch / sched_wakeup, walks the group's throttled
-//! list at every CFS period/slack timer, and ends stops at the exit of the refill callbacks.
-//!
-//! The hrtimer and CSD tracepoints fire for every timer and every cross-CPU call; the function
-//! pointer tells ours apart, and the programs learn those pointers from the kernel's own
-//! structures (tracer-ebpf/src/tracepoint/config.rs), so no kernel symbol address is needed.
-//! After attaching, the agent records when tracing was armed: no stop is opened before that
-//! (with only some programs attached one could miss its end), and a stop whose throttle began
-//! before it is reported as an unseen-start end.
+//! The tracepoint backend, for kernels without kprobes and fentry: scheduler, hrtimer and CSD
+//! tracepoints only (tp_btf, and a raw tracepoint on `csd_function_entry`). It attaches the
+//! programs of tracer-ebpf/src/tracepoint/, which tell our timers and CSDs apart by function
+//! pointers learnt from the kernel's own structures (docs/kernel.md §8), then writes when tracing
+//! was armed (docs/design.md, "The tracepoint backend's start").
 use aya::{
     Btf, Ebpf,
     maps::Array,

@@ -1,10 +1,8 @@
 //! From the series Prometheus holds to one [`Recommendation`] per workload. Each cgroup on each
-//! node (a [`Member`], keyed by `instance` and `cgroup`) is named: through kube-state-metrics by
-//! its `pod_uid` and `container_id_full` as namespace, owner and container (a ReplicaSet's pods
-//! as its Deployment's), else by its cgroup path. The members of one name are one workload: its
-//! limit is the largest any member has, its advice the largest any member's `serve` gave in the
-//! window (a replica busier than the others needs the larger limit too), its data and its
-//! stopped periods the sums.
+//! node (a [`Member`]) is named through kube-state-metrics, else by its path; the members of one
+//! name are one workload, whose limit and advice are the largest any member has (a replica busier
+//! than the others needs the larger limit too) and whose data and stopped periods are the sums
+//! (docs/prometheus.md, "Workloads").
 
 use std::collections::{BTreeMap, BTreeSet};
 

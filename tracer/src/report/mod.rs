@@ -1,11 +1,9 @@
 //! Readers of the aggregate: the run's output, written to a list of [`Sink`]s (NDJSON, the
-//! `--record` file, the end's text, the live view ([`live`]), `serve`'s exporter
-//! ([`prometheus`])). Nothing here reads the machine: cgroup readings come from the caller.
-//!
-//! The run loop drives one [`Report`]: made with the `start` line, then [`Report::event`] per
-//! record, [`Report::tick`] per reading, [`Report::key`] per key, [`Report::finish`] with
-//! [`collect`]'s [`CgroupReport`]s (the trace's [`CgroupSummary`] joined with the cgroup's files
-//! at the end). The figures' definitions are docs/definitions.md's.
+//! `--record` file, the end's text, the live view ([`live`]), `serve`'s exporter ([`prometheus`])).
+//! Nothing here reads the machine: cgroup readings come from the caller. The run loop drives one
+//! [`Report`]: made with the `start` line, then fed records, readings and keys, and finished with
+//! [`collect`]'s [`CgroupReport`]s (the trace's [`CgroupSummary`] joined with the cgroup's files at
+//! the end). The figures' definitions are docs/definitions.md's.
 
 mod advice_text;
 mod histogram;

@@ -1,14 +1,8 @@
-//! Where the report's output goes: a [`Sink`] takes the run's [`Line`]s as they happen (each
-//! with what the aggregate made of its record, an [`Entry`]), the periodic readings of a run
-//! that shows itself as it goes (a [`Tick`]), the terminal's keys, and writes its end.
-//! [`Ndjson`] is the NDJSON stream (`--json` on stdout, or every line into a `--record` file,
-//! each flushed so that a killed run leaves every line it made); [`Text`] is the summary printed
-//! at the end; [`AdviceOnly`] is `throttle-tracer advise`'s output (the advice alone, text or
-//! its NDJSON lines); the live view ([`super::live::LiveView`]) and the Prometheus exporter
-//! ([`super::prometheus::Exporter`]) are sinks too.
-//!
-//! A write error does not end the run (a closed `| head` must not lose the recording): the
-//! sink keeps the first one, skips later writes and returns it from [`Sink::finish`].
+//! Where the report's output goes: a [`Sink`] takes the run's [`Line`]s as they happen (each with
+//! its [`Entry`]), the periodic [`Tick`]s and the terminal's keys, and writes its end. [`Ndjson`],
+//! [`Text`] and [`AdviceOnly`] are here; the live view and the exporter are sinks too. A write
+//! error does not end the run (a closed `| head` must not lose the recording): the sink keeps the
+//! first, skips later writes and returns it from [`Sink::finish`].
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -80,7 +74,8 @@ pub trait Sink: Send {
     ) -> io::Result<()>;
 }
 
-/// The NDJSON stream.
+/// The NDJSON stream (`--json` on stdout, or every line into a `--record` file), flushed as it
+/// goes, so that a killed run leaves the lines it made.
 pub struct Ndjson<W: Write> {
     out: W,
     /// The stream on stdout shows the ended stops not under `--min-stop` (ns) and leaves off

@@ -1,14 +1,7 @@
-//! The rows of `scan`, from the sampler's readings alone (no I/O): which cgroups a quota holds,
-//! the tightest quota on each one's path to the root (its effective limit), and each one's
-//! counters over their lifetime or over the window between two readings.
-//!
-//! Lifetime: the kernel starts a cgroup's cpu.stat and CPU usage at 0 when the cgroup is made;
-//! `nr_periods` counts the periods its quota's timer ran, which it does only while the group
-//! runs (an idle period stops it). So over the lifetime, the use of a limit is the usage over
-//! the periods the owner's quota was active: `usage / (owner nr_periods × owner quota)`, the
-//! group's average demand while it ran, not diluted by idle hours. Usage from before the quota
-//! was set counts too (the kernel does not split it), which can make it exceed 1.
-//! Window: `Δusage / (window × quota / period)`, the use of the limit over wall-clock time.
+//! The rows of `scan`, from the sampler's readings alone (no I/O): which cgroups a quota holds, the
+//! tightest quota on each one's path to the root (its effective limit), and each one's counters
+//! over their lifetime or over the window between two readings. Why a lifetime's use of the limit
+//! counts only the owner's active periods: docs/definitions.md (`scan`, "use").
 
 use std::cmp::Ordering;
 use std::collections::HashMap;

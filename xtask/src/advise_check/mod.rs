@@ -1,11 +1,9 @@
-//! `cargo xtask advise-check`: is the advice not wasteful? Each workload of known demand (a
-//! spiky burn, a burst of requests, reference 003's random arrivals) is traced in a cgroup at
-//! 50 ms / 100 ms for its `advice` line; then a bisection (1 ms steps) finds the smallest quota,
-//! burst and period with which reruns are not throttled (≤ 1 % of the periods for the random
-//! arrivals, a sample printed with its 95 % interval). Fails when an advised value does not do
-//! it, or is more than 10 % above the smallest. Each rerun is a fresh cgroup at the most CPU
-//! weight, judged by the kernel's cpu.stat: minutes, too slow for `cargo xtask test`. Root.
-//! The random arrivals' quotas are judged against a truth measured once ([`truth`]).
+//! `cargo xtask advise-check`: is the advice not wasteful? Each workload of known demand is traced
+//! at 50 ms / 100 ms for its `advice` line; then a bisection finds the smallest quota, burst and
+//! period with which reruns are not throttled, each in a fresh cgroup judged by its cpu.stat (the
+//! random arrivals' quotas against a truth measured once, [`truth`]). Fails when an advised value
+//! does not do it or is more than 10 % above the smallest. Minutes; root. docs/testing.md ("Is the
+//! advice wasteful?").
 mod truth;
 
 use crate::arch::Arch;

@@ -1,20 +1,8 @@
-//! What `serve` costs over a node's worth of quota'd cgroups (issue 23's item 5): 1,000 cgroups
-//! with 100 ms periods, of which 150 are stopped every few periods (a 1 ms quota and a busy
-//! loop each), 350 run a light periodic task (1 ms of CPU a second under a 10 ms quota: their
-//! periods are measured, they are never stopped) and 500 are idle; the whole fleet at the
-//! least CPU weight, so that it runs on what the machine's other work leaves.
-//!
-//! Two `serve`s trace the same fleet at the same time: the one measured (demand and advice
-//! exported, the defaults) and its reference, `serve --no-advice` (the stop series only). Side
-//! by side rather than one after the other, so that both see the same periods under the same
-//! load of the rest of the machine (a shared machine's load changes from one ten minutes to
-//! the next); each has its own programs, ring and process, and the programs run in the
-//! switching task's context, charged to the fleet, not to either agent. Every [`Fleet::every`]
-//! each is scraped once, the two one after the other, in the text format and in protobuf in
-//! turn (the scrapes' CPU is the agent's too, as it would be under Prometheus). From the end of
-//! the warm-up (the first minute) to the end: each agent's CPU (utime + stime), its resident
-//! memory then and at the end and the least-squares slope between, the scrapes' size and time
-//! (connect to last byte), and the fleet's throttled periods by cpu.stat.
+//! What `serve` costs over a node's worth of quota'd cgroups: 1,000 cgroups (150 stopped every few
+//! periods, 350 lightly loaded, 500 idle), traced at once by the default `serve` and its reference
+//! `serve --no-advice`, side by side so that both see the same load, each scraped every
+//! [`Fleet::every`]. The fleet, the figures and why: docs/performance.md ("The sections", serve
+//! over a fleet).
 use super::Bench;
 use super::procfs::{self, Memory};
 use super::procs::Workload;

@@ -1,12 +1,9 @@
 //! ns per invocation of every program the tracepoint backend attaches, from the kernel's BPF
-//! run-time statistics (`BPF_ENABLE_STATS`, released with its fd, so the
-//! `kernel.bpf_stats_enabled` sysctl is never left on), each program under the load that calls
-//! its hook most ([`Load`]: `perf bench sched pipe`, a context switch per message, for the
-//! scheduler's hooks; a membarrier loop for the CSD hooks; a short-sleep loop for the hrtimer
-//! hooks), and then while a quota'd cgroup is throttled. In the same windows: an empty program
-//! on each of the same hooks (the floor any program pays there), attached after the tracer's,
-//! with another before them all (the first program on a hook pays for being first), and
-//! bpftrace's one-line check on sched_switch (the peer).
+//! run-time statistics (`BPF_ENABLE_STATS`, released with its fd, so that the
+//! `kernel.bpf_stats_enabled` sysctl is never left on), each under the [`Load`] that calls its hook
+//! most and then while a quota'd cgroup is throttled, beside an empty program on the same hooks
+//! (the floor) and bpftrace's one-line check (the peer). The loads, and why the empty programs
+//! attach as they do: docs/performance.md ("The sections", kernel cost).
 use super::bpf::{self, Floor, Program, Snapshot};
 use super::loads;
 use super::procs::{self, Traced, Workload};

@@ -1,25 +1,9 @@
-//! `cargo xtask bench`: what throttle-tracer costs on this host, side by side with bpftrace
-//! and the floor, in one run and one table (printed, and written to target/bench/bench.json).
-//!
-//! Every figure has its unit, its number of runs, min / median / max, and its ratio to a
-//! reference measured in the same run: the ratios, not the absolute figures, carry over from
-//! one machine to another. The sections:
-//! - [`kernel`]: ns per invocation of each tracepoint-backend program (the kernel's BPF
-//!   run-time statistics) next to an empty program on the same hook and bpftrace's check;
-//! - [`slowdown`]: `perf bench sched pipe` pinned to one CPU and `sched messaging` without /
-//!   with the tracer / with empty programs on its hooks / with bpftrace, in rotating rounds;
-//! - [`startup`]: exec → NDJSON `start` line per backend vs bpftrace's, and where it goes;
-//! - [`vm_startup`]: the same in the vm-test kernels' guests, where kprobe and fentry exist;
-//! - [`ingest`]: records/s through the real decode and aggregate path, and memory;
-//! - [`sustained`]: real cgroups throttling every few ms, with the losses counted;
-//! - [`fleet`]: `serve` over 1,000 quota'd cgroups for minutes (`--only serve-fleet`), its CPU,
-//!   memory and scrapes with the demand and advice series and without.
-//!
-//! The kprobe and fentry backends' kernel cost is measured in the vm-test guests instead
-//! ([`vm_cost`]): this host has no kprobes and refuses fentry.
-//!
-//! The measuring holds /tmp/tt-host.lock, the lock the host tests take, so that no other
-//! session's test runs meanwhile. Figures only: nothing here asserts a timing. Needs root.
+//! `cargo xtask bench`: what throttle-tracer costs on this host, beside bpftrace and the floor, in
+//! one table (printed, and written to target/bench/bench.json). Each figure has its ratio to a
+//! reference measured in the same run: ratios carry over between machines. One module a section
+//! ([`kernel`], [`slowdown`], [`startup`], [`vm_startup`], [`ingest`], [`sustained`], [`fleet`];
+//! [`vm_cost`] in the VM guests); what each measures and how: docs/performance.md ("The
+//! sections"). Figures only, nothing asserted; needs root.
 mod bpf;
 mod fleet;
 mod ingest;

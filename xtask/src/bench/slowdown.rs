@@ -1,17 +1,8 @@
-//! What tracing costs the traced: `perf bench sched pipe` with both its tasks on one CPU (a
-//! context switch each way per message) and `perf bench sched messaging` (hackbench), each
-//! without a tracer, with throttle-tracer's tracepoint backend, with an empty program for each
-//! of the tracer's on the same hooks (the floor: what the kernel's BPF dispatch alone costs
-//! there), and with bpftrace's check. The four sides take turns in rotating order, round after
-//! round, each side running every workload while it is attached, so that a drift in the host's
-//! load weighs on all alike; the slowdown is taken per round against that round's run without,
-//! and given as the median over the rounds with its 95 % interval (and the mean with its own):
-//! in about one round of five, the host slowed every run of some side, by up to 30 %.
-//!
-//! Pinned, a wakeup is a local enqueue, not an inter-processor interrupt and an idle exit
-//! through the hypervisor (tens of µs on a VM, and as variable): the pipe's cost per message is
-//! its context switches. Free to move, its two tasks shared a CPU or not as the scheduler
-//! placed them, 5 or 20-65 µs a message in one run: no interval came near 1 %.
+//! What tracing costs the traced: `perf bench sched pipe` pinned to one CPU and `perf bench sched
+//! messaging`, without a tracer, with throttle-tracer, with empty programs on its hooks (the floor)
+//! and with bpftrace, in rotating rounds so that a drift of the host's load weighs on all alike:
+//! the median slowdown over the rounds with its 95 % interval. Why pinned, and how a round is
+//! taken: docs/performance.md ("The sections", slowdown).
 use super::bpf::Floor;
 use super::procs::{self, Traced};
 use super::table::{Row, Summary, median_ci95};

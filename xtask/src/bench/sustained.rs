@@ -1,16 +1,8 @@
-//! Sustained load: real cgroups throttling with a 5 ms period (1 ms quota, two busy threads
-//! each), more of them at each step, traced at the default ring size. Per step: stop lines per
-//! second beside the kernel's count of throttled periods (cpu.stat nr_throttled, Σ over the
-//! cgroups), the stops' kernel time beside cpu.stat's throttled time (the truth that says no
-//! stop was missed), the agent's CPU %, and the records lost (the `end` line's exact count of
-//! failed ring-buffer reservations).
-//!
-//! A stop spans several throttled periods here, so stops per throttled period is well below 1
-//! with nothing missed: a 1 ms quota is overrun by up to a scheduler tick (4 ms at HZ=250; on
-//! 6.18+ a throttled task also runs on to its return to user mode), and the runqueue's debt
-//! takes more than one refill of 1 ms to pay back; the kernel counts each of those periods in
-//! nr_throttled (6.18 host, one thread at 1 ms / 5 ms: 182 stops, median 12.2 ms, in 502
-//! throttled periods, Σ kernel_ns = throttled_time to the ns).
+//! Sustained load: real cgroups throttling with a 5 ms period (1 ms quota, two busy threads each),
+//! more of them at each step, traced at the default ring size. Per step: stop lines per second
+//! beside cpu.stat's throttled periods, the stops' kernel time beside cpu.stat's throttled time
+//! (the truth that no stop was missed), the agent's CPU and the records lost. Why stops are fewer
+//! than throttled periods: docs/performance.md ("The sections", sustained load).
 use super::Bench;
 use super::procfs;
 use super::procs::{Traced, Workload};

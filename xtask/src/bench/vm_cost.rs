@@ -1,15 +1,8 @@
-//! What the kprobe and fentry backends cost, in the vm-test guests (the host has neither): ns
-//! per invocation of every program the tracer attached, from the kernel's BPF run-time
-//! statistics, next to an empty program of the same type on the same hooks, while a busy
-//! thread on each of the two vCPUs is throttled at 50 ms / 100 ms for 2 s (guest/vm-cost.sh
-//! `cost_run`). Their programs run per throttle, unthrottle and period, not per context
-//! switch, so a few seconds give enough invocations.
-//!
-//! The guest half (`xtask guest-program-cost`, a hidden subcommand; guest/vm-cost.sh runs it
-//! beside the load) measures and prints a JSON line per program; the host half ([`judge`])
-//! turns them into vm-test rows. The tracer names each program's hooks in its debug log (the
-//! kernel truncates program names to 15 bytes and, before 6.6, keeps no function for a kprobe
-//! link); the kernel's own program types and run counts are checked against it.
+//! What the kprobe and fentry backends cost, in the vm-test guests (the host has neither): ns per
+//! invocation of every program the tracer attached, next to an empty program of the same type on
+//! the same hooks, under a throttled load (guest/vm-cost.sh `cost_run`). The guest half (`xtask
+//! guest-program-cost`, hidden) measures and prints JSON lines; the host half ([`judge`]) turns
+//! them into vm-test rows. How: docs/performance.md ("The kprobe and fentry programs' cost").
 use super::bpf::{self, Floor, Program};
 use crate::console::Console;
 use anyhow::{Context as _, Result, bail};

@@ -1,13 +1,8 @@
-//! Startup in the vm-test kernels' guests, where the kprobe and fentry backends exist (this
-//! host has neither): [`startup::measure`](super::startup::measure) run by a static xtask
-//! (`xtask guest-startup`, hidden) in one boot per kernel, each backend against the bpftrace
-//! one-liner that attaches as it does, all of it under the same emulator in the same boot.
-//!
-//! bpftrace is dynamically linked against ~200 MB of libraries (LLVM, clang, z3, ICU): it goes
-//! into this measurement's initramfs only, with its `ldd` closure at the same paths and the
-//! dynamic loader, from the host's Debian package. The guest has 1 GiB; the unpacked archive
-//! and its copy in memory during the unpacking fit (~700 MB stay free). vm-test's own boots, in
-//! CI, keep their small initramfs.
+//! Startup in the vm-test kernels' guests, where the kprobe and fentry backends exist (this host
+//! has neither): [`startup::measure`](super::startup::measure) run by a static xtask (`xtask
+//! guest-startup`, hidden) in one boot per kernel, each backend against the bpftrace one-liner that
+//! attaches as it does, under the same emulator in the same boot. bpftrace and its libraries go
+//! into this measurement's initramfs only: docs/performance.md ("The sections", vm-startup).
 use super::Bench;
 use super::startup::{self, Measured};
 use super::table::Row;

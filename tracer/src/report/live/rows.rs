@@ -1,9 +1,7 @@
 //! The live view's rows: one per cgroup stopped in the interval, from the aggregate's interval
-//! window ([`crate::aggregate::IntervalSummary`]: what ended in the interval), the sampler's
-//! reading of the cgroup's files at the tick and the paths the run loop resolved (no I/O here).
-//! cpu.stat and the CPU usage (v2 `usage_usec`; v1 `cpuacct.usage` of the same path in
-//! the cpuacct hierarchy, which is the cpu hierarchy when they are co-mounted `cpu,cpuacct`; `-`
-//! when that cgroup does not exist there) are diffed against this view's previous reading of the
+//! window ([`crate::aggregate::IntervalSummary`]), the sampler's reading of the cgroup's files at
+//! the tick and the paths the run loop resolved (no I/O here). cpu.stat and the CPU usage (read as
+//! for `scan`'s use, docs/definitions.md) are diffed against this view's previous reading of the
 //! same cgroup, so a cgroup's first row has `-` there unless the run selected it at the start.
 
 use std::collections::HashMap;

@@ -1,13 +1,8 @@
-//! What to set, continuously: each tracked cgroup's demand over the rolling window (`serve
-//! --advice-window`, [`Rolling`]) and the advice `advice::advise` makes of it, the same code as
-//! `advise` over the same periods. The run loop feeds the periods ([`Measured::period`]) and
-//! makes the advice again every `--advice-every` ([`Measured::refresh`]); a scrape reads what
-//! is stored ([`DemandCollector`]), never the kernel or the files.
-//!
-//! Families (docs/prometheus.md, "What to set"): the settings now, the advised quota for the
-//! target and for no stop, burst and period, the target, the window's measured time, the
-//! model's share of periods stopped now and after, cpu.stat's share over the same window,
-//! periods measured and throttled, and `advice_missing{reason}` where there is no advice.
+//! What to set, continuously: each tracked cgroup's demand over the rolling window ([`Rolling`])
+//! and the advice `advice::advise` makes of it, the same code as `advise` over the same periods.
+//! The run loop feeds the periods ([`Measured::period`]) and makes the advice again every
+//! `--advice-every` ([`Measured::refresh`]); a scrape reads what is stored ([`DemandCollector`]),
+//! never the kernel or the files. The families: docs/prometheus.md ("What to set").
 
 use std::collections::VecDeque;
 use std::fmt;

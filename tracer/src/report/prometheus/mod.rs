@@ -1,47 +1,9 @@
-//! The Prometheus exporter: per-cgroup stop histograms and counters, encoded by the
-//! prometheus-client crate and served by `serve`.
-//!
-//! It is a [`Sink`] of the report like the others: it gets each record's line together with
-//! what the aggregate made of it (the per-CPU stop the line ended, the group stop the aggregate
-//! closed for good, the descendants it stopped), so its figures are the text summary's, seen
-//! live. The sampler's reading of each tracked cgroup's cpu.stat at each tick ([`Tick`]) is
-//! mirrored beside them at scrape time, raw (what the file said, not a delta since the start),
-//! so dashboards can put both side by side.
-//!
-//! This module tracks the cgroups that have series; [`families`] is the table of the families
-//! the run loop writes, [`collector`] mirrors cpu.stat, [`labels`] has the label sets and
-//! [`scraper`] encodes it all for `serve`.
-//!
-//! Labels: `cgroup` = the path under the cpu hierarchy (`id:<n>` if it never resolved), and,
-//! when the path names them (`names`), `container_id`, `container_id_full`, `pod_uid`, `qos`
-//! and `unit` ([`labels`]). They are functions of the path: they add no series.
-//!
-//! Families:
-//! - `throttle_tracer_cpu_stop_seconds` (histogram): each per-CPU stop.
-//! - `throttle_tracer_group_stop_seconds` (histogram): each group stop (the union of the
-//!   cgroup's overlapping per-CPU stops), counted once it is final, i.e. one episode late.
-//! - `throttle_tracer_stops_total`, `throttle_tracer_cpu_stopped_seconds_total` (Σ per-CPU
-//!   stops: N CPUs stopped together count N×, like cpu.stat), `throttle_tracer_wall_stopped_
-//!   seconds_total` (Σ group stops: wall-clock time with at least one CPU stopped). Separate
-//!   families, so that `sum()` over `cgroup` means something for each.
-//! - `throttle_tracer_cpustat_{nr_periods,nr_throttled,throttled_seconds}_total`: cpu.stat.
-//! - what to set ([`demand`]): `throttle_tracer_period_demand_seconds` (histogram: each measured
-//!   period's arrived demand), the periods measured and throttled, the settings now and the
-//!   advice over the rolling window, as gauges read at scrape time.
-//! - `throttle_tracer_lost_records_total`, `throttle_tracer_cgroups_tracked`,
-//!   `throttle_tracer_cgroups_dropped_total{reason="limit"|"gone"}`.
-//!
-//! Cardinality is bounded: at most `max_cgroups` cgroups have series; stops of further cgroups
-//! are left out here (not in the aggregate) and each such cgroup is counted once as "limit". A
-//! tracked cgroup whose directory has been gone for `gone_after` loses its series and is
-//! counted as "gone".
-//!
-//! The two stop histograms have two representations. Classic buckets (0.001 × 2^k s up to
-//! 4.096 s, then +Inf), so stops longer than a 100 ms period are not clipped; they are all the
-//! text formats can carry. And native buckets (schema 3, see
-//! [`families::NATIVE_BUCKET_FACTOR`]), which only the Prometheus protobuf encoding carries
-//! ([`Scraper::protobuf`]): `serve` sends it to a Prometheus that asks for it, i.e. one run
-//! with `--enable-feature=native-histograms`.
+//! The Prometheus exporter: per-cgroup stop histograms and counters and cpu.stat mirrored, a
+//! [`Sink`] of the report like the others, so that its figures are the text summary's, seen live.
+//! This module tracks the cgroups that have series (at most `max_cgroups`); [`families`] is the
+//! table of families, [`collector`] mirrors cpu.stat, [`labels`] has the label sets, [`demand`]
+//! the advice series and [`scraper`] encodes it all for `serve`. The families, labels, bound and
+//! encodings are docs/prometheus.md's.
 
 mod collector;
 mod demand;
@@ -803,8 +765,9 @@ pub(crate) mod tests {
         assert_eq!(sample(&text, "throttle_tracer_cgroups_tracked"), 2.0);
     }
 
-    /// Every family of the module doc, with its type, in the order of the exposition and the
-    /// same in the three encodings (OpenMetrics names a counter's family without `_total`).
+    /// Every family of docs/prometheus.md's "Metric families", with its type, in the order of the
+    /// exposition and the same in the three encodings (OpenMetrics names a counter's family
+    /// without `_total`).
     #[test]
     fn every_family_with_its_type_in_every_encoding() {
         let expected = [
