@@ -182,7 +182,7 @@ fn all_but(cpu: usize) -> libc::cpu_set_t {
     }
 }
 
-/// Runs `cmd` (and the threads it starts) on every CPU but `cpu` ([`all_but`]).
+/// Runs `cmd` (and the threads it starts) on every CPU but `cpu`.
 pub fn away_from(cmd: &mut Command, cpu: usize) -> &mut Command {
     let set = all_but(cpu);
     // SAFETY: sched_setaffinity between fork and exec, on a set prepared before the fork.
@@ -196,7 +196,7 @@ pub fn away_from(cmd: &mut Command, cpu: usize) -> &mut Command {
     }
 }
 
-/// Moves the calling thread to every CPU but `cpu` ([`all_but`]).
+/// Moves the calling thread to every CPU but `cpu` .
 pub fn move_away_from(cpu: usize) {
     let set = all_but(cpu);
     // SAFETY: a whole cpu_set_t for the calling thread (0).

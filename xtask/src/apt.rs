@@ -2,8 +2,9 @@
 //!
 //! The archive URIs come from the system's own deb822 sources, so no mirror is named here.
 //! [`PrivateApt`] downloads one architecture's packages from one suite with its lists, cache
-//! and sources under target/vm/apt/<architecture>/<suite>/ and never touches the system's apt state; [`WithSuite`] installs
-//! into the system from its own sources plus one more suite, with only the lists kept apart.
+//! and sources under `target/vm/apt/<architecture>/<suite>/` and never touches the system's
+//! apt state; [`WithSuite`] installs into the system from its own sources plus one more suite,
+//! with only the lists kept apart.
 use crate::arch::Arch;
 use crate::cmd;
 use anyhow::{Context as _, Result};
@@ -112,7 +113,7 @@ impl PrivateApt {
 
 /// The system's sources plus one suite they lack: the packages it installs come from the
 /// system's archives and that suite, into the system's dpkg; its lists live under
-/// target/vm/apt/with-<suite>/, so the system's own lists stay as they were.
+/// `target/vm/apt/with-<suite>/`, so the system's own lists stay as they were.
 pub struct WithSuite {
     dir: PathBuf,
 }

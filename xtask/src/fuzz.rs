@@ -1,8 +1,8 @@
 //! `cargo xtask fuzz [--seconds N] [TARGET...]`: cargo-fuzz's targets (fuzz/), each run for N
-//! seconds from its kept corpus (fuzz/corpus/<target>/), which is then minimised again
+//! seconds from its kept corpus (`fuzz/corpus/<target>/`), which is then minimised again
 //! (`cargo fuzz cmin`) so that what the run found stays small enough to keep in the
 //! repository. A crash stops the task with libFuzzer's report and the input in
-//! fuzz/artifacts/<target>/. Not part of `test`: `cargo test` replays the kept corpora.
+//! `fuzz/artifacts/<target>/.` Not part of `test`: `cargo test` replays the kept corpora.
 use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};

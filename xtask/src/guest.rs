@@ -78,7 +78,7 @@ pub fn initramfs(
 
 /// The static busybox of `arch`: the installed one for this machine's; for another
 /// architecture, the same package of this system's release for that architecture, downloaded
-/// and unpacked (not installed) once into target/vm/busybox/<architecture>/.
+/// and unpacked (not installed) once into `target/vm/busybox/<architecture>/.`
 fn busybox(arch: Arch) -> Result<PathBuf> {
     if arch == Arch::HOST {
         return Ok(Path::new("/").join(BUSYBOX));

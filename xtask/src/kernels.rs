@@ -1,5 +1,5 @@
 //! The Debian kernels the VM tests boot, and fetching one: newest package first, older ones
-//! when a download fails; cached under target/vm/kernels/<architecture>/<series>/.
+//! when a download fails; cached under `target/vm/kernels/<architecture>/<series>/`.
 use crate::apt::{Archive, PrivateApt};
 use crate::arch::Arch;
 use crate::cmd;

@@ -449,7 +449,7 @@ fn usecs_per_op(perf_output: &str) -> Option<f64> {
         .find_map(|l| l.trim().strip_suffix("usecs/op")?.trim().parse().ok())
 }
 
-/// perf bench's "Total time: 0.857 [sec]".
+/// perf bench's `Total time: 0.857 [sec]`.
 fn total_time(perf_output: &str) -> Option<f64> {
     perf_output.lines().find_map(|l| {
         l.trim()

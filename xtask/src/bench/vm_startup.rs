@@ -1,5 +1,5 @@
 //! Startup in the vm-test kernels' guests, where the kprobe and fentry backends exist (this host
-//! has neither): [`startup::measure`](super::startup::measure) run by a static xtask (`xtask
+//! has neither): [`super::startup::measure`] run by a static xtask (`xtask
 //! guest-startup`, hidden) in one boot per kernel, each backend against the bpftrace one-liner that
 //! attaches as it does, under the same emulator in the same boot. bpftrace and its libraries go
 //! into this measurement's initramfs only: docs/performance.md ("The sections", vm-startup).
