@@ -7,7 +7,6 @@
 use std::collections::VecDeque;
 use std::num::NonZeroU64;
 
-use super::demand::Run;
 use crate::FastMap;
 use crate::records::Deferred;
 
@@ -121,13 +120,17 @@ impl Backlog {
         }
     }
 
-    /// What arrived in the first period of `run`, which has just ended: that period's usage
-    /// and the work waiting at its end, when the latter is known by now (the run's throttled
-    /// periods are the last ones taken).
-    pub(super) fn first_arrived(&self, run: &Run) -> Option<NonZeroU64> {
-        let back = usize::try_from(run.throttled_periods).ok()?;
+    /// What arrived in the first period of a run that has just ended, started at `start_ns`
+    /// with `throttled_periods`: that period's usage and the work waiting at its end, when the
+    /// latter is known by now (the run's throttled periods are the last ones taken).
+    pub(super) fn first_arrived(
+        &self,
+        start_ns: u64,
+        throttled_periods: u32,
+    ) -> Option<NonZeroU64> {
+        let back = usize::try_from(throttled_periods).ok()?;
         let first = self.recent.get(self.recent.len().checked_sub(back)?)?;
-        if first.start_ns != run.start_ns {
+        if first.start_ns != start_ns {
             return None;
         }
         first

@@ -174,7 +174,9 @@ impl Demand {
             self.waiting.record(waiting);
         }
         let mut run = self.making.period(p)?;
-        run.first_arrived_ns = self.backlog.first_arrived(&run);
+        run.first_arrived_ns = self
+            .backlog
+            .first_arrived(run.start_ns, run.throttled_periods);
         self.close(run)
     }
 

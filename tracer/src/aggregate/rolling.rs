@@ -121,7 +121,9 @@ impl Rolling {
         }
         match self.making.period(p) {
             Some(mut run) if run.demand_ns > 0 => {
-                run.first_arrived_ns = self.backlog.first_arrived(&run);
+                run.first_arrived_ns = self
+                    .backlog
+                    .first_arrived(run.start_ns, run.throttled_periods);
                 self.calm.add(&run);
                 self.runs.push_back(run);
                 self.trim();
