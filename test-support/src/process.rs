@@ -363,11 +363,10 @@ fn drop_to_nobody(keep: &[u32], last: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The tracer `child`'s stdout lines, read on a thread of their own, once its first line (the
-/// NDJSON `start` line, returned parsed) has come.
-pub fn ndjson_lines(child: &mut Running) -> (serde_json::Value, std::sync::mpsc::Receiver<String>) {
+/// A child's stdout lines, read on a thread of their own (until the pipe closes or the
+/// receiver is dropped), so that a test can wait for a line with a time limit.
+pub fn stdout_lines(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
     use std::io::{BufRead as _, BufReader};
-    let stdout = child.stdout.take().expect("tracer stdout");
     let (tx, lines) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -377,6 +376,13 @@ pub fn ndjson_lines(child: &mut Running) -> (serde_json::Value, std::sync::mpsc:
             }
         }
     });
+    lines
+}
+
+/// The tracer `child`'s stdout lines ([`stdout_lines`]), once its first line (the NDJSON
+/// `start` line, returned parsed) has come.
+pub fn ndjson_lines(child: &mut Running) -> (serde_json::Value, std::sync::mpsc::Receiver<String>) {
+    let lines = stdout_lines(child.stdout.take().expect("tracer stdout"));
     // A guard against hanging forever, not a timing assertion.
     let first = lines
         .recv_timeout(std::time::Duration::from_secs(60))

@@ -11,15 +11,7 @@
 //! under `CI=true`); and two CPUs, otherwise it does not apply here.
 use test_support as common;
 
-use std::{
-    fs,
-    io::{BufRead, BufReader},
-    path::Path,
-    process::Stdio,
-    sync::mpsc,
-    thread,
-    time::Duration,
-};
+use std::{fs, path::Path, process::Stdio, sync::mpsc, thread, time::Duration};
 
 use common::{Cgroup, CpuStat, Host, Running};
 use serde_json::Value;
@@ -67,17 +59,8 @@ impl Family {
             None => tracer.arg("--json"),
         };
         let mut child = Running::spawn(tracer.stdout(Stdio::piped()).stderr(Stdio::inherit()));
-        let stdout = child.stdout.take().expect("tracer stdout");
+        let rx = common::stdout_lines(child.stdout.take().expect("tracer stdout"));
         self.tracer = Some(child);
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
         // A guard against hanging forever, not a timing assertion.
         let limit = Duration::from_secs(60);
         match live {

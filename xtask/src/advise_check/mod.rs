@@ -781,16 +781,7 @@ fn spawn_in(cmd: &mut Command, cgroup: &Cgroup, cpu: Option<usize>) -> Running {
 /// `child`'s stdout lines, read on a thread of their own.
 fn lines_of(child: &mut Child) -> Result<mpsc::Receiver<String>> {
     let stdout = child.stdout.take().context("the tracer's stdout")?;
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(rx)
+    Ok(test_support::stdout_lines(stdout))
 }
 
 fn monotonic_ns() -> u64 {
