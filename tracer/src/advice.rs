@@ -509,8 +509,15 @@ const STEPS: u64 = 20;
 /// and a period whose quota ran out with work waiting is stopped. The last period of each
 /// phase, cut by the trace's end, is not replayed. A period that starts with nothing waiting
 /// and cannot exceed the quota or the CPUs is counted without stepping through it (cheap for a
-/// load far below its quota).
-fn replay_stops(arrived: &[u64], period: u64, cpus: u32, quota: u64) -> (u64, u64) {
+/// load far below its quota). Once more than `most_stopped` periods stopped it gives up with
+/// the counts so far: a bisection's trial is decided then, and most of its trials fail.
+fn replay_stops(
+    arrived: &[u64],
+    period: u64,
+    cpus: u32,
+    quota: u64,
+    most_stopped: u64,
+) -> (u64, u64) {
     let step = (period / STEPS).max(1);
     let rate = u64::from(cpus.max(1)).saturating_mul(step);
     let steps = arrived.len() as u64 * STEPS;
@@ -542,11 +549,7 @@ fn replay_stops(arrived: &[u64], period: u64, cpus: u32, quota: u64) -> (u64, u6
     let (mut stopped, mut periods) = (0, 0);
     for phase in 0..PHASES {
         let (mut waiting, mut start) = (0u64, 0);
-        for j in 0.. {
-            let end = (period - period * phase / PHASES + j * period).div_ceil(step);
-            if end >= steps {
-                break;
-            }
+        for end in period_ends(period, steps, phase) {
             periods += 1;
             let (sum, most) = received(start, end);
             if waiting == 0 && sum <= quota && most <= rate {
@@ -562,10 +565,22 @@ fn replay_stops(arrived: &[u64], period: u64, cpus: u32, quota: u64) -> (u64, u6
                 stops |= waiting > 0 && used >= quota;
             }
             stopped += u64::from(stops);
+            if stopped > most_stopped {
+                return (stopped, periods);
+            }
             start = end;
         }
     }
     (stopped, periods)
+}
+
+/// The replay's period ends at `phase` of [`PHASES`], in steps of a `period` of [`STEPS`]: the
+/// first a part of a period in, then one each period, before the trace's `steps` end.
+fn period_ends(period: u64, steps: u64, phase: u64) -> impl Iterator<Item = u64> {
+    let step = (period / STEPS).max(1);
+    (0..)
+        .map(move |j| (period - period * phase / PHASES + j * period).div_ceil(step))
+        .take_while(move |&end| end < steps)
 }
 
 /// The kernel's default `sched_cfs_bandwidth_slice_us`: the runtime a CPU draws from the
@@ -606,10 +621,24 @@ impl Replay<'_> {
     /// above every period's arrived demand stops nothing either, which for a load far below
     /// its CPUs' time (most of a node's cgroups) leaves a few steps, not eight.
     fn quota(&self, meets: impl Fn(u64, u64) -> bool) -> u64 {
+        let steps = self.arrived.len() as u64 * STEPS;
+        let periods: u64 = (0..PHASES)
+            .map(|phase| period_ends(self.period, steps, phase).count() as u64)
+            .sum();
+        // More stops never meet what fewer do not, so a trial is decided past this many.
+        let most_stopped = (1..=periods)
+            .take_while(|&s| meets(s, periods))
+            .last()
+            .unwrap_or(0);
         let works = |quota_ms: u64| {
-            let (stopped, periods) =
-                replay_stops(self.arrived, self.period, self.cpus, quota_ms * MS);
-            meets(stopped, periods)
+            let (stopped, _) = replay_stops(
+                self.arrived,
+                self.period,
+                self.cpus,
+                quota_ms * MS,
+                most_stopped,
+            );
+            stopped <= most_stopped
         };
         let all_ms = (u64::from(self.cpus.max(1)) * self.period).div_ceil(MS) + 1;
         let most_ms = self
@@ -642,6 +671,7 @@ impl Replay<'_> {
             self.period,
             self.cpus,
             quota.saturating_sub(self.slices()),
+            u64::MAX,
         );
         Share::of(stopped, periods)
     }
@@ -1071,9 +1101,18 @@ mod tests {
         let mut arrived = vec![0; 100];
         arrived[20] = 80 * MS;
         arrived[60] = 80 * MS;
-        assert_eq!(replay_stops(&arrived, 100 * MS, 1, 72 * MS), (2, 999));
-        assert_eq!(replay_stops(&arrived, 100 * MS, 1, 64 * MS), (6, 999));
-        assert_eq!(replay_stops(&arrived, 100 * MS, 1, 63 * MS), (10, 999));
+        assert_eq!(
+            replay_stops(&arrived, 100 * MS, 1, 72 * MS, u64::MAX),
+            (2, 999)
+        );
+        assert_eq!(
+            replay_stops(&arrived, 100 * MS, 1, 64 * MS, u64::MAX),
+            (6, 999)
+        );
+        assert_eq!(
+            replay_stops(&arrived, 100 * MS, 1, 63 * MS, u64::MAX),
+            (10, 999)
+        );
         let one_in_300 = |s, p| Target::DEFAULT.met(s, p, REPLAY_ROOM);
         assert_eq!(replay(&arrived, 1, SLICE_NS).quota(one_in_300), 72 * MS);
         // Its 4 ms a step never needs a second CPU, so on three the replay's quota is the
@@ -1084,7 +1123,10 @@ mod tests {
         // What a stopped period cannot run waits for the next: at 30 ms a cluster stops two
         // periods at every phase (phase 0: 80 ms, then 50 deferred; phase 5: 40, then 40 + 10)
         // but phase 7 (24 | 56: 26 ms deferred, which the third period runs): 2 × 19.
-        assert_eq!(replay_stops(&arrived, 100 * MS, 2, 30 * MS), (38, 999));
+        assert_eq!(
+            replay_stops(&arrived, 100 * MS, 2, 30 * MS, u64::MAX),
+            (38, 999)
+        );
         // Nothing arrived: nothing stops, whatever the quota.
         assert_eq!(replay(&[0; 50], 4, SLICE_NS).quota(one_in_300), 0);
     }
@@ -1126,9 +1168,21 @@ mod tests {
             quota in 0u64..400_000_000,
         ) {
             proptest::prop_assert_eq!(
-                replay_stops(&arrived, period, cpus, quota),
+                replay_stops(&arrived, period, cpus, quota, u64::MAX),
                 replay_stepped(&arrived, period, cpus, quota)
             );
+        }
+
+        #[test]
+        fn a_replay_that_gives_up_decides_as_the_whole_one(
+            arrived in proptest::collection::vec(0u64..300_000_000, 0..60),
+            period in 1_000_000u64..1_000_000_000,
+            quota in 0u64..400_000_000,
+            most_stopped in 0u64..20,
+        ) {
+            let (whole, _) = replay_stops(&arrived, period, 2, quota, u64::MAX);
+            let (given_up, _) = replay_stops(&arrived, period, 2, quota, most_stopped);
+            proptest::prop_assert_eq!(given_up <= most_stopped, whole <= most_stopped);
         }
     }
 }
