@@ -19,7 +19,6 @@ use std::{
     net::TcpListener,
     path::Path,
     process::Output,
-    sync::atomic::{AtomicU64, Ordering},
     thread,
     time::Duration,
 };
@@ -179,7 +178,7 @@ fn exposition(groups: &[Group], n: u64) -> String {
 fn serve(body: impl Fn(u64) -> String + Send + 'static) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an exposition");
     let port = listener.local_addr().unwrap().port();
-    let served = AtomicU64::new(0);
+    let mut served = 0;
     thread::spawn(move || {
         for stream in listener.incoming().flatten() {
             let mut reader = BufReader::new(&stream);
@@ -190,8 +189,8 @@ fn serve(body: impl Fn(u64) -> String + Send + 'static) -> u16 {
                 line.clear();
             }
             let (status, text) = if request.starts_with("GET /metrics ") {
-                let n = served.fetch_add(1, Ordering::SeqCst) + 1;
-                ("200 OK", body(n))
+                served += 1;
+                ("200 OK", body(served))
             } else {
                 ("404 Not Found", "404 page not found\n".to_owned())
             };
