@@ -3,6 +3,8 @@
 //! arrived in its first period. The whole trace's demand and the rolling window share it, so that
 //! both give a run the same figure from the same records. A thread held again before it blocked
 //! counts what it ran after that hold toward each hold of its chain: all of it was waiting at each.
+//! A record can come before the period its hold began in (a refill between boundaries lets the
+//! thread run and sleep first): it waits for that period's record.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU64;
@@ -16,6 +18,8 @@ const MAX_CHAIN: usize = 64;
 /// next sleeps or is held again, so a period is summed up once this many newer throttled
 /// periods have ended (past `MAX_CHAIN`, no hold of it can still be followed).
 pub(super) const RECENT: usize = 2 * MAX_CHAIN;
+/// Records kept waiting for their hold's period; past this the oldest is taken as it is.
+const MAX_EARLY: usize = 4096;
 
 /// A throttled period, while holds of it may still report.
 #[derive(Debug)]
@@ -40,11 +44,32 @@ impl Throttled {
     }
 }
 
+/// What is known of a hold: its thread's deferred work, or that its work is unknown.
+#[derive(Debug)]
+enum Hold {
+    Deferred(Deferred),
+    Unknown { since_ns: u64 },
+}
+
+impl Hold {
+    fn since_ns(&self) -> u64 {
+        match self {
+            Self::Deferred(d) => d.since_ns,
+            Self::Unknown { since_ns } => *since_ns,
+        }
+    }
+}
+
 /// One cgroup's recent throttled periods and the holds of them still followed.
 #[derive(Debug, Default)]
 pub(super) struct Backlog {
     /// The last `RECENT` throttled periods, in order.
     recent: VecDeque<Throttled>,
+    /// The end of the last period taken, throttled or not.
+    last_end_ns: u64,
+    /// Holds that began after `last_end_ns`, in the order they came (a thread's records stay
+    /// in order behind them).
+    early: VecDeque<Hold>,
     /// Per thread, its holds whose work it has not finished: (since, ran so far) each.
     chains: FastMap<u32, Vec<(u64, u64)>>,
     /// Holds whose record came for no throttled period still open to it (older than the
@@ -53,32 +78,75 @@ pub(super) struct Backlog {
 }
 
 impl Backlog {
-    /// Takes a period of known usage that ended throttled; returns the work waiting at the end
-    /// of the oldest one, summed up to make room, if it is known.
-    pub(super) fn throttled(&mut self, start_ns: u64, end_ns: u64, usage_ns: u64) -> Option<u64> {
-        let summed = if self.recent.len() == RECENT {
-            self.sum_up_oldest()
-        } else {
-            None
-        };
-        self.recent.push_back(Throttled {
-            start_ns,
-            end_ns,
-            usage_ns,
-            waiting_ns: 0,
-            open: 0,
-            seen: false,
-            unknown: false,
-        });
+    /// Takes a period: `start_ns` is `None` where its usage is unknown. Returns the work waiting
+    /// at the end of the oldest throttled one, summed up to make room, if it is known.
+    pub(super) fn period(
+        &mut self,
+        start_ns: Option<u64>,
+        end_ns: u64,
+        usage_ns: u64,
+        throttled: bool,
+    ) -> Option<u64> {
+        let mut summed = None;
+        if let Some(start_ns) = start_ns.filter(|_| throttled) {
+            if self.recent.len() == RECENT {
+                summed = self.sum_up_oldest();
+            }
+            self.recent.push_back(Throttled {
+                start_ns,
+                end_ns,
+                usage_ns,
+                waiting_ns: 0,
+                open: 0,
+                seen: false,
+                unknown: false,
+            });
+        }
+        self.last_end_ns = self.last_end_ns.max(end_ns);
+        while let Some(hold) = self.early.pop_front() {
+            if hold.since_ns() > self.last_end_ns {
+                self.early.push_front(hold);
+                break;
+            }
+            self.place(hold);
+        }
         summed
     }
 
     /// Takes one held thread's deferred work.
     pub(super) fn deferred(&mut self, d: &Deferred) {
-        if d.unfollowed {
-            self.unknown_hold(d.since_ns);
+        self.take(Hold::Deferred(*d));
+    }
+
+    /// A hold at `since_ns` whose work is unknown: a thread past those a stop lists, a hold
+    /// the programs could not follow, a chain too long to follow. Its period has no figure.
+    pub(super) fn unknown_hold(&mut self, since_ns: u64) {
+        self.take(Hold::Unknown { since_ns });
+    }
+
+    /// Places a hold now, or keeps it until its period is taken.
+    fn take(&mut self, hold: Hold) {
+        if self.early.is_empty() && hold.since_ns() <= self.last_end_ns {
+            self.place(hold);
             return;
         }
+        if self.early.len() == MAX_EARLY
+            && let Some(oldest) = self.early.pop_front()
+        {
+            self.place(oldest);
+        }
+        self.early.push_back(hold);
+    }
+
+    fn place(&mut self, hold: Hold) {
+        match hold {
+            Hold::Deferred(d) if d.unfollowed => self.mark_unknown(d.since_ns),
+            Hold::Deferred(d) => self.follow(&d),
+            Hold::Unknown { since_ns } => self.mark_unknown(since_ns),
+        }
+    }
+
+    fn follow(&mut self, d: &Deferred) {
         if let Some(t) = self.throttled_at(d.since_ns) {
             t.open += 1;
         }
@@ -91,7 +159,7 @@ impl Backlog {
         let oldest = (chain.len() == MAX_CHAIN).then(|| chain.remove(0).0);
         chain.push((d.since_ns, d.ran_ns));
         if let Some(since) = oldest {
-            self.unknown_hold(since);
+            self.mark_unknown(since);
             if let Some(t) = self.throttled_at(since) {
                 t.open = t.open.saturating_sub(1);
             }
@@ -111,9 +179,7 @@ impl Backlog {
         }
     }
 
-    /// A hold at `since_ns` whose work is unknown: a thread past those a stop lists, a hold
-    /// the programs could not follow, a chain too long to follow. Its period has no figure.
-    pub(super) fn unknown_hold(&mut self, since_ns: u64) {
+    fn mark_unknown(&mut self, since_ns: u64) {
         match self.throttled_at(since_ns) {
             Some(t) => t.unknown = true,
             None => self.holds_unplaced += 1,
@@ -152,6 +218,9 @@ impl Backlog {
     /// Sums up every throttled period still recent: the work waiting at the end of each, where
     /// known, oldest first.
     pub(super) fn finish(&mut self) -> Vec<u64> {
+        while let Some(hold) = self.early.pop_front() {
+            self.place(hold);
+        }
         std::iter::from_fn(|| (!self.recent.is_empty()).then(|| self.sum_up_oldest()))
             .flatten()
             .collect()

@@ -161,6 +161,12 @@ impl Demand {
             self.burst_spent_ns = Some(self.burst_spent_ns.unwrap_or(0).saturating_add(spent));
         }
         let throttled = p.throttled_cpus > 0;
+        if let Some(waiting) = self
+            .backlog
+            .period(p.start_ns, p.end_ns, p.usage_ns, throttled)
+        {
+            self.waiting.record(waiting);
+        }
         let Some(start_ns) = p.start_ns else {
             self.unknown_periods += 1;
             return self.making.period(p);
@@ -170,9 +176,6 @@ impl Demand {
         self.covered_ns = self.covered_ns.saturating_add(p.end_ns - start_ns);
         self.max_cpus = self.max_cpus.max(p.cpus_used);
         self.throttled_periods += u64::from(throttled);
-        if throttled && let Some(waiting) = self.backlog.throttled(start_ns, p.end_ns, p.usage_ns) {
-            self.waiting.record(waiting);
-        }
         let mut run = self.making.period(p)?;
         run.first_arrived_ns = self
             .backlog
@@ -397,6 +400,28 @@ pub(crate) mod tests {
             ..deferred(5, 120, 0, false)
         });
         assert_eq!(waiting(&unfollowed), (1, 15, Some(15)));
+    }
+
+    #[test]
+    fn a_hold_whose_record_comes_before_its_period_counts_toward_that_period() {
+        let mut d = Demand::default();
+        d.period(&period(100, 10, 1, false));
+        // Held at 150 ms, let run by a refill between boundaries and asleep at 170 ms, before
+        // the period it was held in ends; and a stop's thread past those it listed, at 160.
+        d.deferred(&deferred(1, 150, 20, false));
+        d.period(&period(200, 50, 2, true));
+        d.deferred(&deferred(2, 180, 10, false));
+        d.period(&period(300, 20, 1, false));
+        let s = d.finish(None);
+        assert_eq!((s.waiting.count, s.waiting.sum_ns), (1, 30 * MS));
+        assert_eq!(s.holds_unplaced, 0);
+        let mut d = Demand::default();
+        d.period(&period(100, 10, 1, false));
+        d.unknown_hold(160 * MS);
+        d.deferred(&deferred(1, 150, 20, false));
+        d.period(&period(200, 50, 2, true));
+        let s = d.finish(None);
+        assert_eq!((s.waiting.count, s.holds_unplaced), (0, 0));
     }
 
     #[test]

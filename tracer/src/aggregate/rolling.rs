@@ -85,6 +85,8 @@ impl Rolling {
     /// ended, or in it if it is idle.
     pub fn period(&mut self, p: &Period) -> Arrived {
         self.bandwidth = p.bandwidth;
+        self.backlog
+            .period(p.start_ns, p.end_ns, p.usage_ns, p.throttled_cpus > 0);
         let index = p.end_ns / self.slice_ns;
         if self.slices.back().is_none_or(|s| s.index < index) {
             self.slices.push_back(Slice {
@@ -115,9 +117,6 @@ impl Rolling {
         slice.max_cpus = slice.max_cpus.max(p.cpus_used);
         if let Some(spent) = p.burst_spent_ns {
             slice.burst_spent_ns = Some(slice.burst_spent_ns.unwrap_or(0).saturating_add(spent));
-        }
-        if p.throttled_cpus > 0 {
-            self.backlog.throttled(start_ns, p.end_ns, p.usage_ns);
         }
         match self.making.period(p) {
             Some(mut run) if run.demand_ns > 0 => {
