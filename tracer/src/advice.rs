@@ -87,8 +87,14 @@ impl Target {
     /// Whether `stopped` of `periods` meets the target with `room`: stopped × room ≤ share ×
     /// periods.
     fn met(self, stopped: u64, periods: u64, room: u64) -> bool {
-        u128::from(stopped) * u128::from(room) * 1_000_000
-            <= u128::from(periods) * u128::from(self.ppm) * 100
+        stopped <= self.most_stopped(periods, room)
+    }
+
+    /// The most of `periods` that may stop to meet the target with `room`.
+    fn most_stopped(self, periods: u64, room: u64) -> u64 {
+        let most = u128::from(periods) * u128::from(self.ppm) * 100
+            / (u128::from(room.max(1)) * 1_000_000);
+        u64::try_from(most).unwrap_or(u64::MAX)
     }
 }
 
@@ -694,10 +700,13 @@ fn target_longer_period(
     for &u in arrived {
         sums.push(sums[sums.len() - 1] + u128::from(u));
     }
-    // Σ arrived over `whole` periods from period i, and `part` ns of the next.
-    let window = |i: usize, whole: usize, part: u128| {
+    let period_128 = u128::from(period);
+    // Whether Σ arrived over `whole` periods from period i, and `part` ns of the next (its
+    // share floored to the ns), exceeds `allowed`: multiplied through by the period, as
+    // hundreds of thousands of windows per candidate are weighed.
+    let over = |i: usize, whole: usize, part: u128, allowed: u128| {
         let last = arrived.get(i + whole).map_or(0, |&u| u128::from(u));
-        sums[i + whole] - sums[i] + last * part / u128::from(period)
+        (sums[i + whole] - sums[i]) * period_128 + last * part >= (allowed + 1) * period_128
     };
     let mut candidate = (period / MS + 1) * MS;
     while candidate <= MAX_PERIOD_NS {
@@ -709,10 +718,14 @@ fn target_longer_period(
         if windows == 0 {
             return None;
         }
-        let over = (0..windows)
-            .filter(|&i| window(i, whole, part) > allowed)
-            .count();
-        if target.met(over as u64, windows as u64, REPLAY_ROOM) {
+        // Most candidates fail: each is decided once more windows are over than it allows.
+        let most = target.most_stopped(windows as u64, REPLAY_ROOM);
+        let mut seen = 0;
+        let met = (0..windows).all(|i| {
+            seen += u64::from(over(i, whole, part, allowed));
+            seen <= most
+        });
+        if met {
             return Some(Setting::new(q, candidate, cpus));
         }
         candidate += MS;
