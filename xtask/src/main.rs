@@ -154,9 +154,6 @@ fn test(arm64: bool) -> anyhow::Result<()> {
             soak::CHURN_TEST,
         ]))
     })?;
-    // After the host tests, whose timings a bench beside them would disturb, and on the
-    // programs they ran: that every figure can still be taken.
-    timed("bench --smoke", || bench::smoke(&binaries))?;
     // xtask's own tests (a compile, and tests of parsers and tables) need neither cgroups nor a
     // quiet host: they run beside the soak, whose minute is mostly waiting and whose groups
     // are favoured over them, their output held back until it is done.
@@ -167,7 +164,20 @@ fn test(arm64: bool) -> anyhow::Result<()> {
             .stdin(std::process::Stdio::null());
         cargo.output()
     });
-    timed("soak (1 minute)", || soak::short(&binaries))?;
+    // The smoke bench (that every figure can still be taken, on the programs the host tests
+    // ran; a tenth of the fleet, no figure kept) goes beside the soak too: after the host
+    // tests, whose timings a bench beside them would disturb. The soak judges its agent's
+    // memory and counts, which a busy machine does not move.
+    std::thread::scope(|scope| {
+        let bench = scope.spawn(|| {
+            timed("bench --smoke (beside the soak)", || {
+                bench::smoke(&binaries)
+            })
+        });
+        let soak = timed("soak (1 minute)", || soak::short(&binaries));
+        let bench = bench.join().expect("the smoke bench's thread panicked");
+        soak.and(bench)
+    })?;
     timed("xtask's tests (beside the soak)", || {
         let out = xtask_tests
             .join()
