@@ -12,7 +12,7 @@ use super::durations::{DurationSummary, Durations};
 use crate::records::{Bandwidth, Deferred, Period};
 
 /// Largest runs kept with their times.
-const LARGEST: usize = 5;
+pub(super) const LARGEST: usize = 5;
 /// Runs kept in order for the advice's replay of the refill (`DemandSummary::runs_in_order`);
 /// ~3 hours of runs of one at 100 ms. Past it the advice covers the first ones only.
 const MAX_IN_ORDER: usize = 100_000;

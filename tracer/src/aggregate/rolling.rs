@@ -7,15 +7,13 @@
 use std::collections::VecDeque;
 
 use super::backlog::Backlog;
-use super::demand::{Calm, DemandSummary, Run, RunMaker, arrived_in};
+use super::demand::{Calm, DemandSummary, LARGEST, Run, RunMaker, arrived_in};
 use super::durations::Durations;
 use crate::records::{Bandwidth, Deferred, Period};
 
 /// Slices of the window its period counts are kept in: the window holds between 59 and 60 of
 /// them, and a run belongs to it while its end is inside.
 const SLICES: u64 = 60;
-/// Largest runs kept with their times, as the whole trace's summary does.
-const LARGEST: usize = 5;
 
 /// The period counts of one slice of the window.
 #[derive(Clone, Copy, Debug, Default)]
@@ -196,9 +194,15 @@ impl Rolling {
     pub fn summary(&self, slice_ns: Option<u64>) -> DemandSummary {
         let mut runs = Durations::default();
         self.runs.iter().for_each(|r| runs.record(r.demand_ns));
+        // The whole trace's order: larger first, the earlier of two alike (runs are in order).
+        // Selected, not sorted: a window holds tens of thousands of runs.
+        let key = |r: &Run| (std::cmp::Reverse(r.demand_ns), r.start_ns);
         let mut largest: Vec<Run> = self.runs.iter().copied().collect();
-        largest.sort_by_key(|r| std::cmp::Reverse(r.demand_ns));
-        largest.truncate(LARGEST);
+        if largest.len() > LARGEST {
+            largest.select_nth_unstable_by_key(LARGEST - 1, key);
+            largest.truncate(LARGEST);
+        }
+        largest.sort_unstable_by_key(key);
         let sum = |f: fn(&Slice) -> u64| self.counted().map(f).sum::<u64>();
         DemandSummary {
             periods: sum(|s| s.periods),
