@@ -137,9 +137,10 @@ pub fn run(args: &Args) -> Result<()> {
 
     let jobs = args.jobs.clamp(1, plans.len().max(1));
     // The longest boots first (the one that runs the rest of the host tests, then those with
-    // the most runs), so that two workers end together; the table keeps the matrix's order.
+    // the most runs, then the newer kernel: more of it runs under the emulator), so that two
+    // workers end together; the table keeps the matrix's order (oldest kernel first).
     let mut order: Vec<usize> = (0..plans.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse((plans[i].matrix.host_tests, plans[i].runs.len())));
+    order.sort_by_key(|&i| std::cmp::Reverse((plans[i].matrix.host_tests, plans[i].runs.len(), i)));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<_> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..jobs)

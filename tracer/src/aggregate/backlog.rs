@@ -18,8 +18,9 @@ const MAX_CHAIN: usize = 64;
 /// next sleeps or is held again, so a period is summed up once this many newer throttled
 /// periods have ended (past `MAX_CHAIN`, no hold of it can still be followed).
 pub(super) const RECENT: usize = 2 * MAX_CHAIN;
-/// Records kept waiting for their hold's period; past this the oldest is taken as it is.
-const MAX_EARLY: usize = 4096;
+/// Records kept waiting for their hold's period (they come only after a refill between
+/// boundaries, before that period's end); past this the oldest is taken as it is.
+const MAX_EARLY: usize = 256;
 
 /// A throttled period, while holds of it may still report.
 #[derive(Debug)]
