@@ -38,10 +38,18 @@ use crate::{
 /// every later body came from the heap and its pages stayed resident: the agent's memory grew
 /// with its scrapes' size instead of staying flat.
 const MMAP_THRESHOLD: libc::c_int = 1 << 20;
+/// One heap for every thread: glibc gives each thread that allocates while another holds the
+/// heap's lock an arena of its own, and the runtime's threads take turns with the same data
+/// (behind the exporter's one lock), so each arena kept free pages of its own and the agent's
+/// memory crept up for as long as it ran.
+const ARENAS: libc::c_int = 1;
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
-    // SAFETY: mallopt only sets a parameter of the allocator, under its own lock.
-    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) };
+    // SAFETY: mallopt only sets parameters of the allocator, under its own lock.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+    }
     if args.max_cgroups == 0 {
         return Err(Failure::usage(
             "--max-cgroups 0 would export no cgroup at all",
