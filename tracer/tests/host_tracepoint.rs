@@ -260,8 +260,8 @@ fn one_thread_stops_last_the_rest_of_the_period() {
     }
     // Every stop here ends at a refill, seen at the refill's callbacks when the kernel runs the
     // tracer's programs there. A run its recursion guard skipped leaves the end to the next
-    // context switch, which cannot tell a refill from an unchanged quota write: `unknown`, at
-    // the right time (checked below with the others). Host, 6.18: one stop in about 700 also
+    // context switch, which cannot tell a refill from an unchanged quota write: `unknown`, up
+    // to that switch after the refill (bounded below). Host, 6.18: one stop in about 700 also
     // ended `unknown` with no skipped run counted, of a cause not found; one such stop a run is
     // allowed beside the kernel's count, read here from the tracer's program fds, which the end
     // line reports.
@@ -351,7 +351,6 @@ fn one_thread_stops_last_the_rest_of_the_period() {
         let utc: jiff::Timestamp = s["end_utc"].as_str().unwrap().parse().unwrap();
         assert_eq!(utc.as_nanosecond() as i64, end / 1_000 * 1_000, "{s}");
         lead.push(start - held);
-        lag.push(resumed - end);
         // Never before the workload last ran, nor after it ran again; later only when something
         // else held its CPU first (CI host, 6.18: 5.9 ms, the task parked at its next return
         // to user), so the closeness is judged on the median below.
@@ -360,6 +359,18 @@ fn one_thread_stops_last_the_rest_of_the_period() {
             "stop began {} ns before the workload last ran: {s}",
             held - start
         );
+        // An end no program saw at its refill (`unknown`) is the next observation of the
+        // cfs_rq, which can come after the workload ran again (CI host, 6.18: 3.5 ms, when its
+        // thread was next switched out): an upper bound, at most a period late.
+        if s["end"] == "unknown" {
+            assert!(
+                end - resumed <= 100_000_000,
+                "an unknown end {} ns after the workload ran again: {s}",
+                end - resumed
+            );
+            continue;
+        }
+        lag.push(resumed - end);
         assert!(
             resumed - end >= -bound,
             "the workload ran {} ns before the stop ended: {s}",
