@@ -388,12 +388,12 @@ fn try_query(port: u16, promql: &str) -> Option<f64> {
 }
 
 /// The most `increase(throttle_tracer_periods_total{selector}[10m])` can be over the series
-/// selected: each one's growth over its k samples times (k - 1 + 1.6) / (k - 1), summed.
+/// selected: each one's growth over its k samples times (k - 1 + 2.2) / (k - 1), summed.
 fn most_periods(port: u16, selector: &str) -> f64 {
     let s = format!("throttle_tracer_periods_total{{{selector}}}[10m]");
     let promql = format!(
         "sum((max_over_time({s}) - min_over_time({s})) / (count_over_time({s}) - 1) \
-         * (count_over_time({s}) + 0.6))"
+         * (count_over_time({s}) + 1.2))"
     );
     try_query(port, &promql).unwrap_or_else(|| panic!("no answer to {promql}"))
 }
@@ -500,10 +500,11 @@ fn recommend_gives_each_workload_the_largest_advice_of_its_replicas() {
     assert!(p99 > 0.2 && p99 <= 0.25, "{web}");
     assert_eq!(web["burst_settable"], false);
     // Both replicas' periods: `increase()` over k ≥ SCRAPES samples of a counter that grows
-    // 10 a scrape is at least (k - 1) × 10; at most their growth extrapolated by half an
-    // average interval before the first sample and 1.1 after the last (Prometheus' rule), from
-    // Prometheus' own samples: a scrape it dropped (served, but timed out under load) leaves a
-    // step of two scrapes in the counter.
+    // 10 a scrape is at least (k - 1) × 10; at most their growth extrapolated by up to 1.1
+    // average intervals at each end (Prometheus' threshold; under load its scrapes come
+    // unevenly, and 0.5 + 1.1 was exceeded: 6.80 of a bound of 6.6), from Prometheus' own
+    // samples: a scrape it dropped (served, but timed out under load) leaves a step of two
+    // scrapes in the counter.
     let data = f64_of(web, "data_seconds");
     let most = most_periods(
         port,
