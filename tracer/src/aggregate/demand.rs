@@ -407,7 +407,7 @@ pub(crate) mod tests {
         let mut d = Demand::default();
         d.period(&period(100, 10, 1, false));
         // Held at 150 ms, let run by a refill between boundaries and asleep at 170 ms, before
-        // the period it was held in ends; and a stop's thread past those it listed, at 160.
+        // the period it was held in ends.
         d.deferred(&deferred(1, 150, 20, false));
         d.period(&period(200, 50, 2, true));
         d.deferred(&deferred(2, 180, 10, false));
@@ -415,6 +415,7 @@ pub(crate) mod tests {
         let s = d.finish(None);
         assert_eq!((s.waiting.count, s.waiting.sum_ns), (1, 30 * MS));
         assert_eq!(s.holds_unplaced, 0);
+        // A stop's thread past those it listed, held at 160 ms: the period has no figure.
         let mut d = Demand::default();
         d.period(&period(100, 10, 1, false));
         d.unknown_hold(160 * MS);
