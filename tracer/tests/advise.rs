@@ -504,11 +504,13 @@ fn traced(cpu: &CpuHierarchy, tag: &str, burn_ms: u32, threads: u32, burst_us: u
 /// less the CPU each of its `threads` burned, give or take 10 ms (a round nothing stopped waits up to ~4.5 ms under emulation, and
 /// the stops' edges carry the kernel's tick). With the task-based throttle (6.18+) a task
 /// runs on after its group ran out until it is parked on its way back to user mode: the
-/// kernel's own span (`kernel_ns`, first park to refill) is then the time it waited.
+/// kernel's own span (`kernel_ns`, first park to refill) is then the time it waited. A stop
+/// whose end no program saw at its refill (`unknown`) ends at the next observation, an upper
+/// bound only (host_tracepoint.rs bounds how many do): left out.
 fn assert_rounds_waited_their_stops(lines: &[Value], outcome: &Outcome, threads: u32) {
     let stops: Vec<(u64, u64)> = lines
         .iter()
-        .filter(|v| v["type"] == "stop")
+        .filter(|v| v["type"] == "stop" && v["end"] != "unknown")
         .map(|s| {
             let (start, end) = (ns(&s["start_ns"]), ns(&s["end_ns"]));
             match s["kernel_ns"].as_u64() {
@@ -541,8 +543,14 @@ fn assert_rounds_waited_their_stops(lines: &[Value], outcome: &Outcome, threads:
         );
         assert!(
             stopped <= waited + 10 * MS,
-            "round {}: stopped {stopped} ns within it, but it waited only {waited} ns",
-            round.index
+            "round {}: stopped {stopped} ns within it, but it waited only {waited} ns; the stops \
+             (start, end, end reason, kernel ns): {:?}",
+            round.index,
+            lines
+                .iter()
+                .filter(|v| v["type"] == "stop")
+                .map(|s| (&s["start_ns"], &s["end_ns"], &s["end"], &s["kernel_ns"]))
+                .collect::<Vec<_>>()
         );
     }
 }
