@@ -543,13 +543,15 @@ impl Session {
             forgotten_demand: Some(forgotten_demand),
         };
         drop(self.reader);
-        drop(self.probes);
+        // The report before the programs are detached: a detach can wait on the kernel for
+        // tens of seconds (docs/kernel.md §10).
         match self.report.finish(&reports, &totals) {
             // The reader of standard output went away (`| head`): nobody is left to tell, and
             // every other sink (the --record file) has finished.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
             result => result.map_err(write_failed)?,
         }
+        drop(self.probes);
         Ok((reports, totals))
     }
 }
