@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroU64;
 
 use crate::FastMap;
-use crate::records::Deferred;
+use crate::records::{Deferred, Period};
 
 /// Holds one thread's unfinished work is followed through (one per throttled period).
 const MAX_CHAIN: usize = 64;
@@ -79,36 +79,27 @@ pub(super) struct Backlog {
 }
 
 impl Backlog {
-    /// Takes a period: `start_ns` is `None` where its usage is unknown. Returns the work waiting
-    /// at the end of the oldest throttled one, summed up to make room, if it is known.
-    pub(super) fn period(
-        &mut self,
-        start_ns: Option<u64>,
-        end_ns: u64,
-        usage_ns: u64,
-        throttled: bool,
-    ) -> Option<u64> {
+    /// Takes a period (they come in order). Returns the work waiting at the end of the oldest
+    /// throttled one, summed up to make room, if it is known.
+    pub(super) fn period(&mut self, p: &Period) -> Option<u64> {
         let mut summed = None;
-        if let Some(start_ns) = start_ns.filter(|_| throttled) {
+        if let Some(start_ns) = p.start_ns.filter(|_| p.throttled_cpus > 0) {
             if self.recent.len() == RECENT {
                 summed = self.sum_up_oldest();
             }
             self.recent.push_back(Throttled {
                 start_ns,
-                end_ns,
-                usage_ns,
+                end_ns: p.end_ns,
+                usage_ns: p.usage_ns,
                 waiting_ns: 0,
                 open: 0,
                 seen: false,
                 unknown: false,
             });
         }
-        self.last_end_ns = self.last_end_ns.max(end_ns);
-        while let Some(hold) = self.early.pop_front() {
-            if hold.since_ns() > self.last_end_ns {
-                self.early.push_front(hold);
-                break;
-            }
+        self.last_end_ns = p.end_ns;
+        let last_end_ns = p.end_ns;
+        while let Some(hold) = self.early.pop_front_if(|h| h.since_ns() <= last_end_ns) {
             self.place(hold);
         }
         summed

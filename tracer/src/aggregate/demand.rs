@@ -161,10 +161,7 @@ impl Demand {
             self.burst_spent_ns = Some(self.burst_spent_ns.unwrap_or(0).saturating_add(spent));
         }
         let throttled = p.throttled_cpus > 0;
-        if let Some(waiting) = self
-            .backlog
-            .period(p.start_ns, p.end_ns, p.usage_ns, throttled)
-        {
+        if let Some(waiting) = self.backlog.period(p) {
             self.waiting.record(waiting);
         }
         let Some(start_ns) = p.start_ns else {

@@ -83,8 +83,7 @@ impl Rolling {
     /// ended, or in it if it is idle.
     pub fn period(&mut self, p: &Period) -> Arrived {
         self.bandwidth = p.bandwidth;
-        self.backlog
-            .period(p.start_ns, p.end_ns, p.usage_ns, p.throttled_cpus > 0);
+        self.backlog.period(p);
         let index = p.end_ns / self.slice_ns;
         if self.slices.back().is_none_or(|s| s.index < index) {
             self.slices.push_back(Slice {
