@@ -69,10 +69,20 @@ pub fn xtask(arch: Arch) -> Result<PathBuf> {
 /// compiled into them (`CARGO_BIN_EXE_*`), the workload beside it (its crate's own tests make
 /// cargo build it). Another architecture's are cross-built, for its guests.
 pub fn build_with_tests(arch: Arch) -> Result<Binaries> {
+    // Cargo's progress and errors stay on the terminal; stdout is its JSON.
+    compile_tests(arch, Stdio::inherit())
+}
+
+/// [`build_with_tests`] with cargo's progress held back (beside other output): its errors come
+/// in the error.
+pub fn build_quietly(arch: Arch) -> Result<Binaries> {
+    compile_tests(arch, Stdio::piped())
+}
+
+fn compile_tests(arch: Arch, stderr: Stdio) -> Result<Binaries> {
     let mut cargo = tests(arch);
     cargo.args(["--no-run", "--message-format=json"]);
-    // Cargo's progress and errors stay on the terminal; stdout is its JSON.
-    let json = cmd::stdout(cargo.stderr(Stdio::inherit()))?;
+    let json = cmd::stdout(cargo.stderr(stderr))?;
     let mut tests = Vec::new();
     for line in json.lines() {
         let message: Value =
