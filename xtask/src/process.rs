@@ -15,17 +15,6 @@ pub fn die_with_parent(signal: libc::c_int) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Moves the calling thread, and the processes it starts from now on, to the idle scheduling
-/// class (SCHED_IDLE): they run on what every other task leaves, which preempts them on waking.
-pub fn idle_class() -> Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler(2) on the calling thread (0) with a valid parameter.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == -1 {
-        return Err(std::io::Error::last_os_error()).context("sched_setscheduler(SCHED_IDLE)");
-    }
-    Ok(())
-}
-
 /// Sends `sig` to our child `pid`.
 pub fn signal(pid: u32, sig: libc::c_int) -> Result<()> {
     let pid = libc::pid_t::try_from(pid)?;

@@ -77,6 +77,10 @@ impl Rolling {
     pub fn bound(&mut self, max_runs: usize) {
         self.max_runs = max_runs.max(1);
         self.trim();
+        // A share reserved while the windows were fewer gives back what it no longer may fill.
+        if self.runs.capacity() > 2 * self.max_runs {
+            self.runs.shrink_to(self.max_runs);
+        }
     }
 
     /// Takes one period (they come in order); returns what arrived in the periods of a run it
@@ -121,6 +125,13 @@ impl Rolling {
                     .backlog
                     .first_arrived(run.start_ns, run.throttled_periods);
                 self.calm.add(&run);
+                // The first run sizes the window at its share of the bound: a deque that
+                // doubles as it fills grows every window of a fleet of alike cgroups at once,
+                // each into a new buffer with the old one left to the allocator (a step of
+                // megabytes); reserved once, memory grows by one run at a time to the bound.
+                if self.runs.capacity() == 0 {
+                    self.runs.reserve_exact(self.max_runs);
+                }
                 self.runs.push_back(run);
                 self.trim();
                 let quota = p.bandwidth.quota_ns.unwrap_or(u64::MAX);
@@ -305,11 +316,14 @@ mod tests {
         for p in &all {
             rolling.period(p);
         }
+        // Sized once at the bound by its first run: no buffer grown in steps.
+        assert_eq!(rolling.runs.capacity(), 100_000);
         let s = rolling.summary(None);
         assert!((548..=558).contains(&s.periods), "{}", s.periods);
         assert!(s.covered_ns <= 60_000 * MS);
         assert!(s.runs_in_order.first().unwrap().end_ns >= (200_000 - 60_000) * MS);
         rolling.bound(50);
+        assert!(rolling.runs.capacity() < 100, "{}", rolling.runs.capacity());
         let s = rolling.summary(None);
         assert_eq!(s.runs_in_order.len(), 50);
         assert!(rolling.dropped_runs > 0);
