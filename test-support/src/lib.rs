@@ -27,8 +27,8 @@ pub use host::{
 };
 pub use process::{
     BPF_PERFMON, BPF_PERFMON_SYS_ADMIN, NOBODY, Running, arrivals, as_nobody, away_from, busy,
-    held, last_cpu, least_privileged, move_away_from, ndjson_lines, pair, spawn_in, spiky,
-    stdout_lines, tracer_program, with_bpf_perfmon_only, workload,
+    fdinfo_values, held, last_cpu, least_privileged, move_away_from, ndjson_lines, pair, spawn_in,
+    spiky, stdout_lines, tracer_program, with_bpf_perfmon_only, workload,
 };
 
 /// How often [`wait_until`] looks.

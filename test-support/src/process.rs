@@ -20,6 +20,20 @@ fn programs_dir() -> PathBuf {
     deps.parent().unwrap_or(deps).to_owned()
 }
 
+/// The values of `key` (`map_id`, `recursion_misses`) in process `pid`'s open descriptors'
+/// fdinfo, one per descriptor that has it: what the kernel says of its BPF maps and programs.
+pub fn fdinfo_values(pid: u32, key: &str) -> Vec<u64> {
+    let fds = fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/fdinfo: {e}"));
+    fds.filter_map(|fd| fs::read_to_string(fd.ok()?.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .collect()
+}
+
 /// The tracer's binary, which cargo builds for the tracer's integration tests.
 pub fn tracer_program() -> PathBuf {
     programs_dir().join("throttle-tracer")

@@ -113,14 +113,14 @@ fn churn(cpu: &CpuHierarchy, parent: &Path, stop: &AtomicBool) -> (u64, HashMap<
     (made, with_task)
 }
 
-/// Entries in the loaded map named `name` (the newest, should an older tracer's be loaded
-/// too), and its capacity.
-fn entries(name: &str) -> (usize, u32) {
+/// Entries in the map named `name` of the tracer `pid`, and its capacity.
+fn entries(pid: u32, name: &str) -> (usize, u32) {
+    // Its own: other tracers may run beside the test (the soak's smoke bench does).
+    let own = common::fdinfo_values(pid, "map_id");
     let info = aya::maps::loaded_maps()
         .filter_map(Result::ok)
-        .filter(|m| m.name_as_str() == Some(name))
-        .max_by_key(aya::maps::MapInfo::id)
-        .unwrap_or_else(|| panic!("no loaded map {name}"));
+        .find(|m| m.name_as_str() == Some(name) && own.contains(&u64::from(m.id())))
+        .unwrap_or_else(|| panic!("the tracer (pid {pid}) holds no map {name}"));
     let fd = info.fd().expect("open the map");
     (count_keys(&fd, info.key_size()), info.max_entries())
 }
@@ -225,7 +225,7 @@ fn churning_cgroups_leave_the_live_ones_traced_whole_and_nothing_behind() {
     let stats: Vec<CpuStat> = live.iter().map(Cgroup::stat).collect();
     let maps: Vec<(&str, (usize, u32))> = ["TP_OPEN", "OPEN_BY_GROUP", "GONE"]
         .into_iter()
-        .map(|name| (name, entries(name)))
+        .map(|name| (name, entries(pid, name)))
         .collect();
     let lines = tracer.stop();
 

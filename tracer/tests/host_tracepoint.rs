@@ -71,13 +71,8 @@ impl Scene {
     /// fdinfo of each of its program fds, summed; `None` where the kernel does not count them.
     fn missed_runs(&self) -> Option<u64> {
         let pid = self.tracer.as_ref().expect("tracer running").id();
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("the tracer's fdinfo");
-        fds.filter_map(|fd| std::fs::read_to_string(fd.ok()?.path()).ok())
-            .filter_map(|info| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix("recursion_misses:"))
-                    .and_then(|n| n.trim().parse::<u64>().ok())
-            })
+        common::fdinfo_values(pid, "recursion_misses")
+            .into_iter()
             .reduce(|a, b| a + b)
     }
 
