@@ -1,7 +1,7 @@
 //! Building the guest's programs, statically linked: throttle-tracer and throttle-workload, and
 //! (for vm-test) the tracer's integration-test binaries and this xtask.
 use crate::arch::Arch;
-use crate::{cmd, paths};
+use crate::{cmd, guest_tests, kernels, paths};
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -67,7 +67,8 @@ pub fn xtask(arch: Arch) -> Result<PathBuf> {
 /// `cargo test --no-run` of [`tests`] for `arch`: the programs and every test binary. The
 /// integration tests find the programs they run in [`bin_dir`]: the tracer at the path cargo
 /// compiled into them (`CARGO_BIN_EXE_*`), the workload beside it (its crate's own tests make
-/// cargo build it). Another architecture's are cross-built, for its guests.
+/// cargo build it). Another architecture's are cross-built, for its guests: only the binaries
+/// they run where they run the kernel facts only.
 pub fn build_with_tests(arch: Arch) -> Result<Binaries> {
     // Cargo's progress and errors stay on the terminal; stdout is its JSON.
     compile_tests(arch, Stdio::inherit())
@@ -82,6 +83,13 @@ pub fn build_quietly(arch: Arch) -> Result<Binaries> {
 fn compile_tests(arch: Arch, stderr: Stdio) -> Result<Binaries> {
     let mut cargo = tests(arch);
     cargo.args(["--no-run", "--message-format=json"]);
+    // Cross-built for guests that run the kernel facts only: their binaries alone, not the
+    // other test binaries and the unit tests (half the compile).
+    if arch != Arch::HOST && kernels::facts_only(arch) {
+        for binary in guest_tests::facts_binaries() {
+            cargo.args(["--test", binary]);
+        }
+    }
     let json = cmd::stdout(cargo.stderr(stderr))?;
     let mut tests = Vec::new();
     for line in json.lines() {

@@ -32,11 +32,13 @@ pub struct Matrix {
     /// same on every kernel, so on the newest only (the ones that judge what differs from
     /// kernel to kernel run on each: guest_tests.rs `EVERY_KERNEL`, `KERNEL_FACTS`).
     pub host_tests: bool,
-    /// The backends its guest runs the kernel facts with (guest_tests.rs `KERNEL_FACTS`): on
-    /// x86-64 every backend on every kernel, as each attaches to its own hooks, which change
-    /// from version to version. On arm64, a second matrix in the same CI minutes, kprobe (the
-    /// backend with arm64's own argument registers) on every kernel and every backend on the
-    /// oldest and the newest. `--backend` narrows it.
+    /// The backends its guest runs the kernel facts with (guest_tests.rs `KERNEL_FACTS`), the
+    /// same shape on both architectures, for both matrices in CI's minutes: every backend on
+    /// the oldest and the newest kernel, as each attaches to its own hooks, which change from
+    /// version to version; kprobe, whose functions are the ones inlined or renamed between
+    /// versions and whose argument registers are each architecture's own, on every kernel; on
+    /// x86-64 also the tracepoint backend on 6.12, the kernel before the task-based throttle
+    /// (the unthrottle's CSD, its clock). `--backend` names any backend on any kernel.
     pub backends: &'static [&'static str],
     /// The backends (other than the host tests' kprobe) with which its guest runs the fault
     /// tests (guest_tests.rs `FAULTS`): one kernel per backend, each run being a tracer start
@@ -53,7 +55,7 @@ pub struct Matrix {
 /// Every backend the tracer has, as `--backend` names them.
 pub const BACKENDS: &[&str] = &["kprobe", "fentry", "tracepoint"];
 
-/// x86-64 on a kernel that runs the kernel facts only.
+/// x86-64 on a kernel that runs the kernel facts only, with every backend.
 const X86_64_FACTS: Matrix = Matrix {
     host_tests: false,
     backends: BACKENDS,
@@ -95,7 +97,10 @@ pub const KERNELS: &[Kernel] = &[
         series: "6.1",
         suites: &[("bookworm", Archive::Main)],
         package: r"^linux-image-6\.1\.0-[0-9]+-cloud-ARCH-unsigned$",
-        x86_64: X86_64_FACTS,
+        x86_64: Matrix {
+            backends: &["kprobe"],
+            ..X86_64_FACTS
+        },
         arm64: Matrix {
             unable: NO_ARM64_TRAMPOLINE,
             ..ARM64_KPROBE
@@ -106,6 +111,7 @@ pub const KERNELS: &[Kernel] = &[
         suites: &[("bookworm-security", Archive::Security)],
         package: r"^linux-image-6\.12\.[0-9]+\+deb12-cloud-ARCH-unsigned$",
         x86_64: Matrix {
+            backends: &["kprobe", "tracepoint"],
             fault_backends: &["tracepoint"],
             ..X86_64_FACTS
         },
@@ -128,6 +134,15 @@ pub const KERNELS: &[Kernel] = &[
         },
     },
 ];
+
+/// Whether every kernel of `arch`'s matrix runs only the kernel facts and the tests every kernel
+/// runs (arm64's): its guests then need only those tests' binaries.
+pub fn facts_only(arch: Arch) -> bool {
+    KERNELS.iter().all(|k| {
+        let m = k.matrix(arch);
+        !m.host_tests && m.fault_backends.is_empty()
+    })
+}
 
 pub fn by_series(series: &str) -> Result<&'static Kernel> {
     KERNELS

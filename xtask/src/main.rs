@@ -106,19 +106,18 @@ fn main() -> std::process::ExitCode {
 /// architectures in one pool of boots.
 fn test() -> anyhow::Result<()> {
     use setup::Part;
-    timed("setup", || {
-        setup::run(&[Part::Build, Part::Vm, Part::HostTests, Part::Bench])
-    })?;
-    // What only the arm64 guests need (the cross linker, QEMU for arm64, the Rust target) and
-    // both matrices' kernels (apt lists, downloads, unpacking: most of it waiting on the
-    // network) come beside the lints and the build, not after the soak.
-    let kernels = std::thread::spawn(|| {
+    timed("setup", || setup::run(&[Part::Build]))?;
+    // What only the later steps need (QEMU of both architectures, the host tests' servers and
+    // runtimes, the bench's peers, arm64's cross linker and Rust target) and both matrices'
+    // kernels (apt lists, downloads, unpacking: most of it waiting on the network) come beside
+    // the lints and the build.
+    let installed = std::thread::spawn(|| {
         let started = std::time::Instant::now();
-        setup::run(&[Part::Arm64])?;
+        setup::run(&[Part::Vm, Part::HostTests, Part::Bench, Part::Arm64])?;
         vm_test::fetch_kernels(Arch::X86_64)?;
         vm_test::fetch_kernels(Arch::Arm64)?;
         eprintln!(
-            "arm64 set up and kernels fetched beside the build in {:.0} s",
+            "the rest of the set-up and the kernels beside the build in {:.0} s",
             started.elapsed().as_secs_f64()
         );
         anyhow::Ok(())
@@ -137,6 +136,7 @@ fn test() -> anyhow::Result<()> {
     })?;
     // The tests' compile: the image, the host tests, the soak and the guests all run it.
     let binaries = timed("build", || binaries::build_with_tests(Arch::HOST))?;
+    installed.join().expect("the set-up's thread panicked")?;
     // tracer/tests/image.rs runs the image this saves.
     timed("image", || image::build(&[&binaries]))?;
     // CI's rules whoever runs it: a host test that cannot run for want of something this
@@ -198,7 +198,6 @@ fn test() -> anyhow::Result<()> {
         }
         print_ignored()
     })?;
-    kernels.join().expect("the kernel download panicked")?;
     arm64.join().expect("the arm64 build's thread panicked")?;
     timed("vm-test", || vm_test::run(&vm_test::Args::ci()))
 }
