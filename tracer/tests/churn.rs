@@ -113,57 +113,87 @@ fn churn(cpu: &CpuHierarchy, parent: &Path, stop: &AtomicBool) -> (u64, HashMap<
     (made, with_task)
 }
 
-/// Entries in the map named `name` of the tracer `pid`, and its capacity.
-fn entries(pid: u32, name: &str) -> (usize, u32) {
-    // Its own: other tracers may run beside the test (the soak's smoke bench does).
+/// The map named `name` of the tracer `pid`: its own, as other tracers may run beside the test
+/// (the soak's smoke bench does).
+fn own_map(pid: u32, name: &str) -> aya::maps::MapInfo {
     let own = common::fdinfo_values(pid, "map_id");
-    let info = aya::maps::loaded_maps()
+    aya::maps::loaded_maps()
         .filter_map(Result::ok)
         .find(|m| m.name_as_str() == Some(name) && own.contains(&u64::from(m.id())))
-        .unwrap_or_else(|| panic!("the tracer (pid {pid}) holds no map {name}"));
-    let fd = info.fd().expect("open the map");
-    (count_keys(&fd, info.key_size()), info.max_entries())
+        .unwrap_or_else(|| panic!("the tracer (pid {pid}) holds no map {name}"))
 }
 
-/// The keys of a hash map, walked with `BPF_MAP_GET_NEXT_KEY` (any key of up to 64 bytes).
-fn count_keys(fd: &impl AsFd, key_size: u32) -> usize {
+/// The cgroup ids of the open stops in `map`, read from each entry at `id_at`.
+fn open_cgroups(map: &aya::maps::MapInfo, id_at: IdAt) -> Vec<u64> {
+    let fd = map.fd().expect("open the map");
+    entries(&fd, map.key_size(), map.value_size())
+        .iter()
+        .map(|(key, value)| {
+            let (bytes, at) = match id_at {
+                IdAt::Key(at) => (key, at),
+                IdAt::Value(at) => (value, at),
+            };
+            u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+        })
+        .collect()
+}
+
+/// Where an entry holds its stop's cgroup id: `OPEN_BY_GROUP`'s key (cgroup id, CPU), or the
+/// tracepoint backend's open stop, which begins with its record.
+#[derive(Clone, Copy)]
+enum IdAt {
+    Key(usize),
+    Value(usize),
+}
+
+/// A hash map's entries, walked with `BPF_MAP_GET_NEXT_KEY` and read with
+/// `BPF_MAP_LOOKUP_ELEM`; an entry removed during the walk is left out.
+fn entries(fd: &impl AsFd, key_size: u32, value_size: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
     /// `union bpf_attr` for the map element commands.
     #[repr(C)]
     struct ElemAttr {
         map_fd: u32,
         _pad: u32,
         key: u64,
-        next_key: u64,
+        /// `next_key` for GET_NEXT_KEY, `value` for LOOKUP_ELEM.
+        out: u64,
         flags: u64,
     }
+    const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
     const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
-    assert!(key_size <= 64, "key of {key_size} bytes");
-    let (mut key, mut next) = ([0u8; 64], [0u8; 64]);
-    let mut n = 0;
-    loop {
+    let bpf = |cmd: libc::c_long, key: Option<&[u8]>, out: &mut [u8]| {
         let mut attr = ElemAttr {
             map_fd: fd.as_fd().as_raw_fd() as u32,
             _pad: 0,
             // NULL: the first key.
-            key: if n == 0 { 0 } else { key.as_ptr() as u64 },
-            next_key: next.as_mut_ptr() as u64,
+            key: key.map_or(0, |k| k.as_ptr() as u64),
+            out: out.as_mut_ptr() as u64,
             flags: 0,
         };
-        // SAFETY: bpf(2) with an attribute of the size given, and key buffers of 64 bytes.
-        let r = unsafe {
+        // SAFETY: bpf(2) with an attribute of the size given; the key and output buffers are
+        // the map's key and value sizes.
+        unsafe {
             libc::syscall(
                 libc::SYS_bpf,
-                BPF_MAP_GET_NEXT_KEY,
+                cmd,
                 &mut attr as *mut ElemAttr,
                 size_of::<ElemAttr>(),
             )
-        };
-        // The end, or a map changing under the walk (a removed key restarts it): enough.
-        if r != 0 || n > 1 << 20 {
-            return n;
         }
-        n += 1;
-        key = next;
+    };
+    let mut all = Vec::new();
+    let mut key: Option<Vec<u8>> = None;
+    loop {
+        let mut next = vec![0u8; key_size as usize];
+        // The end, or a map changing under the walk (a removed key restarts it): enough.
+        if bpf(BPF_MAP_GET_NEXT_KEY, key.as_deref(), &mut next) != 0 || all.len() > 1 << 20 {
+            return all;
+        }
+        let mut value = vec![0u8; value_size as usize];
+        if bpf(BPF_MAP_LOOKUP_ELEM, Some(&next), &mut value) == 0 {
+            all.push((next.clone(), value));
+        }
+        key = Some(next);
     }
 }
 
@@ -223,10 +253,17 @@ fn churning_cgroups_leave_the_live_ones_traced_whole_and_nothing_behind() {
         assert!(run.wait().expect("wait for the workload").success());
     }
     let stats: Vec<CpuStat> = live.iter().map(Cgroup::stat).collect();
-    let maps: Vec<(&str, (usize, u32))> = ["TP_OPEN", "OPEN_BY_GROUP", "GONE"]
+    let record_id = IdAt::Value(std::mem::offset_of!(tracer_common::StopEvent, cgroup_id));
+    let open: Vec<(&str, Vec<u64>)> = [("TP_OPEN", record_id), ("OPEN_BY_GROUP", IdAt::Key(0))]
         .into_iter()
-        .map(|name| (name, entries(pid, name)))
+        .map(|(name, at)| (name, open_cgroups(&own_map(pid, name), at)))
         .collect();
+    let gone_map = own_map(pid, "GONE");
+    let gone_fd = gone_map.fd().expect("open the map");
+    let (gone, gone_capacity) = (
+        entries(&gone_fd, gone_map.key_size(), gone_map.value_size()).len(),
+        gone_map.max_entries(),
+    );
     let lines = tracer.stop();
 
     assert!(
@@ -263,18 +300,32 @@ fn churning_cgroups_leave_the_live_ones_traced_whole_and_nothing_behind() {
         "only {stopped} of the {} churned cgroups with a task were seen stopped",
         with_task.len()
     );
-    println!("maps after the churn (entries, capacity): {maps:?}");
-    // What is open now is at most the live groups' last stops: nothing of a removed group
-    // stays in the maps of open stops.
-    for (name, (n, _)) in &maps[..2] {
+    // Nothing of a removed group stays in the maps of open stops, and of the live groups at
+    // most their last stop on each CPU. Other cgroups of the machine are traced too (the smoke
+    // bench's throttle beside the soak): their stops are theirs.
+    let live_ids: Vec<u64> = live
+        .iter()
+        .map(|cg| fs::metadata(cg.dir()).unwrap().ino())
+        .collect();
+    for (name, ids) in &open {
+        let removed: Vec<&u64> = ids.iter().filter(|id| with_task.contains_key(id)).collect();
+        let of_live = ids.iter().filter(|id| live_ids.contains(id)).count();
+        println!(
+            "{name} after the churn: {} open, {of_live} of the live groups, {} of removed ones",
+            ids.len(),
+            removed.len()
+        );
         assert!(
-            *n <= live.len() * cpus,
-            "{name} holds {n} entries after the churn"
+            removed.is_empty(),
+            "{name} holds removed cgroups {removed:?}"
+        );
+        assert!(
+            of_live <= live.len() * cpus,
+            "{name}: {of_live} of the live groups"
         );
     }
     // The map of removed cgroups is bounded by its capacity, and what it evicted is counted:
     // every cgroup removed here was inserted, so at least those beyond its capacity went.
-    let (gone, gone_capacity) = maps[2].1;
     let end = lines.last().expect("an end line");
     assert_eq!(end["type"], "end", "{end}");
     let evicted = end["evicted_removed_cgroups"]
