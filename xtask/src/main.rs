@@ -173,20 +173,13 @@ fn test() -> anyhow::Result<()> {
             .stdin(std::process::Stdio::null());
         cargo.output()
     });
+    timed("soak (1 minute)", || soak::short(&binaries))?;
     // The smoke bench (that every figure can still be taken, on the programs the host tests
-    // ran; a tenth of the fleet, no figure kept) goes beside the soak too: after the host
-    // tests, whose timings a bench beside them would disturb. The soak judges its agent's
-    // memory and counts, which a busy machine does not move.
-    std::thread::scope(|scope| {
-        let bench = scope.spawn(|| {
-            timed("bench --smoke (beside the soak)", || {
-                bench::smoke(&binaries)
-            })
-        });
-        let soak = timed("soak (1 minute)", || soak::short(&binaries));
-        let bench = bench.join().expect("the smoke bench's thread panicked");
-        soak.and(bench)
-    })?;
+    // ran; a tenth of the fleet, no figure kept) after the host tests, whose timings a bench
+    // beside them would disturb, and after the soak: its fleet's cgroups would be traced by
+    // the churn test's tracers beside the soak, which judge their memory by the cgroups they
+    // make. Beside what is left of the arm64 compile and xtask's tests.
+    timed("bench --smoke", || bench::smoke(&binaries))?;
     timed("xtask's tests (beside the soak)", || {
         let out = xtask_tests
             .join()
