@@ -1,7 +1,7 @@
 //! Building the guest's programs, statically linked: throttle-tracer and throttle-workload, and
 //! (for vm-test) the tracer's integration-test binaries and this xtask.
 use crate::arch::Arch;
-use crate::{cmd, guest_tests, kernels, paths};
+use crate::{cmd, guest_tests, paths};
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -85,10 +85,8 @@ fn compile_tests(arch: Arch, stderr: Stdio) -> Result<Binaries> {
     cargo.args(["--no-run", "--message-format=json"]);
     // Cross-built for guests that run the kernel facts only: their binaries alone, not the
     // other test binaries and the unit tests (half the compile).
-    if arch != Arch::HOST && kernels::facts_only(arch) {
-        for binary in guest_tests::facts_binaries() {
-            cargo.args(["--test", binary]);
-        }
+    for binary in guest_tests::guest_binaries(arch).unwrap_or_default() {
+        cargo.args(["--test", binary]);
     }
     let json = cmd::stdout(cargo.stderr(stderr))?;
     let mut tests = Vec::new();

@@ -252,10 +252,15 @@ const FAULTS: &[&str] = &[
     "removed::a_cgroup_removed_while_stopped_keeps_its_summary_marked_gone_and_new_ones_are_their_own",
 ];
 
-/// The test binaries of [`EVERY_KERNEL`] and [`KERNEL_FACTS`], which is all a guest of facts
-/// only runs (kernels.rs `facts_only`), and `pair`: the workload's own test, whose compile makes
-/// cargo build the workload beside them.
-pub fn facts_binaries() -> Vec<&'static str> {
+/// The only test binaries `arch`'s guests need, when they are cross-built for guests that run
+/// the kernel facts only (kernels.rs `facts_only`): those of [`EVERY_KERNEL`] and
+/// [`KERNEL_FACTS`], and `pair`, the workload's own test, whose compile makes cargo build the
+/// workload beside them. `None`: every test binary.
+pub fn guest_binaries(arch: Arch) -> Option<Vec<&'static str>> {
+    (arch != Arch::HOST && kernels::facts_only(arch)).then(facts_binaries)
+}
+
+fn facts_binaries() -> Vec<&'static str> {
     let mut names: Vec<&str> = EVERY_KERNEL
         .iter()
         .chain(KERNEL_FACTS)
@@ -322,8 +327,7 @@ pub fn select(tests: &[(String, PathBuf)], arch: Arch) -> Result<Selection> {
                 .map(|t| format!("{name}::{t}")),
         );
     }
-    // A cross-build for guests of facts only has only their binaries (binaries.rs).
-    let built_only = (arch != Arch::HOST && kernels::facts_only(arch)).then(facts_binaries);
+    let built_only = guest_binaries(arch);
     for (name, _) in PLANS {
         if built_only.as_ref().is_none_or(|b| b.contains(name))
             && !tests.iter().any(|(n, _)| n == name)

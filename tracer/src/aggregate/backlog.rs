@@ -98,8 +98,7 @@ impl Backlog {
             });
         }
         self.last_end_ns = p.end_ns;
-        let last_end_ns = p.end_ns;
-        while let Some(hold) = self.early.pop_front_if(|h| h.since_ns() <= last_end_ns) {
+        while let Some(hold) = self.early.pop_front_if(|h| h.since_ns() <= p.end_ns) {
             self.place(hold);
         }
         summed
