@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 use test_support::Cgroup;
 
 const SECTION: &str = "serve over a fleet of quota'd cgroups (100 ms periods)";
+/// The same measured after a warm-up longer than the first minute (`--warm-minutes`): a
+/// section of its own, so that the results file keeps the issue's ten minutes beside it.
+const SECTION_WARMED: &str =
+    "serve over a fleet of quota'd cgroups (100 ms periods), after a long warm-up";
 const PARENT: &str = "xtask-bench-fleet";
 const PERIOD_US: u64 = 100_000;
 /// The stopped cgroups' quota: a busy loop uses it up at once, and overruns it by up to a tick.
@@ -44,16 +48,18 @@ struct Fleet {
 }
 
 impl Fleet {
-    /// Issue 23's fleet for `minutes`, the first minute (half the run, if shorter) warming up.
-    fn full(minutes: u64) -> Self {
+    /// Issue 23's fleet for `minutes`, the first `warm_minutes` warming up, leaving at least a
+    /// minute (half a shorter run) measured.
+    fn full((minutes, warm_minutes): (u64, u64)) -> Self {
         let every = Duration::from_secs(15);
         let length = Duration::from_secs(minutes.max(1) * 60);
+        let measured = (length / 2).min(Duration::from_secs(60));
         Self {
             stopped: 150,
             light: 350,
             idle: 500,
             length,
-            warm: (length / 2).min(Duration::from_secs(60)),
+            warm: Duration::from_secs(warm_minutes.max(1) * 60).min(length - measured),
             every,
         }
     }
@@ -226,6 +232,11 @@ fn fleet_periods(cgroups: &[Cgroup]) -> Result<(u64, u64)> {
 
 /// The rows: each figure of the measured agent against its reference's.
 fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64); 2]) -> Vec<Row> {
+    let section = if fleet.warm > Duration::from_secs(60) {
+        SECTION_WARMED
+    } else {
+        SECTION
+    };
     const REFERENCE: &str = "serve --no-advice";
     let [advice, reference] = agents;
     let median = |values: &[f64]| super::table::Summary::of(values).median;
@@ -236,7 +247,7 @@ fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64);
     let mut rows = Vec::new();
     let cpu = advice.cpu_percent();
     rows.push(
-        Row::new(SECTION, "agent CPU (utime + stime)", "% of a CPU", &[cpu])
+        Row::new(section, "agent CPU (utime + stime)", "% of a CPU", &[cpu])
             .against(REFERENCE, reference.cpu_percent())
             .note(format!(
                 "{} cgroups ({} stopped, {} light, {} idle), {:.1} min after {:.0} s of warm-up; {}",
@@ -252,17 +263,17 @@ fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64);
     let first = |a: &Agent| a.rss.first().map_or(f64::NAN, |&(_, m)| m);
     let last = |a: &Agent| a.rss.last().map_or(f64::NAN, |&(_, m)| m);
     rows.push(
-        Row::new(SECTION, "RSS once warm", "MiB", &[first(advice)])
+        Row::new(section, "RSS once warm", "MiB", &[first(advice)])
             .against(REFERENCE, first(reference)),
     );
     rows.push(
-        Row::new(SECTION, "RSS at the end", "MiB", &[last(advice)])
+        Row::new(section, "RSS at the end", "MiB", &[last(advice)])
             .against(REFERENCE, last(reference))
             .note(judged(last(advice), RSS_TARGET_MIB, "MiB")),
     );
     rows.push(
         Row::new(
-            SECTION,
+            section,
             "RSS slope once warm",
             "MiB/h",
             &[slope(&advice.rss) * 60.0],
@@ -288,7 +299,7 @@ fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64);
         let times = |s: &[(f64, f64)]| s.iter().map(|&(_, ms)| ms).collect::<Vec<_>>();
         rows.push(
             Row::new(
-                SECTION,
+                section,
                 format!("scrape size, {format}"),
                 "MB",
                 &sizes(measured),
@@ -299,7 +310,7 @@ fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64);
         let slowest = |s: &[(f64, f64)]| times(s).into_iter().fold(f64::NAN, f64::max);
         rows.push(
             Row::new(
-                SECTION,
+                section,
                 format!("scrape time, {format}"),
                 "ms",
                 &times(measured),
@@ -314,7 +325,7 @@ fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64);
     }
     rows.push(
         Row::new(
-            SECTION,
+            section,
             "cgroups with stop series",
             "cgroups",
             &[advice.series("throttle_tracer_stops_total") as f64],
@@ -330,14 +341,14 @@ fn table(fleet: &Fleet, agents: &[Agent; 2], seconds: f64, periods: [(u64, u64);
     );
     const LOST: &str = "throttle_tracer_lost_records_total";
     rows.push(
-        Row::new(SECTION, "records lost", "records", &[advice.counter(LOST)])
+        Row::new(section, "records lost", "records", &[advice.counter(LOST)])
             .against(REFERENCE, reference.counter(LOST))
             .note(format!("{LOST} at the last text scrape")),
     );
     let [(periods0, throttled0), (periods1, throttled1)] = periods;
     rows.push(
         Row::new(
-            SECTION,
+            section,
             "the fleet's throttled periods (cpu.stat)",
             "/s",
             &[(throttled1 - throttled0) as f64 / seconds],
@@ -379,9 +390,11 @@ mod tests {
     }
 
     #[test]
-    fn the_full_fleet_warms_up_a_minute_or_half_a_short_run() {
-        let ten = Fleet::full(10);
+    fn the_full_fleet_warms_up_as_asked_or_half_a_short_run() {
+        let ten = Fleet::full((10, 1));
         assert_eq!((ten.cgroups(), ten.warm), (1000, Duration::from_secs(60)));
-        assert_eq!(Fleet::full(1).warm, Duration::from_secs(30));
+        assert_eq!(Fleet::full((1, 1)).warm, Duration::from_secs(30));
+        assert_eq!(Fleet::full((20, 15)).warm, Duration::from_secs(900));
+        assert_eq!(Fleet::full((5, 9)).warm, Duration::from_secs(240));
     }
 }

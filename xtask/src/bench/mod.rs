@@ -46,9 +46,13 @@ pub struct Args {
     /// vm-startup), for working on one.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// How long serve-fleet traces its fleet, the first minute warming up.
+    /// How long serve-fleet traces its fleet.
     #[arg(long, default_value_t = 10)]
     minutes: u64,
+    /// How long of that serve-fleet warms up before its figures are taken (leaving at least a
+    /// minute measured): longer to measure serve once its advice windows hold their bound.
+    #[arg(long, default_value_t = 1)]
+    warm_minutes: u64,
     /// vm-startup's kernel series, repeatable: 5.10, 6.1, 6.12, 7 (default: all of them).
     #[arg(long = "kernel", value_name = "SERIES")]
     kernels: Vec<String>,
@@ -62,8 +66,8 @@ pub struct Bench {
     pub runs: usize,
     /// vm-startup's kernel series (empty: every kernel of the VM matrix).
     pub kernels: Vec<String>,
-    /// serve-fleet's length.
-    pub fleet_minutes: u64,
+    /// serve-fleet's length and warm-up.
+    pub fleet_minutes: (u64, u64),
 }
 
 /// A bpftrace one-liner the bench compares with, and the programs it loads: bpftrace prints
@@ -160,7 +164,7 @@ pub fn run(args: &Args) -> Result<()> {
             smoke: args.smoke,
             runs,
             kernels: args.kernels.clone(),
-            fleet_minutes: args.minutes,
+            fleet_minutes: (args.minutes, args.warm_minutes),
         },
     )
 }
@@ -175,6 +179,7 @@ pub fn smoke(binaries: &Binaries) -> Result<()> {
         tracer: None,
         only: Vec::new(),
         minutes: 0,
+        warm_minutes: 0,
         kernels: Vec::new(),
     };
     measure(
@@ -185,7 +190,7 @@ pub fn smoke(binaries: &Binaries) -> Result<()> {
             smoke: true,
             runs: 1,
             kernels: Vec::new(),
-            fleet_minutes: 0,
+            fleet_minutes: (0, 0),
         },
     )
 }
