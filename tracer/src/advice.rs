@@ -292,7 +292,7 @@ pub fn advise(
     };
     let arrived = arrived(&runs, demand.periods, quota, period);
     let replay = Replay {
-        arrived: &arrived,
+        shape: Shape::of(&arrived),
         period,
         cpus: top.cpus,
         slice: demand.slice_ns.unwrap_or(SLICE_NS),
@@ -508,7 +508,43 @@ const PHASES: u64 = 10;
 /// Steps each traced period's arrived demand is spread over in a replay.
 const STEPS: u64 = 20;
 
-/// Periods stopped and periods replayed when `arrived` (one value per traced period of
+/// Each traced period's arrived demand with what every replay of it asks first, found once for
+/// all the trials of a bisection.
+struct Shape<'a> {
+    arrived: &'a [u64],
+    /// The most three traced periods in a row hold: a replay period touches at most three (it
+    /// is under two traced periods long), so with nothing waiting it receives at most that, and
+    /// a quota above it, with no step above the CPUs' rate, stops nothing at any phase.
+    most_in_three: u64,
+    /// The most one step of the replay receives.
+    most_in_a_step: u64,
+    /// Where the stretches of traced periods of equal demand begin, by their first step.
+    stretches: Vec<u64>,
+}
+
+impl<'a> Shape<'a> {
+    fn of(arrived: &'a [u64]) -> Self {
+        Self {
+            arrived,
+            most_in_three: arrived
+                .windows(3.min(arrived.len()).max(1))
+                .map(|w| w.iter().fold(0u64, |sum, &d| sum.saturating_add(d)))
+                .max()
+                .unwrap_or(0),
+            most_in_a_step: arrived
+                .iter()
+                .map(|&d| d / STEPS + d % STEPS)
+                .max()
+                .unwrap_or(0),
+            stretches: (0..arrived.len())
+                .filter(|&k| k == 0 || arrived[k] != arrived[k - 1])
+                .map(|k| k as u64 * STEPS)
+                .collect(),
+        }
+    }
+}
+
+/// Periods stopped and periods replayed when `shape`'s arrived demand (one value per traced period of
 /// `period` ns) is replayed at `quota` per period, summed over [`PHASES`] phases of the
 /// boundaries: each period's demand comes in evenly over [`STEPS`] steps and runs on at most
 /// `cpus` CPUs while the period has quota left; what cannot run waits (the kernel's deferral),
@@ -516,18 +552,19 @@ const STEPS: u64 = 20;
 /// phase, cut by the trace's end, is not replayed. A period that starts with nothing waiting
 /// and cannot exceed the quota or the CPUs is counted without stepping through it, and with
 /// nothing waiting the periods inside a stretch of traced ones of equal demand that fits are
-/// counted at once: the cost is in the changes of demand and the stopped periods, not the
-/// window's length (an hour is 36,000 periods; a light load's are mostly idle, and a run's
+/// counted at once, as are those of a stretch that keeps more than the quota waiting (each
+/// stops): the cost is in the changes of demand, not the window's length (an hour is 36,000 periods; a light load's are mostly idle, and a run's
 /// arrived demand is one value over most of its periods). Once more than `most_stopped` periods
 /// stopped it gives up with the counts so far: a bisection's trial is decided then, and most
 /// of its trials fail.
 fn replay_stops(
-    arrived: &[u64],
+    shape: &Shape,
     period: u64,
     cpus: u32,
     quota: u64,
     most_stopped: u64,
 ) -> (u64, u64) {
+    let arrived = shape.arrived;
     let step = (period / STEPS).max(1);
     let rate = u64::from(cpus.max(1)).saturating_mul(step);
     let steps = arrived.len() as u64 * STEPS;
@@ -556,27 +593,10 @@ fn replay_stops(
         }
         (sum, most)
     };
-    // A replay period touches at most three traced ones (it is under two traced periods
-    // long): with nothing waiting it receives at most what three in a row hold. A quota above
-    // every three in a row, with no step above the CPUs' rate, stops nothing at any phase.
-    let most_in_three = arrived
-        .windows(3.min(arrived.len()).max(1))
-        .map(|w| w.iter().fold(0u64, |sum, &d| sum.saturating_add(d)))
-        .max()
-        .unwrap_or(0);
-    let most_in_a_step = arrived
-        .iter()
-        .map(|&d| d / STEPS + d % STEPS)
-        .max()
-        .unwrap_or(0);
-    if most_in_three <= quota && most_in_a_step <= rate {
+    if shape.most_in_three <= quota && shape.most_in_a_step <= rate {
         return (0, PeriodEnds::replayed(period, steps));
     }
-    // The stretches of traced periods of equal demand, by their first step.
-    let stretches: Vec<u64> = (0..arrived.len())
-        .filter(|&k| k == 0 || arrived[k] != arrived[k - 1])
-        .map(|k| k as u64 * STEPS)
-        .collect();
+    let stretches = &shape.stretches;
     // A period inside a stretch of `d` each receives at most `longest` steps of d ÷ STEPS and
     // two remainders, and no step more than one remainder: with nothing waiting, one that
     // fits the quota and the CPUs leaves nothing waiting for the next.
@@ -588,25 +608,42 @@ fn replay_stops(
             <= quota
             && d / STEPS + d % STEPS <= rate
     };
+    // A period inside a stretch of `d` each, begun with more than the quota waiting, runs its
+    // quota (if its steps can: it is at least `shortest` long) and stops; one that receives at
+    // least its quota again leaves more than that waiting for the next.
+    let shortest = period / step;
+    let swamped =
+        |d: u64| shortest.saturating_mul(rate) >= quota && shortest * (d / STEPS) >= quota;
     let (mut stopped, mut periods) = (0, 0);
     for phase in 0..PHASES {
         let ends = PeriodEnds::new(period, steps, phase);
         let (mut waiting, mut start, mut j, mut next) = (0u64, 0, 0, 0);
         while j < ends.count {
-            if waiting == 0 {
-                while stretches.get(next + 1).is_some_and(|&g| g <= start) {
-                    next += 1;
+            while stretches.get(next + 1).is_some_and(|&g| g <= start) {
+                next += 1;
+            }
+            // The periods inside the stretch, counted at once where their outcome is known.
+            let stretch_end = stretches.get(next + 1).copied().unwrap_or(steps);
+            let inside = ends
+                .first_after(stretch_end)
+                .min(ends.count)
+                .saturating_sub(j);
+            if inside > 0 && waiting == 0 && quiet(demand(start)) {
+                start = ends.end(j + inside - 1);
+                j += inside;
+                continue;
+            }
+            if inside > 0 && waiting > quota && swamped(demand(start)) {
+                let k = inside.min(most_stopped.saturating_sub(stopped).saturating_add(1));
+                let end = ends.end(j + k - 1);
+                waiting = (waiting + received(start, end).0).saturating_sub(k * quota);
+                stopped += k;
+                j += k;
+                start = end;
+                if stopped > most_stopped {
+                    return (stopped, periods + j);
                 }
-                // The periods inside a quiet stretch are counted at once.
-                if quiet(demand(start)) {
-                    let stretch_end = stretches.get(next + 1).copied().unwrap_or(steps);
-                    let after = ends.first_after(stretch_end).min(ends.count);
-                    if after > j {
-                        start = ends.end(after - 1);
-                        j = after;
-                        continue;
-                    }
-                }
+                continue;
             }
             let end = ends.end(j);
             j += 1;
@@ -702,7 +739,7 @@ const REPLAY_ROOM: u64 = 300;
 /// The periods' arrived demand replayed at today's period (docs/definitions.md, "target
 /// period"): the quotas it advises, and the share of periods a quota stops in it.
 struct Replay<'a> {
-    arrived: &'a [u64],
+    shape: Shape<'a>,
     period: u64,
     cpus: u32,
     /// The machine's `sched_cfs_bandwidth_slice_us`, in ns.
@@ -723,7 +760,7 @@ impl Replay<'_> {
     /// above every period's arrived demand stops nothing either, which for a load far below
     /// its CPUs' time (most of a node's cgroups) leaves a few steps, not eight.
     fn quota(&self, meets: impl Fn(u64, u64) -> bool) -> u64 {
-        let steps = self.arrived.len() as u64 * STEPS;
+        let steps = self.shape.arrived.len() as u64 * STEPS;
         let periods = PeriodEnds::replayed(self.period, steps);
         // More stops never meet what fewer do not, so a trial is decided past this many.
         let most_stopped = (1..=periods)
@@ -732,7 +769,7 @@ impl Replay<'_> {
             .unwrap_or(0);
         let works = |quota_ms: u64| {
             let (stopped, _) = replay_stops(
-                self.arrived,
+                &self.shape,
                 self.period,
                 self.cpus,
                 quota_ms * MS,
@@ -742,6 +779,7 @@ impl Replay<'_> {
         };
         let all_ms = (u64::from(self.cpus.max(1)) * self.period).div_ceil(MS) + 1;
         let most_ms = self
+            .shape
             .arrived
             .iter()
             .max()
@@ -767,7 +805,7 @@ impl Replay<'_> {
     /// The share of the replayed periods a kernel quota of `quota` stops (0 when none replay).
     fn share(&self, quota: u64) -> Share {
         let (stopped, periods) = replay_stops(
-            self.arrived,
+            &self.shape,
             self.period,
             self.cpus,
             quota.saturating_sub(self.slices()),
@@ -921,7 +959,7 @@ mod tests {
 
     fn replay(arrived: &[u64], cpus: u32, slice: u64) -> Replay<'_> {
         Replay {
-            arrived,
+            shape: Shape::of(arrived),
             period: 100 * MS,
             cpus,
             slice,
@@ -1209,15 +1247,15 @@ mod tests {
         arrived[20] = 80 * MS;
         arrived[60] = 80 * MS;
         assert_eq!(
-            replay_stops(&arrived, 100 * MS, 1, 72 * MS, u64::MAX),
+            replay_stops(&Shape::of(&arrived), 100 * MS, 1, 72 * MS, u64::MAX),
             (2, 999)
         );
         assert_eq!(
-            replay_stops(&arrived, 100 * MS, 1, 64 * MS, u64::MAX),
+            replay_stops(&Shape::of(&arrived), 100 * MS, 1, 64 * MS, u64::MAX),
             (6, 999)
         );
         assert_eq!(
-            replay_stops(&arrived, 100 * MS, 1, 63 * MS, u64::MAX),
+            replay_stops(&Shape::of(&arrived), 100 * MS, 1, 63 * MS, u64::MAX),
             (10, 999)
         );
         let one_in_300 = |s, p| Target::DEFAULT.met(s, p, REPLAY_ROOM);
@@ -1231,7 +1269,7 @@ mod tests {
         // periods at every phase (phase 0: 80 ms, then 50 deferred; phase 5: 40, then 40 + 10)
         // but phase 7 (24 | 56: 26 ms deferred, which the third period runs): 2 × 19.
         assert_eq!(
-            replay_stops(&arrived, 100 * MS, 2, 30 * MS, u64::MAX),
+            replay_stops(&Shape::of(&arrived), 100 * MS, 2, 30 * MS, u64::MAX),
             (38, 999)
         );
         // Nothing arrived: nothing stops, whatever the quota.
@@ -1286,9 +1324,9 @@ mod tests {
             quota in 0u64..400_000_000,
             most_stopped in 0u64..20,
         ) {
-            let whole = replay_stops(&arrived, period, cpus, quota, u64::MAX);
+            let whole = replay_stops(&Shape::of(&arrived), period, cpus, quota, u64::MAX);
             proptest::prop_assert_eq!(whole, replay_stepped(&arrived, period, cpus, quota));
-            let (given_up, _) = replay_stops(&arrived, period, cpus, quota, most_stopped);
+            let (given_up, _) = replay_stops(&Shape::of(&arrived), period, cpus, quota, most_stopped);
             proptest::prop_assert_eq!(given_up <= most_stopped, whole.0 <= most_stopped);
         }
     }
