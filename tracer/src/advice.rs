@@ -612,8 +612,9 @@ fn replay_stops(
     // quota (if its steps can: it is at least `shortest` long) and stops; one that receives at
     // least its quota again leaves more than that waiting for the next.
     let shortest = period / step;
-    let swamped =
-        |d: u64| shortest.saturating_mul(rate) >= quota && shortest * (d / STEPS) >= quota;
+    let swamped = |d: u64| {
+        shortest.saturating_mul(rate) >= quota && shortest.saturating_mul(d / STEPS) >= quota
+    };
     let (mut stopped, mut periods) = (0, 0);
     for phase in 0..PHASES {
         let ends = PeriodEnds::new(period, steps, phase);
@@ -636,7 +637,8 @@ fn replay_stops(
             if inside > 0 && waiting > quota && swamped(demand(start)) {
                 let k = inside.min(most_stopped.saturating_sub(stopped).saturating_add(1));
                 let end = ends.end(j + k - 1);
-                waiting = (waiting + received(start, end).0).saturating_sub(k * quota);
+                waiting =
+                    (waiting + received(start, end).0).saturating_sub(k.saturating_mul(quota));
                 stopped += k;
                 j += k;
                 start = end;
