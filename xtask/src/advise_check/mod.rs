@@ -222,8 +222,11 @@ pub fn run(args: &Args) -> Result<()> {
         traced_runs: args.traced_runs.max(1),
     };
     let _lock = bench::host_lock()?;
+    // Taken before the runs: the commit the binaries were built from, not the one checked
+    // out when a run of forty minutes ends.
+    let provenance = results::Provenance::here();
     if args.measure_truth {
-        return truth::measure(&runner).map(drop);
+        return truth::measure(&runner, &provenance).map(drop);
     }
     if !args.at_periods.is_empty() || !args.at_quotas.is_empty() {
         return runner.shares(&args.at_quotas, &args.at_periods);
@@ -244,7 +247,7 @@ pub fn run(args: &Args) -> Result<()> {
         rows.extend(runner.check(workload, &advice)?);
     }
     print!("{}", table(&rows));
-    write_results(&rows)?;
+    write_results(&rows, &provenance)?;
     let bad: Vec<&Row> = rows.iter().filter(|r| !r.ok()).collect();
     if !bad.is_empty() {
         bail!(
@@ -329,11 +332,11 @@ fn table<'a>(rows: impl IntoIterator<Item = &'a Row>) -> String {
 
 /// One section of docs/results/advise-check.md per workload checked, so that a run of one
 /// (`--workload arrivals`) keeps the others' last figures.
-fn write_results(rows: &[Row]) -> Result<()> {
+fn write_results(rows: &[Row], provenance: &results::Provenance) -> Result<()> {
     let file = results::update(
         "advise-check.md",
         RESULTS_INTRO,
-        &results::Provenance::here(),
+        provenance,
         &sections(rows),
     )?;
     eprintln!("advise-check: written to {}", file.display());

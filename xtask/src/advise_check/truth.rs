@@ -103,7 +103,7 @@ pub fn read() -> Result<Truth> {
 }
 
 /// Measures the truth and writes its section of docs/results/advise-check.md.
-pub fn measure(runner: &Runner) -> Result<Truth> {
+pub fn measure(runner: &Runner, provenance: &results::Provenance) -> Result<Truth> {
     let mut samples = Vec::new();
     for ms in GRID_MS {
         samples.push(sample(runner, ms, MAX_ROUNDS)?);
@@ -144,7 +144,7 @@ pub fn measure(runner: &Runner) -> Result<Truth> {
     let file = results::update(
         "advise-check.md",
         super::RESULTS_INTRO,
-        &results::Provenance::here(),
+        provenance,
         &[(HEADING.to_owned(), section(&samples, &truth))],
     )?;
     eprintln!("advise-check: the truth written to {}", file.display());

@@ -221,6 +221,9 @@ fn measure(args: &Args, bench: &Bench) -> Result<()> {
         );
     }
     let _lock = host_lock()?;
+    // Taken before the sections run: the commit (and the state of the tree) the binaries
+    // were built from, not the one checked out when a long run ends.
+    let provenance = results::Provenance::here();
     let started = Instant::now();
     let load_before = uptime();
     let mut rows: Vec<Row> = Vec::new();
@@ -279,7 +282,7 @@ fn measure(args: &Args, bench: &Bench) -> Result<()> {
         let docs = results::update(
             "bench.md",
             RESULTS_INTRO,
-            &results::Provenance::here(),
+            &provenance,
             &table::sections(&json),
         )?;
         eprintln!("bench: its sections written to {}", docs.display());
