@@ -17,6 +17,11 @@ pub fn task_based_throttle() -> bool {
     kernel::task_based_throttle(&kernel::release())
 }
 
+/// Whether a stop of an empty runqueue adds nothing to cpu.stat here ([`kernel`]).
+pub fn empty_stops_unaccounted() -> bool {
+    kernel::empty_stops_unaccounted(&kernel::release())
+}
+
 /// Whether the tests run as CI runs them (`CI=true`): then a skip for want of something the
 /// machine could have is a failure, not a pass.
 pub fn ci() -> bool {

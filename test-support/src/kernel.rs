@@ -1,6 +1,8 @@
 //! The running kernel's release and what its version tells: from 6.18 the kernel throttles
 //! tasks one by one at their return to user mode rather than whole runqueues, so its throttled
-//! clocks start at the first task parked, not at the throttle.
+//! clocks start at the first task parked, not at the throttle; from 6.6 a runqueue throttled
+//! while empty starts its clock only at its first enqueue (79462e8c879a, "sched: don't account
+//! throttle time for empty groups").
 
 /// The running kernel's release (`uname -r`).
 pub fn release() -> String {
@@ -23,6 +25,12 @@ pub fn task_based_throttle(release: &str) -> bool {
     version(release) >= (6, 18)
 }
 
+/// Whether a stop of a runqueue with no task queued adds nothing to cpu.stat on a kernel of
+/// `release` (6.6+: its clock waits for a task; 6.18+: for a task parked).
+pub fn empty_stops_unaccounted(release: &str) -> bool {
+    version(release) >= (6, 6)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,6 +44,18 @@ mod tests {
             ("7.2.13+deb14-cloud-amd64", true),
         ] {
             assert_eq!(task_based_throttle(release), task_based, "{release}");
+        }
+    }
+
+    #[test]
+    fn empty_stops_unaccounted_from_6_6() {
+        for (release, unaccounted) in [
+            ("5.10.0-43-cloud-amd64", false),
+            ("6.1.0-50-cloud-amd64", false),
+            ("6.12.117+deb12-cloud-amd64", true),
+            ("7.2.13+deb14-cloud-amd64", true),
+        ] {
+            assert_eq!(empty_stops_unaccounted(release), unaccounted, "{release}");
         }
     }
 }

@@ -22,8 +22,8 @@ use std::{
 pub use cgroup::Cgroup;
 pub use cpu::{CpuHierarchy, CpuStat, Version};
 pub use host::{
-    Host, applies, backend, ci, emulated, host, monotonic_ns, require, serial, task_based_throttle,
-    tick_ns,
+    Host, applies, backend, ci, empty_stops_unaccounted, emulated, host, monotonic_ns, require,
+    serial, task_based_throttle, tick_ns,
 };
 pub use process::{
     BPF_PERFMON, BPF_PERFMON_SYS_ADMIN, NOBODY, Running, arrivals, as_nobody, away_from, busy,

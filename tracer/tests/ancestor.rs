@@ -388,9 +388,10 @@ fn every_parent_stop_credits_both_children() {
             && !held.is_empty()
             && held.iter().all(|t| child_of(t) == Some(l[0]))
     };
-    // 6.18+ starts the clocks at the first task the throttle parks: a stop that ended before
-    // any was parked added nothing to any cpu.stat (kernel time 0), so it stopped no child.
-    let parked_none = |s: &Value| common::task_based_throttle() && s["kernel_ns"] == 0;
+    // 6.6+ starts a runqueue's clocks at its first task queued (6.18+: parked): a stop of
+    // the parent's runqueue on a CPU where no child had a task added nothing to any cpu.stat
+    // (kernel time 0), so it stopped no child.
+    let parked_none = |s: &Value| common::empty_stops_unaccounted() && s["kernel_ns"] == 0;
     let fewer = stops
         .iter()
         .filter(|s| !listed(s).eq(&ids) && (one_child_held(s) || parked_none(s)))
