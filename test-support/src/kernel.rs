@@ -36,25 +36,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn task_based_throttle_from_6_18() {
-        for (release, task_based) in [
-            ("5.10.0-43-cloud-amd64", false),
-            ("6.12.117+deb12-cloud-amd64", false),
-            ("6.18.44-fc-v657", true),
-            ("7.2.13+deb14-cloud-amd64", true),
+    fn what_a_release_tells() {
+        // (release, task-based throttle: 6.18+, empty stops unaccounted: 6.6+)
+        for (release, task_based, unaccounted) in [
+            ("5.10.0-43-cloud-amd64", false, false),
+            ("6.1.0-50-cloud-amd64", false, false),
+            ("6.12.117+deb12-cloud-amd64", false, true),
+            ("6.18.44-fc-v657", true, true),
+            ("7.2.13+deb14-cloud-amd64", true, true),
         ] {
             assert_eq!(task_based_throttle(release), task_based, "{release}");
-        }
-    }
-
-    #[test]
-    fn empty_stops_unaccounted_from_6_6() {
-        for (release, unaccounted) in [
-            ("5.10.0-43-cloud-amd64", false),
-            ("6.1.0-50-cloud-amd64", false),
-            ("6.12.117+deb12-cloud-amd64", true),
-            ("7.2.13+deb14-cloud-amd64", true),
-        ] {
             assert_eq!(empty_stops_unaccounted(release), unaccounted, "{release}");
         }
     }
